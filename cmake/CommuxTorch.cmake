@@ -1,0 +1,33 @@
+# Defines the imported target commux::torch from the torch installed in Python3_EXECUTABLE.
+execute_process(
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/torch_info.py
+  OUTPUT_VARIABLE _torch_info ERROR_QUIET RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "commux: cannot import torch from ${Python3_EXECUTABLE}; install torch>=2.5 first")
+endif()
+string(REPLACE "\n" ";" _torch_lines "${_torch_info}")
+foreach(_line IN LISTS _torch_lines)
+  if(_line MATCHES "^([a-z_0-9]+)=(.*)$")
+    set(_torch_${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
+  endif()
+endforeach()
+# include_dirs is itself a ;-list, re-read it whole.
+string(REGEX MATCH "include_dirs=([^\n]*)" _m "${_torch_info}")
+set(_torch_include_dirs "${CMAKE_MATCH_1}")
+
+set(COMMUX_TORCH_VERSION ${_torch_version})
+set(COMMUX_TORCH_LIB_DIR ${_torch_lib_dir})
+set(COMMUX_TORCH_CUDA "${_torch_cuda}")
+if(COMMUX_TORCH_CUDA)
+  set(COMMUX_TORCH_HAS_CUDA ON)
+else()
+  set(COMMUX_TORCH_HAS_CUDA OFF)
+endif()
+message(STATUS "commux: torch ${COMMUX_TORCH_VERSION} (CUDA '${COMMUX_TORCH_CUDA}', cxx11 abi ${_torch_cxx11_abi}) at ${COMMUX_TORCH_LIB_DIR}")
+
+add_library(commux::torch INTERFACE IMPORTED)
+set_target_properties(commux::torch PROPERTIES
+  INTERFACE_INCLUDE_DIRECTORIES "${_torch_include_dirs}"
+  INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${_torch_cxx11_abi}"
+  INTERFACE_LINK_LIBRARIES
+    "${COMMUX_TORCH_LIB_DIR}/libtorch.so;${COMMUX_TORCH_LIB_DIR}/libtorch_cpu.so;${COMMUX_TORCH_LIB_DIR}/libc10.so")

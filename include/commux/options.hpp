@@ -1,0 +1,31 @@
+#pragma once
+// Run-time configuration of commux, read once from COMMUX_* environment variables.
+// The README's environment table documents each one; UCX's own UCX_* variables pass
+// through to UCX untouched.
+#include <chrono>
+#include <cstddef>
+
+namespace commux {
+
+struct Config {
+  /// COMMUX_PROGRESS_SPIN_US: how long the progress thread keeps polling UCX after its last
+  /// event before it sleeps on the worker's event fd. Trades idle CPU for latency.
+  std::chrono::microseconds progressSpin{50};
+  /// COMMUX_WAIT_SPIN_US: how long Work::wait polls the completion flag before it sleeps.
+  std::chrono::microseconds waitSpin{20};
+  /// COMMUX_ALLREDUCE_RING_MIN_BYTES: allreduce uses the ring from this size up,
+  /// recursive doubling below it.
+  std::size_t allreduceRingMinBytes = 256 * 1024;
+  /// COMMUX_CHAIN_MIN_BYTES: broadcast and reduce use pipelined chains from this size up
+  /// (on 3+ ranks), binomial trees below it.
+  std::size_t chainMinBytes = 512 * 1024;
+  /// COMMUX_PIPELINE_CHUNK_BYTES: chunk size of the pipelined chains.
+  std::size_t pipelineChunkBytes = 512 * 1024;
+
+  /// The process-wide configuration, parsed from the environment on first use.
+  /// Throws std::invalid_argument naming the variable if a value does not parse.
+  static const Config& get();
+  static Config fromEnvironment();
+};
+
+}  // namespace commux

@@ -1,0 +1,84 @@
+#pragma once
+// commux::ProcessGroupUCX: a c10d backend over UCX tag matching.
+//
+// Point-to-point calls match exactly on (sender, tag), like MPI; every call returns a Work
+// at once while a per-process progress thread moves the data. See README.md for the tag
+// layout and the COMMUX_* environment variables.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <memory>
+#include <string>
+
+namespace commux {
+
+namespace engine {
+class Engine;
+class Op;
+enum class ReduceKind : std::uint8_t;
+}  // namespace engine
+namespace collectives {
+struct Schedule;
+}  // namespace collectives
+class PeerTable;
+class WorkUCX;
+
+class ProcessGroupUCX : public c10d::Backend {
+ public:
+  static constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(30);
+
+  /// Collective over the group: every rank constructs its ProcessGroupUCX with a store
+  /// shared by the group (torch hands each group its own prefixed store).
+  ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                  std::chrono::milliseconds timeout = kDefaultTimeout);
+  ~ProcessGroupUCX() override;
+
+  const std::string getBackendName() const override { return "ucx"; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+
+ private:
+  c10::intrusive_ptr<WorkUCX> makeWork(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                       std::string description,
+                                       std::chrono::milliseconds timeout);
+  /// Runs `schedule` over the flat buffer `work`; `finalize` runs on completion.
+  c10::intrusive_ptr<c10d::Work> launchCollective(
+      c10d::OpType type, std::uint32_t sequence, std::string description,
+      std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
+      std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
+      std::chrono::milliseconds timeout);
+  void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op);
+  std::uint32_t nextSequence() { return sequence_++; }
+
+  std::shared_ptr<engine::Engine> engine_;
+  std::unique_ptr<PeerTable> peers_;
+  std::uint32_t context_;
+  std::chrono::milliseconds timeout_;
+  std::atomic<std::uint32_t> sequence_{0};
+};
+
+}  // namespace commux

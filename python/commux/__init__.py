@@ -1,0 +1,75 @@
+"""commux: a UCX backend for torch.distributed with MPI-style (sender, tag) matching.
+
+``import commux; commux.register()`` makes the backend available as ``"ucx"`` (alias
+``"commux"``) for CPU and CUDA devices. The package also registers itself through the
+``torch.backends`` entry point, so ``init_process_group(backend="ucx")`` works without
+importing it. This module stays import-light on purpose: torch imports it while torch
+itself is loading, and UCX is only loaded when a process group is first created.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+__version__ = "0.1.0"
+__all__ = ["register", "preferred_backend", "load_extension", "BACKEND_NAMES", "__version__"]
+
+#: Names under which the backend is registered with torch.distributed.
+BACKEND_NAMES = ("ucx", "commux")
+_DEVICES = ["cpu", "cuda"]
+
+_lock = threading.Lock()
+_extension = None
+
+
+def load_extension():
+    """Loads UCX and the compiled extension ``commux._C`` (once) and returns it."""
+    global _extension
+    with _lock:
+        if _extension is None:
+            try:
+                # The PyPI UCX wheel keeps its libraries in its own folder; load them so
+                # that the extension's libucp dependency resolves without LD_LIBRARY_PATH.
+                import libucx
+
+                libucx.load_library()
+            except ImportError:
+                pass  # built against a system UCX (COMMUX_UCX_PROVIDER=system)
+            import torch.distributed  # noqa: F401  (the Backend base class lives there)
+
+            from . import _C
+
+            atexit.register(_C._shutdown)
+            _extension = _C
+    return _extension
+
+
+def _create_backend(dist_options, backend_options=None):
+    """torch.distributed's factory hook (extended API): one backend per process group."""
+    _C = load_extension()
+    return _C.ProcessGroupUCX(
+        dist_options.store,
+        dist_options.group_rank,
+        dist_options.group_size,
+        dist_options.timeout,
+    )
+
+
+def register() -> None:
+    """Registers the ``ucx`` and ``commux`` backends with torch.distributed (idempotent)."""
+    import torch.distributed as dist
+
+    with _lock:
+        for name in BACKEND_NAMES:
+            if name in dist.Backend.backend_list:
+                continue
+            dist.Backend.register_backend(
+                name, _create_backend, extended_api=True, devices=list(_DEVICES)
+            )
+
+
+def preferred_backend() -> str:
+    """Registers commux and returns the backend name to pass to init_process_group."""
+    register()
+    return "ucx"

@@ -1,0 +1,166 @@
+// ProcessGroupUCX: collectives. Each call validates, stages the tensors into one flat
+// contiguous buffer (in place when it can), picks a schedule and hands it to the engine.
+#include <c10/util/Exception.h>
+
+#include "c10d/peer_table.hpp"
+#include "c10d/validation.hpp"
+#include "c10d/work_ucx.hpp"
+#include "collectives/selection.hpp"
+#include "commux/options.hpp"
+#include "commux/process_group_ucx.hpp"
+#include "engine/collective_op.hpp"
+#include "engine/engine.hpp"
+
+namespace commux {
+namespace {
+
+collectives::Thresholds thresholds() {
+  const Config& c = Config::get();
+  return collectives::Thresholds{c.allreduceRingMinBytes, c.chainMinBytes, c.pipelineChunkBytes};
+}
+
+std::size_t elementCount(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
+
+/// A flat contiguous view of `t` when one exists, else a flat contiguous copy.
+at::Tensor flat(const at::Tensor& t) { return t.is_contiguous() ? t.view({-1}) : t.contiguous().view({-1}); }
+
+/// A flat buffer holding the local reduction of all `tensors`; never aliases them when
+/// `privateCopy` is set.
+at::Tensor localReduce(const std::vector<at::Tensor>& tensors, engine::ReduceKind kind,
+                       bool privateCopy) {
+  at::Tensor work = flat(tensors[0]);
+  if (privateCopy && tensors[0].is_contiguous()) work = work.clone();
+  for (std::size_t i = 1; i < tensors.size(); ++i) {
+    engine::reduceInto(work, flat(tensors[i]), kind);
+  }
+  return work;
+}
+
+/// Copies `work` back into every tensor that does not already alias it.
+void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors) {
+  for (const auto& t : tensors) {
+    if (t.is_contiguous() && t.data_ptr() == work.data_ptr()) continue;
+    t.copy_(work.view(t.sizes()));
+  }
+}
+
+std::string describe(const char* op, const std::vector<at::Tensor>& tensors,
+                     const std::string& detail, const char* algorithm, std::uint32_t seq) {
+  std::string s = std::string(op) + " (";
+  if (!detail.empty()) s += detail + ", ";
+  if (!tensors.empty()) {
+    s += std::to_string(elementCount(tensors[0])) + " x " +
+         std::string(c10::toString(tensors[0].scalar_type()));
+    if (tensors.size() > 1) s += " x " + std::to_string(tensors.size()) + " tensors";
+    s += ", ";
+  }
+  return s + algorithm + ", collective #" + std::to_string(seq) + ")";
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
+    c10d::OpType type, std::uint32_t sequence, std::string description,
+    std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work, std::optional<engine::ReduceKind> reduce,
+    std::function<void()> finalize, std::chrono::milliseconds timeout) {
+  auto routes = peers_->get(schedule.peers());
+  auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
+  engine::CollectiveOp::Setup setup;
+  setup.schedule = std::move(schedule);
+  setup.work = std::move(work);
+  setup.reduce = reduce;
+  setup.routes = std::move(routes);
+  setup.myContext = context_;
+  setup.myRank = rank_;
+  setup.sequence = sequence;
+  setup.finalize = std::move(finalize);
+  launch(w, std::make_shared<engine::CollectiveOp>(std::move(setup), w->description(),
+                                                   w->completer()));
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::AllreduceOptions& opts) {
+  checkTensors("allreduce", tensors, true);
+  const auto kind = reduceKindFor("allreduce", opts.reduceOp, tensors[0].scalar_type());
+  at::Tensor work = localReduce(tensors, kind, false);
+  auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
+                                         thresholds());
+  const bool avg = opts.reduceOp == c10d::ReduceOp::AVG;
+  const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
+  const std::uint32_t seq = nextSequence();
+  return launchCollective(
+      c10d::OpType::ALLREDUCE, seq,
+      describe("allreduce", tensors, opts.reduceOp == c10d::ReduceOp::AVG ? "AVG" : engine::reduceKindName(kind),
+               plan.algorithm, seq),
+      tensors, std::move(plan.schedule), work, kind,
+      [work, tensors, avg, contributions] {
+        if (avg) work.div_(contributions);
+        scatterBack(work, tensors);
+      },
+      opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& tensors,
+                                                       const c10d::ReduceOptions& opts) {
+  checkTensors("reduce", tensors, true);
+  checkPeer("reduce", "root", static_cast<int>(opts.rootRank), size_);
+  const auto kind = reduceKindFor("reduce", opts.reduceOp, tensors[0].scalar_type());
+  const int root = static_cast<int>(opts.rootRank);
+  // Only the root's tensors receive the result; the others keep their input, so
+  // non-roots reduce in a private buffer.
+  at::Tensor work = localReduce(tensors, kind, rank_ != root);
+  auto plan = collectives::planReduce(rank_, size_, root, elementCount(work), work.element_size(),
+                                      thresholds());
+  const bool avg = opts.reduceOp == c10d::ReduceOp::AVG;
+  const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
+  const bool isRoot = rank_ == root;
+  const std::uint32_t seq = nextSequence();
+  return launchCollective(
+      c10d::OpType::REDUCE, seq,
+      describe("reduce", tensors,
+               std::string(avg ? "AVG" : engine::reduceKindName(kind)) + " to rank " +
+                   std::to_string(root),
+               plan.algorithm, seq),
+      tensors, std::move(plan.schedule), work, kind,
+      [work, tensors, avg, contributions, isRoot] {
+        if (!isRoot) return;
+        if (avg) work.div_(contributions);
+        scatterBack(work, tensors);
+      },
+      opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& opts) {
+  checkTensors("broadcast", tensors, true);
+  checkPeer("broadcast", "root", static_cast<int>(opts.rootRank), size_);
+  TORCH_CHECK_VALUE(opts.rootTensor >= 0 && opts.rootTensor < static_cast<int64_t>(tensors.size()),
+                    "commux: broadcast: rootTensor ", opts.rootTensor, " is outside the list of ",
+                    tensors.size(), " tensors");
+  const int root = static_cast<int>(opts.rootRank);
+  at::Tensor work = rank_ == root ? flat(tensors[opts.rootTensor])
+                    : tensors.size() == 1 && tensors[0].is_contiguous()
+                        ? tensors[0].view({-1})
+                        : at::empty({tensors[0].numel()}, tensors[0].options());
+  auto plan = collectives::planBroadcast(rank_, size_, root, elementCount(work), work.element_size(),
+                                         thresholds());
+  const std::uint32_t seq = nextSequence();
+  return launchCollective(
+      c10d::OpType::BROADCAST, seq,
+      describe("broadcast", tensors, "from rank " + std::to_string(root), plan.algorithm,
+               seq),
+      tensors, std::move(plan.schedule), work, std::nullopt,
+      [work, tensors] { scatterBack(work, tensors); }, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptions& opts) {
+  auto plan = collectives::planBarrier(rank_, size_);
+  const std::uint32_t seq = nextSequence();
+  return launchCollective(c10d::OpType::BARRIER, seq,
+                          describe("barrier", {}, "", plan.algorithm, seq), {},
+                          std::move(plan.schedule), at::empty({0}, at::kByte), std::nullopt,
+                          nullptr, opts.timeout);
+}
+
+}  // namespace commux

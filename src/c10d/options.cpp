@@ -1,0 +1,49 @@
+#include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "commux/options.hpp"
+
+namespace commux {
+namespace {
+
+template <typename T>
+void readUnsigned(const char* name, T& out) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(raw, &end, 10);
+  if (errno != 0 || end == raw || *end != '\0' || raw[0] == '-') {
+    throw std::invalid_argument(std::string(name) + "='" + raw +
+                                "' is not a non-negative integer");
+  }
+  out = static_cast<T>(value);
+}
+
+void readMicros(const char* name, std::chrono::microseconds& out) {
+  long long us = out.count();
+  readUnsigned(name, us);
+  out = std::chrono::microseconds(us);
+}
+
+}  // namespace
+
+Config Config::fromEnvironment() {
+  Config c;
+  readMicros("COMMUX_PROGRESS_SPIN_US", c.progressSpin);
+  readMicros("COMMUX_WAIT_SPIN_US", c.waitSpin);
+  readUnsigned("COMMUX_ALLREDUCE_RING_MIN_BYTES", c.allreduceRingMinBytes);
+  readUnsigned("COMMUX_CHAIN_MIN_BYTES", c.chainMinBytes);
+  readUnsigned("COMMUX_PIPELINE_CHUNK_BYTES", c.pipelineChunkBytes);
+  if (c.pipelineChunkBytes == 0) throw std::invalid_argument("COMMUX_PIPELINE_CHUNK_BYTES must be > 0");
+  return c;
+}
+
+const Config& Config::get() {
+  static const Config config = fromEnvironment();
+  return config;
+}
+
+}  // namespace commux

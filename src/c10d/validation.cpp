@@ -1,0 +1,81 @@
+#include "c10d/validation.hpp"
+
+#include <c10/util/Exception.h>
+
+#include "wire/tag.hpp"
+
+namespace commux {
+
+void checkTensors(const char* op, const std::vector<at::Tensor>& tensors, bool sameShape) {
+  TORCH_CHECK_VALUE(!tensors.empty(), "commux: ", op, " needs at least one tensor");
+  const at::Tensor& first = tensors.front();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    TORCH_CHECK_VALUE(t.defined(), "commux: ", op, ": tensor ", i, " is undefined");
+    TORCH_CHECK_VALUE(t.layout() == at::kStrided, "commux: ", op, ": tensor ", i, " is ",
+                      t.layout(), "; sparse and other non-strided tensors are not supported, "
+                      "send the dense values and indices instead");
+    TORCH_CHECK_VALUE(!t.is_meta(), "commux: ", op, ": tensor ", i,
+                      " is a meta tensor and has no data to communicate");
+    TORCH_CHECK_VALUE(t.device() == first.device(), "commux: ", op,
+                      ": all tensors must be on one device, got ", first.device(), " and ",
+                      t.device());
+    TORCH_CHECK_NOT_IMPLEMENTED(t.device().is_cpu(), "commux: ", op, ": tensor ", i, " is on ",
+                                t.device(), "; this build of commux moves CPU tensors only");
+    if (sameShape) {
+      TORCH_CHECK_VALUE(t.sizes() == first.sizes() && t.scalar_type() == first.scalar_type(),
+                        "commux: ", op, ": all tensors in the list must have the same size "
+                        "and dtype, got ", first.sizes(), " ", first.scalar_type(), " and ",
+                        t.sizes(), " ", t.scalar_type());
+    }
+  }
+}
+
+void checkTag(const char* op, int tag) {
+  TORCH_CHECK_VALUE(tag >= 0, "commux: ", op, ": tag must be in [0, ", wire::kMaxUserTag,
+                    "], got ", tag);
+}
+
+void checkPeer(const char* op, const char* role, int peer, int size) {
+  TORCH_CHECK_VALUE(peer >= 0 && peer < size, "commux: ", op, ": invalid ", role, " rank ",
+                    peer, " for a group of size ", size);
+}
+
+engine::ReduceKind reduceKindFor(const char* op, const c10d::ReduceOp& reduceOp,
+                                 at::ScalarType dtype) {
+  using K = engine::ReduceKind;
+  const bool integral = at::isIntegralType(dtype, /*includeBool=*/true);
+  const bool complex = at::isComplexType(dtype);
+  switch (reduceOp.op_) {
+    case c10d::ReduceOp::SUM:
+      return K::Sum;
+    case c10d::ReduceOp::PRODUCT:
+      return K::Product;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK_NOT_IMPLEMENTED(!integral, "commux: ", op, ": ReduceOp.AVG needs a floating "
+                                  "point or complex dtype, got ", dtype,
+                                  "; use SUM and divide");
+      return K::Sum;
+    case c10d::ReduceOp::MIN:
+    case c10d::ReduceOp::MAX:
+      TORCH_CHECK_NOT_IMPLEMENTED(!complex, "commux: ", op, ": ReduceOp.",
+                                  reduceOp.op_ == c10d::ReduceOp::MIN ? "MIN" : "MAX",
+                                  " is undefined for complex dtype ", dtype);
+      return reduceOp.op_ == c10d::ReduceOp::MIN ? K::Min : K::Max;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      TORCH_CHECK_NOT_IMPLEMENTED(integral, "commux: ", op,
+                                  ": bitwise ReduceOps (BAND, BOR, BXOR) need an integer or "
+                                  "bool dtype, got ", dtype);
+      return reduceOp.op_ == c10d::ReduceOp::BAND  ? K::BitAnd
+             : reduceOp.op_ == c10d::ReduceOp::BOR ? K::BitOr
+                                                   : K::BitXor;
+    default:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "commux: ", op, ": ReduceOp ",
+                                  static_cast<int>(reduceOp.op_), " is not supported");
+  }
+  return K::Sum;
+}
+
+}  // namespace commux

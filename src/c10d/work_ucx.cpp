@@ -1,0 +1,120 @@
+#include "c10d/work_ucx.hpp"
+
+#include <c10/util/Exception.h>
+
+#include "engine/errors.hpp"
+
+#include <thread>
+
+#include "commux/options.hpp"
+#include "engine/engine.hpp"
+
+namespace commux {
+
+WorkUCX::WorkUCX(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                 std::chrono::milliseconds timeout, std::string description,
+                 std::shared_ptr<engine::Engine> engine)
+    : c10d::Work(rank, type),
+      outputs_(std::move(outputs)),
+      timeout_(timeout),
+      description_(std::move(description)),
+      engine_(std::move(engine)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))) {}
+
+WorkUCX::~WorkUCX() = default;
+
+void WorkUCX::attach(std::shared_ptr<engine::Op> op) { std::atomic_store(&op_, std::move(op)); }
+
+engine::Op::Done WorkUCX::completer() {
+  return [self = c10::intrusive_ptr<WorkUCX>::reclaim_copy(this)](std::exception_ptr error,
+                                                                   int source) {
+    self->complete(std::move(error), source);
+  };
+}
+
+void WorkUCX::complete(std::exception_ptr error, int sourceRank) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    exception_ = error;
+    sourceRank_.store(sourceRank, std::memory_order_relaxed);
+    completed_ = true;
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+  // The op holds buffers and, through its completion callback, this Work; drop the link
+  // so nothing outlives its use.
+  std::atomic_store(&op_, std::shared_ptr<engine::Op>());
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+bool WorkUCX::isCompleted() { return done_.load(std::memory_order_acquire); }
+
+bool WorkUCX::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && !exception_;
+}
+
+std::exception_ptr WorkUCX::exception() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return exception_;
+}
+
+int WorkUCX::sourceRank() const {
+  TORCH_CHECK(opType_ == c10d::OpType::RECV || opType_ == c10d::OpType::RECVANYSOURCE,
+              "commux: sourceRank() is only defined for receives");
+  TORCH_CHECK(done_.load(std::memory_order_acquire),
+              "commux: sourceRank() called before the receive completed; wait() first");
+  return sourceRank_.load(std::memory_order_relaxed);
+}
+
+std::vector<at::Tensor> WorkUCX::result() { return outputs_; }
+
+void WorkUCX::synchronize() {}
+
+bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
+  if (done_.load(std::memory_order_acquire)) return true;
+  if (engine_->onProgressThread()) {
+    // A future callback waiting on another operation: nobody else will progress it.
+    while (!done_.load(std::memory_order_acquire)) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      engine_->progressOnce();
+    }
+    return true;
+  }
+  const auto spinEnd = std::chrono::steady_clock::now() + Config::get().waitSpin;
+  while (std::chrono::steady_clock::now() < std::min(spinEnd, deadline)) {
+    if (done_.load(std::memory_order_acquire)) return true;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  return cv_.wait_until(lock, deadline, [this] { return completed_; });
+}
+
+bool WorkUCX::wait(std::chrono::milliseconds timeout) {
+  const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  if (!waitUntil(deadline)) {
+    const std::string message = "commux: " + description_ + " timed out after " +
+                                std::to_string(limit.count()) +
+                                " ms; the operation was cancelled and the group stays usable";
+    auto error = engine::commError(message);
+    if (auto op = std::atomic_load(&op_)) engine_->cancel(std::move(op), error);
+    C10_THROW_ERROR(DistBackendError, message);
+  }
+  if (auto error = exception()) std::rethrow_exception(error);
+  return true;
+}
+
+void WorkUCX::abort() {
+  if (done_.load(std::memory_order_acquire)) return;
+  auto error = engine::commError("commux: " + description_ + " was aborted");
+  if (auto op = std::atomic_load(&op_)) engine_->cancel(std::move(op), error);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkUCX::getFuture() { return future_; }
+
+}  // namespace commux

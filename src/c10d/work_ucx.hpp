@@ -1,0 +1,60 @@
+#pragma once
+// The Work handed back for every commux operation. Completion is published by the progress
+// thread; waiters spin briefly on an atomic flag and then sleep on a condition variable,
+// so a rank blocked for seconds costs no CPU.
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "engine/op.hpp"
+
+namespace commux {
+
+namespace engine {
+class Engine;
+}
+
+class WorkUCX : public c10d::Work {
+ public:
+  WorkUCX(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+          std::chrono::milliseconds timeout, std::string description,
+          std::shared_ptr<engine::Engine> engine);
+  ~WorkUCX() override;
+
+  /// Connects the operation this Work tracks (for cancel on timeout or abort).
+  void attach(std::shared_ptr<engine::Op> op);
+  /// A completion callback for the Op; it keeps this Work alive until it runs.
+  engine::Op::Done completer();
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  void synchronize() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void abort() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::chrono::milliseconds getTimeout() const override { return timeout_; }
+
+  const std::string& description() const noexcept { return description_; }
+
+ private:
+  void complete(std::exception_ptr error, int sourceRank);
+  bool waitUntil(std::chrono::steady_clock::time_point deadline);
+
+  std::vector<at::Tensor> outputs_;
+  const std::chrono::milliseconds timeout_;
+  const std::string description_;
+  std::shared_ptr<engine::Engine> engine_;
+  std::shared_ptr<engine::Op> op_;
+  std::atomic<bool> done_{false};
+  std::atomic<int> sourceRank_{-1};
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace commux

@@ -1,0 +1,63 @@
+#pragma once
+// A collective algorithm, seen from one rank, as a list of steps. Each step posts its sends
+// and receives together; the step ends when all of them complete, and only then do
+// Reduce-mode receives get folded into the work buffer and the next step starts.
+//
+// Schedules are plain data (no torch, no UCX) so the algorithms can be unit tested alone.
+// Offsets and counts are in elements of the work buffer. `round` is the id both ends of a
+// transfer agree on; it goes into the UCX tag (see wire/tag.hpp).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace commux::collectives {
+
+struct Transfer {
+  int peer = 0;
+  std::uint32_t round = 0;
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+
+enum class RecvMode : std::uint8_t {
+  Copy,    // receive straight into work[offset, offset+count)
+  Reduce,  // receive into scratch, then work[offset..] = work[offset..] (op) scratch
+};
+
+struct Step {
+  std::vector<Transfer> sends;
+  std::vector<Transfer> recvs;
+  RecvMode recvMode = RecvMode::Copy;
+};
+
+struct Schedule {
+  std::vector<Step> steps;
+  /// Scratch elements the executor must provide: the largest sum of Reduce-mode receive
+  /// counts in any one step (receives of a step land side by side in scratch).
+  std::size_t scratchElements = 0;
+
+  /// Ranks this rank exchanges messages with (sorted, unique).
+  std::vector<int> peers() const;
+  void add(Step step);
+};
+
+/// [offset, offset+count) of block `index` when `count` elements are split into `parts`
+/// near-equal blocks; the first (count % parts) blocks get one element more.
+struct Range {
+  std::size_t offset;
+  std::size_t count;
+};
+Range blockRange(std::size_t count, int parts, int index);
+
+/// floor(log2(x)) for x >= 1.
+int floorLog2(std::uint64_t x);
+
+Schedule allreduceRecursiveDoubling(int rank, int size, std::size_t count);
+Schedule allreduceRing(int rank, int size, std::size_t count);
+Schedule broadcastBinomial(int rank, int size, int root, std::size_t count);
+Schedule broadcastChain(int rank, int size, int root, std::size_t count, std::size_t chunk);
+Schedule reduceBinomial(int rank, int size, int root, std::size_t count);
+Schedule reduceChain(int rank, int size, int root, std::size_t count, std::size_t chunk);
+Schedule barrierDissemination(int rank, int size);
+
+}  // namespace commux::collectives

@@ -1,0 +1,87 @@
+#include "engine/collective_op.hpp"
+
+#include <c10/util/Exception.h>
+
+#include "engine/engine.hpp"
+
+namespace commux::engine {
+
+CollectiveOp::CollectiveOp(Setup setup, std::string description, Done done)
+    : Op(std::move(description), std::move(done)),
+      s_(std::move(setup)),
+      elementSize_(static_cast<std::size_t>(s_.work.element_size())) {
+  if (s_.schedule.scratchElements > 0) {
+    scratch_ = at::empty({static_cast<int64_t>(s_.schedule.scratchElements)}, s_.work.options());
+  }
+}
+
+char* CollectiveOp::at(std::size_t elementOffset) const {
+  return static_cast<char*>(s_.work.data_ptr()) + elementOffset * elementSize_;
+}
+
+void CollectiveOp::start(Engine& engine) {
+  if (s_.schedule.steps.empty()) {
+    if (s_.finalize) s_.finalize();
+    succeed();
+    return;
+  }
+  postStep(engine);
+}
+
+void CollectiveOp::postStep(Engine& engine) {
+  const collectives::Step& step = s_.schedule.steps[step_];
+  const auto sends = static_cast<std::uint32_t>(step.sends.size());
+  for (std::uint32_t i = 0; i < sends; ++i) {
+    const auto& t = step.sends[i];
+    const Route& route = *s_.routes.at(t.peer);
+    postSend(engine, engine.endpoint(route.address), at(t.offset), t.count * elementSize_,
+             wire::collectiveTag(route.context, s_.myRank, s_.sequence, t.round), i);
+  }
+  scratchOffsets_.clear();
+  std::size_t scratchOffset = 0;
+  for (std::uint32_t j = 0; j < step.recvs.size(); ++j) {
+    const auto& t = step.recvs[j];
+    void* dest = at(t.offset);
+    if (step.recvMode == collectives::RecvMode::Reduce) {
+      dest = static_cast<char*>(scratch_.data_ptr()) + scratchOffset * elementSize_;
+      scratchOffsets_.push_back(scratchOffset);
+      scratchOffset += t.count;
+    }
+    postRecv(engine, dest, t.count * elementSize_,
+             wire::collectiveTag(s_.myContext, static_cast<std::uint32_t>(t.peer), s_.sequence, t.round),
+             wire::kCollectiveMask, sends + j);
+  }
+}
+
+void CollectiveOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
+  const collectives::Step& step = s_.schedule.steps[step_];
+  if (slot >= step.sends.size()) {
+    const auto& t = step.recvs[slot - step.sends.size()];
+    TORCH_CHECK_VALUE(info.length == t.count * elementSize_, "commux: ", description(),
+                      ": message size mismatch: rank ", t.peer, " sent ", info.length,
+                      " bytes where ", t.count * elementSize_,
+                      " were expected; do all ranks pass tensors of the same size and dtype?");
+  }
+  if (outstanding() != 0) return;
+  foldStep();
+  if (++step_ < s_.schedule.steps.size()) {
+    postStep(engine);
+    return;
+  }
+  if (s_.finalize) s_.finalize();
+  succeed();
+}
+
+void CollectiveOp::foldStep() {
+  const collectives::Step& step = s_.schedule.steps[step_];
+  if (step.recvMode != collectives::RecvMode::Reduce) return;
+  for (std::size_t j = 0; j < step.recvs.size(); ++j) {
+    const auto& t = step.recvs[j];
+    if (t.count == 0) continue;
+    const auto count = static_cast<int64_t>(t.count);
+    reduceInto(s_.work.narrow(0, static_cast<int64_t>(t.offset), count),
+               scratch_.narrow(0, static_cast<int64_t>(scratchOffsets_[j]), count), *s_.reduce);
+  }
+}
+
+}  // namespace commux::engine

@@ -1,0 +1,52 @@
+#pragma once
+// Executes a collectives::Schedule on a flat work buffer: posts each step's sends and
+// receives, waits for all of them, folds Reduce-mode receives into the work buffer, and
+// moves on. A finalizer (copy back to the user's tensors, AVG division) runs at the end,
+// still on the progress thread, before the operation reports success.
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "collectives/schedule.hpp"
+#include "engine/op.hpp"
+#include "engine/reduce_kernels.hpp"
+#include "engine/route.hpp"
+
+namespace commux::engine {
+
+class CollectiveOp final : public Op {
+ public:
+  struct Setup {
+    collectives::Schedule schedule;
+    at::Tensor work;  // 1-D contiguous
+    std::optional<ReduceKind> reduce;
+    /// Routes by group rank; only the schedule's peers need to be filled in.
+    std::vector<std::shared_ptr<const Route>> routes;
+    std::uint32_t myContext = 0;
+    int myRank = 0;
+    std::uint32_t sequence = 0;
+    std::function<void()> finalize;
+  };
+
+  CollectiveOp(Setup setup, std::string description, Done done);
+  void start(Engine& engine) override;
+
+ protected:
+  void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) override;
+
+ private:
+  void postStep(Engine& engine);
+  void foldStep();
+  char* at(std::size_t elementOffset) const;
+
+  Setup s_;
+  at::Tensor scratch_;
+  std::size_t elementSize_;
+  std::size_t step_ = 0;
+  std::vector<std::size_t> scratchOffsets_;  // per receive of the current step
+};
+
+}  // namespace commux::engine

@@ -1,0 +1,254 @@
+#include "engine/engine.hpp"
+
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <c10/util/Exception.h>
+
+#include "engine/errors.hpp"
+
+#include <chrono>
+#include <stdexcept>
+
+#include "commux/options.hpp"
+#include "ucx/status.hpp"
+
+namespace commux::engine {
+namespace {
+
+std::mutex instanceMutex;
+std::weak_ptr<Engine> instanceRef;
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Stops the progress thread before the UCX libraries unload, for processes that exit with
+// process groups still alive.
+struct ExitGuard {
+  ~ExitGuard() { Engine::shutdownInstance(); }
+} exitGuard;
+
+}  // namespace
+
+std::shared_ptr<Engine> Engine::instance() {
+  std::lock_guard<std::mutex> lock(instanceMutex);
+  auto engine = instanceRef.lock();
+  if (!engine) {
+    // The last reference can drop on the progress thread itself (a Work released inside a
+    // completion callback); the thread cannot join itself, so delete from a helper thread.
+    engine = std::shared_ptr<Engine>(new Engine(Config::get().progressSpin), [](Engine* e) {
+      if (e->onProgressThread()) {
+        std::thread([e] { delete e; }).detach();
+      } else {
+        delete e;
+      }
+    });
+    instanceRef = engine;
+  }
+  return engine;
+}
+
+void Engine::shutdownInstance() {
+  std::shared_ptr<Engine> engine;
+  {
+    std::lock_guard<std::mutex> lock(instanceMutex);
+    engine = instanceRef.lock();
+  }
+  if (engine) engine->stop();
+}
+
+Engine::Engine(std::chrono::microseconds progressSpin)
+    : worker_(context_), progressSpin_(progressSpin), contextsInUse_(wire::kMaxContexts, false) {
+  if (worker_.eventFd() >= 0) {
+    epollFd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epollFd_ < 0) throw std::runtime_error("commux: epoll_create1 failed");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (epoll_ctl(epollFd_, EPOLL_CTL_ADD, worker_.eventFd(), &ev) != 0) {
+      ::close(epollFd_);
+      throw std::runtime_error("commux: cannot watch the UCX worker's event fd");
+    }
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() {
+  stop();
+  if (epollFd_ >= 0) ::close(epollFd_);
+}
+
+void Engine::stop() {
+  if (!thread_.joinable()) return;
+  stopping_.store(true);
+  worker_.signal();
+  thread_.join();
+}
+
+std::uint32_t Engine::acquireContext() {
+  // Round robin, so an id comes back only after all others were used: messages still in
+  // flight for a destroyed group can then never match the group that reuses its id.
+  std::lock_guard<std::mutex> lock(contextMutex_);
+  const auto n = static_cast<std::uint32_t>(contextsInUse_.size());
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint32_t id = (nextContext_ + i) % n;
+    if (!contextsInUse_[id]) {
+      contextsInUse_[id] = true;
+      nextContext_ = (id + 1) % n;
+      return id;
+    }
+  }
+  throw std::runtime_error("commux: more than " + std::to_string(wire::kMaxContexts) +
+                           " live process groups in one process");
+}
+
+void Engine::releaseContext(std::uint32_t id) {
+  std::lock_guard<std::mutex> lock(contextMutex_);
+  if (id < contextsInUse_.size()) contextsInUse_[id] = false;
+}
+
+bool Engine::onProgressThread() const noexcept {
+  return std::this_thread::get_id() == threadId_.load(std::memory_order_relaxed);
+}
+
+void Engine::post(std::function<void(Engine&)> command) {
+  if (stopping_.load()) {
+    throw std::runtime_error("commux: the communication engine has shut down");
+  }
+  {
+    std::lock_guard<std::mutex> lock(submitMutex_);
+    submissions_.push_back(std::move(command));
+  }
+  submitted_.fetch_add(1, std::memory_order_seq_cst);
+  // Pairs with the store to sleeping_ in sleep(): either the thread sees our submission
+  // before it arms, or we see it asleep and wake it.
+  if (sleeping_.load(std::memory_order_seq_cst)) worker_.signal();
+}
+
+void Engine::submit(std::shared_ptr<Op> op) {
+  post([op = std::move(op)](Engine& engine) {
+    op->engine_ = &engine;
+    engine.opStarted(op.get());
+    try {
+      op->start(engine);
+    } catch (...) {
+      op->fail(engine, std::current_exception());
+    }
+  });
+}
+
+void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error) {
+  post([op = std::move(op), error](Engine& engine) { op->fail(engine, error); });
+}
+
+ucp_ep_h Engine::endpoint(const std::string& peerAddress) {
+  auto it = endpoints_.find(peerAddress);
+  if (it == endpoints_.end()) {
+    it = endpoints_.emplace(peerAddress, std::make_unique<ucx::Endpoint>(worker_, peerAddress)).first;
+  }
+  return it->second->get();
+}
+
+void Engine::queueCompletion(Pending* pending, ucs_status_t status, const RecvInfo& info) {
+  completions_.push_back(Completion{pending, status, info});
+}
+
+bool Engine::drainSubmissions() {
+  if (submitted_.load(std::memory_order_relaxed) == 0) return false;
+  std::vector<std::function<void(Engine&)>> batch;
+  {
+    std::lock_guard<std::mutex> lock(submitMutex_);
+    batch.swap(submissions_);
+    submitted_.store(0, std::memory_order_relaxed);
+  }
+  for (auto& command : batch) command(*this);
+  return !batch.empty();
+}
+
+bool Engine::drainCompletions() {
+  if (completions_.empty()) return false;
+  // Handlers may post new requests that complete at once and queue more completions;
+  // swap so that this loop and any nested progressOnce() never share a vector.
+  std::vector<Completion> batch;
+  batch.swap(completions_);
+  for (auto& c : batch) {
+    std::unique_ptr<Pending> pending(c.pending);
+    --inflightRequests_;
+    auto op = pending->op;
+    op->handle(*this, *pending, c.status, c.info);
+    if (pending->request != nullptr) ucp_request_free(pending->request);
+  }
+  return true;
+}
+
+void Engine::progressOnce() {
+  drainSubmissions();
+  while (worker_.progress() != 0) {
+  }
+  drainCompletions();
+}
+
+void Engine::sleep() {
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (submitted_.load(std::memory_order_seq_cst) != 0 || stopping_.load()) {
+    sleeping_.store(false);
+    return;
+  }
+  if (epollFd_ < 0) {
+    // Transports without wakeup support: poll gently.
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  } else if (worker_.arm()) {
+    epoll_event ev{};
+    epoll_wait(epollFd_, &ev, 1, -1);
+  }
+  sleeping_.store(false, std::memory_order_relaxed);
+}
+
+void Engine::run() {
+  threadId_.store(std::this_thread::get_id());
+  pthread_setname_np(pthread_self(), "commux-progress");
+  auto lastActive = std::chrono::steady_clock::now();
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    bool active = drainSubmissions();
+    while (worker_.progress() != 0) active = true;
+    active |= drainCompletions();
+    if (active) {
+      lastActive = std::chrono::steady_clock::now();
+      continue;
+    }
+    if (std::chrono::steady_clock::now() - lastActive < progressSpin_) {
+      cpuRelax();
+      continue;
+    }
+    sleep();
+    lastActive = std::chrono::steady_clock::now();
+  }
+  teardown();
+}
+
+void Engine::teardown() {
+  // Fail whatever is still in flight, give UCX a moment to return cancelled requests, then
+  // release endpoints while the worker still exists.
+  auto error = commError("commux: the process group was shut down with this operation in flight");
+  std::vector<Op*> live(active_.begin(), active_.end());
+  for (Op* op : live) op->fail(*this, error);
+  {
+    std::lock_guard<std::mutex> lock(submitMutex_);
+    submissions_.clear();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while ((inflightRequests_ != 0 || !completions_.empty()) &&
+         std::chrono::steady_clock::now() < deadline) {
+    while (worker_.progress() != 0) {
+    }
+    drainCompletions();
+  }
+  endpoints_.clear();
+}
+
+}  // namespace commux::engine

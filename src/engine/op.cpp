@@ -1,0 +1,131 @@
+#include "engine/op.hpp"
+
+#include <c10/util/Exception.h>
+
+#include "engine/errors.hpp"
+
+#include "engine/engine.hpp"
+
+namespace commux::engine {
+namespace {
+
+// UCX callbacks only queue the completion; the engine handles it after ucp_worker_progress
+// returns, so Op code never runs inside UCX and may post or cancel freely.
+void onSend(void* request, ucs_status_t status, void* user) {
+  auto* pending = static_cast<Pending*>(user);
+  pending->request = request;
+  pending->engine->queueCompletion(pending, status, RecvInfo{});
+}
+
+void onRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  auto* pending = static_cast<Pending*>(user);
+  pending->request = request;
+  RecvInfo r;
+  if (info != nullptr) r = RecvInfo{info->length, info->sender_tag};
+  pending->engine->queueCompletion(pending, status, r);
+}
+
+}  // namespace
+
+Op::Op(std::string description, Done done)
+    : description_(std::move(description)), done_(std::move(done)) {}
+
+Op::~Op() = default;
+
+void Op::postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t bytes,
+                  wire::Tag tag, std::uint32_t slot) {
+  auto* pending = new Pending{shared_from_this(), &engine, slot, nullptr};
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  params.cb.send = onSend;
+  params.user_data = pending;
+  params.datatype = ucp_dt_make_contig(1);
+  params.memory_type = UCS_MEMORY_TYPE_HOST;
+  void* request = ucp_tag_send_nbx(ep, data, bytes, tag, &params);
+  track(engine, pending, request, nullptr);
+}
+
+void Op::postRecv(Engine& engine, void* data, std::size_t bytes, wire::Tag tag, wire::Tag mask,
+                  std::uint32_t slot) {
+  auto* pending = new Pending{shared_from_this(), &engine, slot, nullptr};
+  ucp_tag_recv_info_t immediate{};
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
+                        UCP_OP_ATTR_FIELD_RECV_INFO;
+  params.cb.recv = onRecv;
+  params.user_data = pending;
+  params.datatype = ucp_dt_make_contig(1);
+  params.memory_type = UCS_MEMORY_TYPE_HOST;
+  params.recv_info.tag_info = &immediate;
+  void* request = ucp_tag_recv_nbx(engine.worker(), data, bytes, tag, mask, &params);
+  track(engine, pending, request, &immediate);
+}
+
+void Op::track(Engine& engine, Pending* pending, void* request,
+               const ucp_tag_recv_info_t* immediate) {
+  ++outstanding_;
+  ++engine.inflightRequests_;
+  if (UCS_PTR_IS_PTR(request)) {
+    pending->request = request;
+    if (inflight_.size() <= pending->slot) inflight_.resize(pending->slot + 1, nullptr);
+    inflight_[pending->slot] = pending;
+    return;
+  }
+  // Completed (or failed) at once: queue it like any other completion, so every path goes
+  // through handle() in order.
+  RecvInfo info;
+  if (immediate != nullptr && UCS_PTR_STATUS(request) == UCS_OK) {
+    info = RecvInfo{immediate->length, immediate->sender_tag};
+  }
+  engine.queueCompletion(pending, UCS_PTR_STATUS(request), info);
+}
+
+void Op::handle(Engine& engine, Pending& pending, ucs_status_t status, const RecvInfo& info) {
+  --outstanding_;
+  if (pending.slot < inflight_.size() && inflight_[pending.slot] == &pending) {
+    inflight_[pending.slot] = nullptr;
+  }
+  if (finished_) return;
+  if (status != UCS_OK) {
+    fail(engine, commError(
+                     describeFailure(pending.slot, status, info)));
+    return;
+  }
+  try {
+    onComplete(engine, pending.slot, info);
+  } catch (...) {
+    fail(engine, std::current_exception());
+  }
+}
+
+std::string Op::describeFailure(std::uint32_t slot, ucs_status_t status,
+                                const RecvInfo& info) const {
+  return "commux: " + description_ + " failed: " + ucs_status_string(status);
+}
+
+void Op::fail(Engine& engine, std::exception_ptr error) {
+  if (finished_) return;
+  finished_ = true;
+  for (Pending* pending : inflight_) {
+    if (pending != nullptr && pending->request != nullptr) {
+      ucp_request_cancel(engine.worker(), pending->request);
+    }
+  }
+  engine.opFinished(this);
+  Done done = std::move(done_);
+  done_ = nullptr;
+  if (done) done(error, -1);
+}
+
+void Op::succeed(int sourceRank) {
+  if (finished_) return;
+  finished_ = true;
+  engine_->opFinished(this);
+  Done done = std::move(done_);
+  done_ = nullptr;
+  if (done) done(nullptr, sourceRank);
+}
+
+}  // namespace commux::engine

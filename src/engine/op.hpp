@@ -1,0 +1,85 @@
+#pragma once
+// An Op is one communication operation in flight (a point-to-point call, a collective).
+// It is created on the caller's thread, then lives on the progress thread: it posts UCX
+// requests, reacts to their completions, and reports success or failure exactly once
+// through its Done callback.
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wire/tag.hpp"
+
+namespace commux::engine {
+
+class Engine;
+class Op;
+
+struct RecvInfo {
+  std::size_t length = 0;
+  wire::Tag senderTag = 0;
+};
+
+/// One posted UCX request. Owned by the engine from posting until its completion has been
+/// handled; the Op it serves stays alive as long as any of its requests does, so UCX never
+/// touches a freed buffer.
+struct Pending {
+  std::shared_ptr<Op> op;
+  Engine* engine = nullptr;
+  std::uint32_t slot = 0;
+  void* request = nullptr;
+};
+
+class Op : public std::enable_shared_from_this<Op> {
+ public:
+  /// Called once, on the progress thread: (nullptr, source rank) on success, (error, -1)
+  /// on failure. The source rank is meaningful for receives from any source.
+  using Done = std::function<void(std::exception_ptr, int)>;
+
+  Op(std::string description, Done done);
+  virtual ~Op();
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+
+  const std::string& description() const noexcept { return description_; }
+  bool finished() const noexcept { return finished_; }
+
+  /// Progress thread: post the first requests.
+  virtual void start(Engine& engine) = 0;
+  /// Progress thread: fail the operation now and cancel its outstanding requests.
+  void fail(Engine& engine, std::exception_ptr error);
+  /// Progress thread: route one request's completion.
+  void handle(Engine& engine, Pending& pending, ucs_status_t status, const RecvInfo& info);
+
+ protected:
+  /// Completion of a request in `slot` that finished with UCS_OK.
+  virtual void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) = 0;
+  /// Describes a failed request of `slot` for the error message.
+  virtual std::string describeFailure(std::uint32_t slot, ucs_status_t status,
+                                      const RecvInfo& info) const;
+
+  void postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t bytes,
+                wire::Tag tag, std::uint32_t slot);
+  void postRecv(Engine& engine, void* data, std::size_t bytes, wire::Tag tag, wire::Tag mask,
+                std::uint32_t slot);
+  void succeed(int sourceRank = -1);
+  std::size_t outstanding() const noexcept { return outstanding_; }
+
+ private:
+  friend class Engine;
+  void track(Engine& engine, Pending* pending, void* request,
+             const ucp_tag_recv_info_t* immediate);
+
+  std::string description_;
+  Engine* engine_ = nullptr;  // set by Engine before start()
+  Done done_;
+  bool finished_ = false;
+  std::size_t outstanding_ = 0;
+  std::vector<Pending*> inflight_;  // requests still owned by UCX, for cancellation
+};
+
+}  // namespace commux::engine

@@ -1,0 +1,46 @@
+#pragma once
+// A send or receive of one or more tensors with one (peer, tag). Tensors travel as one
+// UCX message each, all with the same tag; UCX matches equal tags from one sender in send
+// order, so a multi-tensor receive fills its tensors element by element.
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "engine/op.hpp"
+#include "engine/route.hpp"
+
+namespace commux::engine {
+
+class P2POp final : public Op {
+ public:
+  enum class Kind { Send, Recv };
+
+  /// Send: `route` is the destination. Recv: `route` is unused; `mask` selects exact or
+  /// any-source matching. Runs on the caller's thread: non-contiguous tensors are staged
+  /// here, so a send captures the tensor's value at call time.
+  P2POp(Kind kind, std::vector<at::Tensor> tensors, Route route, wire::Tag tag, wire::Tag mask,
+        std::string description, Done done);
+
+  void start(Engine& engine) override;
+
+ protected:
+  void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) override;
+  std::string describeFailure(std::uint32_t slot, ucs_status_t status,
+                              const RecvInfo& info) const override;
+
+ private:
+  struct Buffer {
+    at::Tensor target;  // the user's tensor
+    at::Tensor staged;  // contiguous memory UCX reads or writes (== target when possible)
+    std::size_t bytes;
+  };
+
+  Kind kind_;
+  std::vector<Buffer> buffers_;
+  Route route_;
+  wire::Tag tag_;
+  wire::Tag mask_;
+  int sourceRank_ = -1;
+};
+
+}  // namespace commux::engine

@@ -1,0 +1,70 @@
+// commux._C: the Python face of the C++ backend. Built against torch's bundled pybind11 so
+// ProcessGroupUCX is a true subclass of torch's c10d Backend type.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/utils/pybind.h>
+#include <ucp/api/ucp.h>
+
+#include <dlfcn.h>
+#include <pybind11/chrono.h>
+
+#include "commux/options.hpp"
+#include "commux/process_group_ucx.hpp"
+#include "cuda/cuda_support.hpp"
+#include "engine/engine.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+std::string ucxLibraryPath() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&ucp_get_version), &info) != 0 && info.dli_fname != nullptr) {
+    return info.dli_fname;
+  }
+  return "";
+}
+
+std::string ucxVersion() {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "commux: a UCX c10d backend for torch.distributed";
+  py::module_::import("torch.distributed");
+
+  py::class_<commux::ProcessGroupUCX, c10d::Backend, c10::intrusive_ptr<commux::ProcessGroupUCX>>(
+      m, "ProcessGroupUCX")
+      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds>(),
+           py::arg("store"), py::arg("rank"), py::arg("size"),
+           py::arg("timeout") = commux::ProcessGroupUCX::kDefaultTimeout,
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("timeout", &commux::ProcessGroupUCX::timeout);
+
+  m.def("version", [] { return std::string(COMMUX_VERSION); });
+  m.def("ucx_version", &ucxVersion, "Version of the UCX library loaded at run time");
+  m.def("ucx_header_version",
+        [] { return std::to_string(UCP_API_MAJOR) + "." + std::to_string(UCP_API_MINOR); });
+  m.def("ucx_library_path", &ucxLibraryPath, "Path of the libucp that was loaded");
+  m.def("cuda_compiled", &commux::cuda::compiled);
+  m.def("cuda_device_count", &commux::cuda::deviceCount);
+  m.def("transports", [] { return commux::engine::Engine::instance()->transports(); },
+        py::call_guard<py::gil_scoped_release>(),
+        "UCX transport/device pairs usable in this process");
+  m.def("config", [] {
+    const auto& c = commux::Config::get();
+    py::dict d;
+    d["COMMUX_PROGRESS_SPIN_US"] = c.progressSpin.count();
+    d["COMMUX_WAIT_SPIN_US"] = c.waitSpin.count();
+    d["COMMUX_ALLREDUCE_RING_MIN_BYTES"] = c.allreduceRingMinBytes;
+    d["COMMUX_CHAIN_MIN_BYTES"] = c.chainMinBytes;
+    d["COMMUX_PIPELINE_CHUNK_BYTES"] = c.pipelineChunkBytes;
+    return d;
+  });
+  m.def("_shutdown", &commux::engine::Engine::shutdownInstance,
+        py::call_guard<py::gil_scoped_release>(),
+        "Stops the progress thread (registered with atexit)");
+}

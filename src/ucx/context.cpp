@@ -1,0 +1,55 @@
+#include "ucx/context.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "ucx/status.hpp"
+
+namespace commux::ucx {
+
+Context::Context() {
+  ucp_config_t* config = nullptr;
+  check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  std::unique_ptr<ucp_config_t, decltype(&ucp_config_release)> guard(config, ucp_config_release);
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                      UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;  // one worker, owned by one progress thread
+  params.name = "commux";
+  check(ucp_init(&params, config, &handle_), "ucp_init");
+}
+
+Context::~Context() {
+  if (handle_ != nullptr) ucp_cleanup(handle_);
+}
+
+std::vector<std::string> Context::transports() const {
+  // UCX has no stable query API for its resources; its info printout lists them as
+  // "...  tl/dev ..." lines, so parse that.
+  char* buffer = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&buffer, &size);
+  if (stream == nullptr) return {};
+  ucp_context_print_info(handle_, stream);
+  std::fclose(stream);
+  std::set<std::string> found;
+  std::istringstream lines(std::string(buffer, size));
+  std::free(buffer);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("resource") == std::string::npos) continue;
+    std::istringstream words(line);
+    for (std::string word; words >> word;) {
+      if (word.find('/') != std::string::npos && word.find('(') == std::string::npos) {
+        found.insert(word);
+      }
+    }
+  }
+  return {found.begin(), found.end()};
+}
+
+}  // namespace commux::ucx

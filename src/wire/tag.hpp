@@ -1,0 +1,89 @@
+#pragma once
+// The 64-bit UCX tag every commux message carries.
+//
+//   63  62           48 47           32 31 30                            0
+//  +---+---------------+---------------+--+------------------------------+
+//  | K |  context (15) |  source (16)  |  payload (32)                   |
+//  +---+---------------+---------------+--+------------------------------+
+//
+//  K        kind: 0 = user point-to-point, 1 = collective traffic.
+//  context  the RECEIVER's local id for the communicator (process group). Each process
+//           numbers its own groups, publishes the id through the group's store, and
+//           senders put the receiver's id here. Ids are unique inside a process, so two
+//           groups can never match each other's messages, with no global agreement.
+//  source   the sender's rank in the group. A receive from any source masks it out.
+//  payload  K=0: bit 31 = packing flag (reserved for IOV-coalesced messages; receivers
+//                match with it masked so a format mismatch is detected, not a hang),
+//                bits 30..0 = the user tag, [0, 2^31-1].
+//           K=1: bits 31..12 = collective sequence number (mod 2^20), bits 11..0 = the
+//                round inside the collective (mod 2^12). Two messages with equal tags
+//                from one sender are matched in send order by UCX, so wrap-around of
+//                either field is harmless while posts stay in program order.
+#include <cstdint>
+
+namespace commux::wire {
+
+using Tag = std::uint64_t;
+
+inline constexpr int kKindShift = 63;
+inline constexpr int kContextShift = 48;
+inline constexpr int kContextBits = 15;
+inline constexpr int kSourceShift = 32;
+inline constexpr int kSourceBits = 16;
+inline constexpr int kPackedShift = 31;
+inline constexpr int kRoundBits = 12;
+inline constexpr int kSequenceBits = 20;
+
+inline constexpr std::uint32_t kMaxContexts = 1u << kContextBits;
+inline constexpr std::uint32_t kMaxRanks = 1u << kSourceBits;
+inline constexpr std::int64_t kMaxUserTag = (std::int64_t{1} << 31) - 1;
+
+inline constexpr Tag kKindBit = Tag{1} << kKindShift;
+inline constexpr Tag kContextMask = Tag{kMaxContexts - 1} << kContextShift;
+inline constexpr Tag kSourceMask = Tag{kMaxRanks - 1} << kSourceShift;
+inline constexpr Tag kPackedBit = Tag{1} << kPackedShift;
+inline constexpr Tag kUserTagMask = (Tag{1} << kPackedShift) - 1;
+
+/// Mask for an exact (context, source, tag) receive that tolerates either packing format.
+inline constexpr Tag kExactMask = ~kPackedBit;
+/// Mask for a receive from any source.
+inline constexpr Tag kAnySourceMask = kExactMask & ~kSourceMask;
+/// Mask for collective receives: every bit counts.
+inline constexpr Tag kCollectiveMask = ~Tag{0};
+
+static_assert(kContextShift + kContextBits == kKindShift, "context sits right below kind");
+static_assert(kSourceShift + kSourceBits == kContextShift, "source sits right below context");
+static_assert(kSequenceBits + kRoundBits == 32, "sequence and round fill the payload");
+static_assert((kKindBit & kContextMask) == 0 && (kContextMask & kSourceMask) == 0 &&
+                  (kSourceMask & (kPackedBit | kUserTagMask)) == 0,
+              "fields must not overlap");
+
+constexpr Tag p2pTag(std::uint32_t context, std::uint32_t source, std::uint32_t userTag,
+                     bool packed = false) {
+  return (Tag{context} << kContextShift) | (Tag{source} << kSourceShift) |
+         (packed ? kPackedBit : 0) | (Tag{userTag} & kUserTagMask);
+}
+
+constexpr Tag collectiveTag(std::uint32_t context, std::uint32_t source, std::uint32_t sequence,
+                            std::uint32_t round) {
+  const Tag payload = (Tag{sequence & ((1u << kSequenceBits) - 1)} << kRoundBits) |
+                      Tag{round & ((1u << kRoundBits) - 1)};
+  return kKindBit | (Tag{context} << kContextShift) | (Tag{source} << kSourceShift) | payload;
+}
+
+constexpr bool isCollective(Tag tag) { return (tag & kKindBit) != 0; }
+constexpr std::uint32_t contextOf(Tag tag) {
+  return static_cast<std::uint32_t>((tag & kContextMask) >> kContextShift);
+}
+constexpr std::uint32_t sourceOf(Tag tag) {
+  return static_cast<std::uint32_t>((tag & kSourceMask) >> kSourceShift);
+}
+constexpr std::uint32_t userTagOf(Tag tag) { return static_cast<std::uint32_t>(tag & kUserTagMask); }
+constexpr bool isPacked(Tag tag) { return (tag & kPackedBit) != 0; }
+
+static_assert(sourceOf(p2pTag(3, 65535, 7)) == 65535);
+static_assert(userTagOf(p2pTag(3, 1, 0x7fffffff)) == 0x7fffffff);
+static_assert(!isCollective(p2pTag(kMaxContexts - 1, kMaxRanks - 1, 0x7fffffff, true)));
+static_assert(isCollective(collectiveTag(0, 0, 0, 0)));
+
+}  // namespace commux::wire

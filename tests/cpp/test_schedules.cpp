@@ -1,0 +1,224 @@
+// Runs every rank's schedule in a message-passing simulator and checks the data that comes
+// out, for many group sizes, counts, roots and chunk sizes. A schedule that deadlocks,
+// leaves a message unreceived, mismatches a size or computes a wrong result fails here.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <deque>
+#include <tuple>
+#include <vector>
+
+#include "collectives/schedule.hpp"
+#include "collectives/selection.hpp"
+
+using namespace commux::collectives;
+
+namespace {
+
+using Buffer = std::vector<std::int64_t>;
+using Maker = std::function<Schedule(int rank)>;
+
+struct SimResult {
+  std::vector<Buffer> buffers;
+  std::vector<bool> done;
+  std::size_t leftoverMessages = 0;
+};
+
+/// Executes the schedules of `size` ranks. Ranks listed in `frozen` never start.
+SimResult simulate(int size, const Maker& make, std::vector<Buffer> buffers,
+                   const std::vector<int>& frozen = {}) {
+  std::vector<Schedule> schedules;
+  for (int r = 0; r < size; ++r) schedules.push_back(make(r));
+  std::map<std::tuple<int, int, std::uint32_t>, std::deque<Buffer>> wire;  // (src,dst,round)
+  std::vector<std::size_t> step(size, 0);
+  std::vector<bool> posted(size, false);
+  std::vector<bool> isFrozen(size, false);
+  for (int f : frozen) isFrozen[f] = true;
+
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < size; ++r) {
+      if (isFrozen[r] || step[r] >= schedules[r].steps.size()) continue;
+      const Step& s = schedules[r].steps[step[r]];
+      if (!posted[r]) {
+        for (const auto& t : s.sends) {
+          EXPECT_GE(t.peer, 0);
+          EXPECT_LT(t.peer, size);
+          EXPECT_NE(t.peer, r) << "self-send in schedule";
+          EXPECT_LE(t.offset + t.count, buffers[r].size());
+          wire[{r, t.peer, t.round}].emplace_back(buffers[r].begin() + t.offset,
+                                                  buffers[r].begin() + t.offset + t.count);
+        }
+        posted[r] = true;
+        progress = true;
+      }
+      bool ready = true;
+      for (const auto& t : s.recvs) {
+        auto it = wire.find({t.peer, r, t.round});
+        if (it == wire.end() || it->second.empty()) ready = false;
+      }
+      if (!ready) continue;
+      for (const auto& t : s.recvs) {
+        auto& q = wire[{t.peer, r, t.round}];
+        Buffer msg = std::move(q.front());
+        q.pop_front();
+        EXPECT_EQ(msg.size(), t.count) << "size mismatch rank " << r << " from " << t.peer;
+        EXPECT_LE(t.offset + t.count, buffers[r].size());
+        for (std::size_t i = 0; i < std::min(msg.size(), t.count); ++i) {
+          auto& dst = buffers[r][t.offset + i];
+          dst = s.recvMode == RecvMode::Reduce ? dst + msg[i] : msg[i];
+        }
+      }
+      ++step[r];
+      posted[r] = false;
+      progress = true;
+    }
+  }
+  SimResult out;
+  out.buffers = std::move(buffers);
+  for (int r = 0; r < size; ++r) out.done.push_back(step[r] >= schedules[r].steps.size());
+  for (auto& [key, q] : wire) out.leftoverMessages += q.size();
+  return out;
+}
+
+Buffer input(int rank, std::size_t count) {
+  Buffer b(count);
+  for (std::size_t i = 0; i < count; ++i) b[i] = (rank + 1) * 1000003LL + static_cast<std::int64_t>(i) * 7;
+  return b;
+}
+
+Buffer sumOfInputs(int size, std::size_t count) {
+  Buffer b(count, 0);
+  for (int r = 0; r < size; ++r) {
+    Buffer in = input(r, count);
+    for (std::size_t i = 0; i < count; ++i) b[i] += in[i];
+  }
+  return b;
+}
+
+const std::vector<int> kSizes = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17};
+const std::vector<std::size_t> kCounts = {0, 1, 2, 3, 5, 64, 1001};
+
+void expectAllDone(const SimResult& r) {
+  for (std::size_t i = 0; i < r.done.size(); ++i) EXPECT_TRUE(r.done[i]) << "rank " << i << " stuck";
+  EXPECT_EQ(r.leftoverMessages, 0u);
+}
+
+void checkAllreduce(const std::function<Schedule(int, int, std::size_t)>& algo) {
+  for (int p : kSizes) {
+    for (std::size_t n : kCounts) {
+      std::vector<Buffer> in;
+      for (int r = 0; r < p; ++r) in.push_back(input(r, n));
+      auto res = simulate(p, [&](int r) { return algo(r, p, n); }, in);
+      expectAllDone(res);
+      const Buffer want = sumOfInputs(p, n);
+      for (int r = 0; r < p; ++r) EXPECT_EQ(res.buffers[r], want) << "p=" << p << " n=" << n << " rank " << r;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Schedules, BlockRangeCoversEverythingOnce) {
+  for (std::size_t n : kCounts) {
+    for (int p : kSizes) {
+      std::size_t next = 0;
+      for (int i = 0; i < p; ++i) {
+        Range r = blockRange(n, p, i);
+        EXPECT_EQ(r.offset, next);
+        next += r.count;
+      }
+      EXPECT_EQ(next, n);
+    }
+  }
+}
+
+TEST(Schedules, AllreduceRecursiveDoubling) { checkAllreduce(allreduceRecursiveDoubling); }
+
+TEST(Schedules, AllreduceRing) { checkAllreduce(allreduceRing); }
+
+TEST(Schedules, RecursiveDoublingIsLogarithmic) {
+  // 16 ranks: 4 exchange steps each; 17 ranks: at most 4 + 2 (fold and unfold).
+  EXPECT_EQ(allreduceRecursiveDoubling(3, 16, 10).steps.size(), 4u);
+  for (int r = 0; r < 17; ++r) EXPECT_LE(allreduceRecursiveDoubling(r, 17, 10).steps.size(), 6u);
+}
+
+TEST(Schedules, BroadcastAllRoots) {
+  for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
+    for (int p : kSizes) {
+      for (std::size_t n : kCounts) {
+        for (int root = 0; root < p; ++root) {
+          for (int algo = 0; algo < 2; ++algo) {
+            std::vector<Buffer> in(p, Buffer(n, 0));
+            in[root] = input(root, n);
+            auto res = simulate(p, [&](int r) {
+              return algo == 0 ? broadcastBinomial(r, p, root, n) : broadcastChain(r, p, root, n, chunk);
+            }, in);
+            expectAllDone(res);
+            for (int r = 0; r < p; ++r) EXPECT_EQ(res.buffers[r], input(root, n)) << "algo " << algo << " p=" << p << " root " << root;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Schedules, ReduceAllRoots) {
+  for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
+    for (int p : kSizes) {
+      for (std::size_t n : kCounts) {
+        for (int root = 0; root < p; ++root) {
+          for (int algo = 0; algo < 2; ++algo) {
+            std::vector<Buffer> in;
+            for (int r = 0; r < p; ++r) in.push_back(input(r, n));
+            auto res = simulate(p, [&](int r) {
+              return algo == 0 ? reduceBinomial(r, p, root, n) : reduceChain(r, p, root, n, chunk);
+            }, in);
+            expectAllDone(res);
+            EXPECT_EQ(res.buffers[root], sumOfInputs(p, n)) << "algo " << algo << " p=" << p << " root " << root;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Schedules, BinomialTreesAreLogarithmic) {
+  // No rank, the root included, talks to more than ceil(log2 p) peers.
+  for (int p : kSizes) {
+    const std::size_t bound = static_cast<std::size_t>(p > 1 ? floorLog2(static_cast<std::uint64_t>(p - 1)) + 1 : 0);
+    for (int r = 0; r < p; ++r) {
+      EXPECT_LE(broadcastBinomial(r, p, 0, 8).peers().size(), bound + 1) << "p=" << p;
+      EXPECT_LE(reduceBinomial(r, p, 0, 8).peers().size(), bound + 1) << "p=" << p;
+    }
+  }
+}
+
+TEST(Schedules, BarrierWaitsForEveryRank) {
+  for (int p : kSizes) {
+    std::vector<Buffer> empty(p);
+    auto all = simulate(p, [&](int r) { return barrierDissemination(r, p); }, empty);
+    expectAllDone(all);
+    if (p == 1) continue;
+    for (int late = 0; late < p; ++late) {
+      auto res = simulate(p, [&](int r) { return barrierDissemination(r, p); }, empty, {late});
+      for (int r = 0; r < p; ++r) EXPECT_FALSE(res.done[r]) << "rank " << r << " left while " << late << " was missing";
+    }
+  }
+}
+
+TEST(Schedules, SelectionBySize) {
+  Thresholds t;
+  t.allreduceRingMinBytes = 1024;
+  t.chainMinBytes = 4096;
+  EXPECT_STREQ(planAllreduce(0, 4, 10, 4, t).algorithm, "recursive_doubling");
+  EXPECT_STREQ(planAllreduce(0, 4, 1024, 4, t).algorithm, "ring");
+  EXPECT_STREQ(planAllreduce(0, 4, 2, 1024, t).algorithm, "recursive_doubling");  // fewer elements than ranks
+  EXPECT_STREQ(planBroadcast(0, 4, 0, 10, 4, t).algorithm, "binomial");
+  EXPECT_STREQ(planBroadcast(0, 4, 0, 4096, 4, t).algorithm, "chain");
+  EXPECT_STREQ(planReduce(0, 2, 0, 1 << 20, 4, t).algorithm, "binomial");
+  EXPECT_STREQ(planReduce(0, 3, 0, 1 << 20, 4, t).algorithm, "chain");
+}

@@ -1,0 +1,481 @@
+"""Multi-process test harness for the commux c10d backend.
+
+Every test that needs a process group runs its body in ``world_size`` real
+processes (multiprocessing ``spawn`` context), each of which initializes
+``torch.distributed`` with the backend under test, runs the body, and tears
+the group down again.  The parent (the pytest process) never initializes a
+process group itself.
+
+Backend selection
+-----------------
+``COMMUX_TEST_BACKEND`` (default ``"ucx"``) picks the backend.  ``"gloo"`` is
+used to validate the harness and the backend-agnostic tests while commux is
+not built.  When the backend is ``"ucx"`` or ``"commux"`` every rank runs
+``import commux; commux.register()`` before ``init_process_group``.
+
+Public API
+----------
+``run_ranks(fn, world_size, timeout=60, init="tcp", env=None, *,
+backend=None, pg_timeout=None, **kwargs) -> list``
+    Runs ``fn(rank, world_size, **kwargs)`` in every rank and returns the
+    per-rank return values (index = rank).  ``fn`` must be a module-level
+    function (it is pickled by reference).  Return values must be picklable;
+    tensors are fine.  ``init`` is one of ``"tcp"``, ``"file"``, ``"env"``,
+    ``"store"``.  ``env`` is a dict of environment variables set in every
+    rank before torch is imported.  ``backend`` overrides the backend name
+    passed to ``init_process_group`` (e.g. ``"commux"`` to test the alias);
+    ``pg_timeout`` (a ``timedelta``) is passed as ``timeout=`` to
+    ``init_process_group``.  ``timeout`` is a HARD limit in seconds: when it
+    expires every child still alive gets its Python stacks dumped (SIGUSR1 +
+    faulthandler) and is SIGKILLed, and the test fails naming the ranks that
+    were still running.  If any rank raises, the test fails with the
+    tracebacks of every rank that failed (ranks that are still blocked get a
+    short grace period, then are killed and named).  A rank that reports
+    success but then does not exit (hang in ``destroy_process_group`` or at
+    interpreter shutdown), or exits with a non-zero status, also fails the
+    test.
+
+Helpers usable inside rank functions: ``BACKEND``, ``is_ucx()``,
+``get_backend_obj()``, ``side_barrier()``, ``expect_error()``,
+``cpu_seconds()``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import faulthandler
+import os
+import pickle
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+
+import multiprocessing as mp
+from multiprocessing.connection import wait as mp_wait
+
+BACKEND = os.environ.get("COMMUX_TEST_BACKEND", "ucx").strip().lower() or "ucx"
+UCX_NAMES = ("ucx", "commux")
+INIT_METHODS = ("tcp", "file", "env", "store")
+
+# Seconds the parent keeps waiting for the other ranks once one rank failed.
+FAILURE_GRACE_S = 5.0
+# Seconds given to children to dump their stacks before they are killed.
+STACK_DUMP_WAIT_S = 1.0
+
+
+def is_ucx(backend: str | None = None) -> bool:
+    """True when the backend under test is commux (``ucx``/``commux``)."""
+    return (backend or BACKEND) in UCX_NAMES
+
+
+def skip_reason_unless_ucx(what: str) -> str:
+    return f"ucx-specific ({what}); backend under test is {BACKEND!r}"
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fail(msg: str):
+    try:
+        import pytest
+    except ImportError:  # pragma: no cover - harness used outside pytest
+        raise AssertionError(msg)
+    pytest.fail(msg, pytrace=False)
+
+
+# --------------------------------------------------------------------------
+# Helpers for code running inside a rank
+# --------------------------------------------------------------------------
+
+
+def get_backend_obj(group=None):
+    """The c10d ``Backend`` object (CPU) behind ``group`` (default: WORLD).
+
+    Calling methods on it (``send``, ``recv``, ``allreduce`` ...) bypasses the
+    argument checks that ``torch.distributed``'s Python layer does, so tests
+    can verify that the backend itself validates its inputs.
+    """
+    import torch
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return pg._get_backend(torch.device("cpu"))
+
+
+def side_barrier(name: str, timeout_s: float = 60.0) -> None:
+    """Barrier through the default group's *store*, not through the backend.
+
+    Used where the backend may legitimately be unusable (e.g. right after a
+    timeout) but ranks must still not run ahead of each other, e.g. so that
+    a peer does not exit while another rank is still waiting for a timeout.
+    """
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    store.set(f"side_barrier/{name}/{rank}", "1")
+    store.wait(
+        [f"side_barrier/{name}/{r}" for r in range(ws)],
+        datetime.timedelta(seconds=timeout_s),
+    )
+
+
+def expect_error(fn, keywords, what: str, exc_types=(RuntimeError, ValueError)):
+    """Call ``fn()``; it must raise one of ``exc_types`` whose message
+    contains at least one of ``keywords`` (case-insensitive).  Returns the
+    message.  ``what`` describes the situation for the assertion message."""
+    if isinstance(keywords, str):
+        keywords = (keywords,)
+    try:
+        fn()
+    except exc_types as e:  # noqa: PERF203
+        msg = str(e)
+        low = msg.lower()
+        assert any(k.lower() in low for k in keywords), (
+            f"{what}: error message should mention one of {list(keywords)}, "
+            f"got {type(e).__name__}: {msg!r}"
+        )
+        return msg
+    except Exception as e:  # wrong exception type
+        raise AssertionError(
+            f"{what}: expected one of {[t.__name__ for t in exc_types]}, got "
+            f"{type(e).__name__}: {e!r}"
+        ) from e
+    raise AssertionError(f"{what}: no exception was raised")
+
+
+def cpu_seconds() -> float:
+    """User+system CPU time of this whole process (all threads)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+# --------------------------------------------------------------------------
+# Child side
+# --------------------------------------------------------------------------
+
+
+def _init_group(rank, world_size, backend, init, init_arg, pg_timeout):
+    import torch.distributed as dist
+
+    kwargs = {}
+    if pg_timeout is not None:
+        kwargs["timeout"] = pg_timeout
+    if init == "tcp":
+        dist.init_process_group(
+            backend, init_method=init_arg, rank=rank, world_size=world_size, **kwargs
+        )
+    elif init == "file":
+        dist.init_process_group(
+            backend, init_method=init_arg, rank=rank, world_size=world_size, **kwargs
+        )
+    elif init == "env":
+        # MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE are in the environment;
+        # rank and world size are deliberately NOT passed so that env://
+        # has to provide them.
+        dist.init_process_group(backend, init_method="env://", **kwargs)
+    elif init == "store":
+        store = dist.TCPStore(
+            "127.0.0.1",
+            init_arg,
+            world_size,
+            is_master=(rank == 0),
+            timeout=datetime.timedelta(seconds=60),
+        )
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world_size, **kwargs
+        )
+        return store  # keep it alive
+    else:
+        raise ValueError(f"unknown init method {init!r}")
+    return None
+
+
+def _child_main(rank, world_size, fn, kwargs, conn, cfg):
+    """Entry point of every rank process."""
+    stack_file = None
+    try:
+        for k, v in (cfg.get("env") or {}).items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = str(v)
+        stack_file = open(os.path.join(cfg["tmpdir"], f"stack.{rank}"), "w")
+        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        backend = cfg["backend"]
+        if is_ucx(backend):
+            import commux
+
+            commux.register()
+        store = _init_group(
+            rank, world_size, backend, cfg["init"], cfg["init_arg"], cfg["pg_timeout"]
+        )
+        assert dist.get_rank() == rank and dist.get_world_size() == world_size, (
+            f"init gave rank/world {dist.get_rank()}/{dist.get_world_size()}, "
+            f"expected {rank}/{world_size}"
+        )
+        result = fn(rank, world_size, **kwargs)
+        dist.destroy_process_group()
+        del store
+        payload = pickle.dumps(("ok", result))
+    except BaseException as e:  # noqa: BLE001 - report everything
+        tb = traceback.format_exc()
+        try:
+            conn.send_bytes(pickle.dumps(("err", f"{type(e).__name__}: {e}", tb)))
+        except Exception:
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Do not try to tear the group down: the peers may be blocked waiting
+        # for this rank.  The parent kills whatever is left.
+        os._exit(1)
+    conn.send_bytes(payload)
+    conn.close()
+    # Normal interpreter shutdown: a hang here is reported by the parent.
+
+
+# --------------------------------------------------------------------------
+# Parent side
+# --------------------------------------------------------------------------
+
+
+def _dump_and_kill(procs, ranks, tmpdir):
+    """SIGUSR1 (stack dump) then SIGKILL the given ranks; return their stacks."""
+    alive = [r for r in ranks if procs[r].is_alive()]
+    for r in alive:
+        try:
+            os.kill(procs[r].pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+    if alive:
+        time.sleep(STACK_DUMP_WAIT_S)
+    stacks = {}
+    for r in ranks:
+        path = os.path.join(tmpdir, f"stack.{r}")
+        try:
+            with open(path) as f:
+                txt = f.read().strip()
+        except OSError:
+            txt = ""
+        if txt:
+            stacks[r] = txt[-6000:]
+    for p in procs:
+        if p.is_alive():
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        p.join(5)
+    return stacks
+
+
+def _format_stacks(stacks):
+    if not stacks:
+        return ""
+    out = ["", "Python stacks of the ranks that were still running:"]
+    for r in sorted(stacks):
+        out.append(f"--- rank {r} ---")
+        out.append(stacks[r])
+    return "\n".join(out)
+
+
+def run_ranks(
+    fn,
+    world_size: int,
+    timeout: float = 60,
+    init: str = "tcp",
+    env: dict | None = None,
+    *,
+    backend: str | None = None,
+    pg_timeout: datetime.timedelta | None = None,
+    **kwargs,
+):
+    """Run ``fn(rank, world_size, **kwargs)`` in ``world_size`` processes.
+
+    See the module docstring for the full contract.  Returns the list of
+    per-rank return values.
+    """
+    if init not in INIT_METHODS:
+        raise ValueError(f"init must be one of {INIT_METHODS}, got {init!r}")
+    backend = backend or BACKEND
+    ctx = mp.get_context("spawn")
+    tmpdir = tempfile.mkdtemp(prefix="commux_test_")
+
+    child_env = {
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONFAULTHANDLER": "1",
+    }
+    init_arg = None
+    if init == "tcp":
+        init_arg = f"tcp://127.0.0.1:{free_port()}"
+    elif init == "file":
+        init_arg = "file://" + os.path.join(tmpdir, "pg_init_file")
+    elif init == "env":
+        child_env.update(
+            {
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(free_port()),
+                "WORLD_SIZE": str(world_size),
+            }
+        )
+    elif init == "store":
+        init_arg = free_port()
+    if env:
+        child_env.update({k: (None if v is None else str(v)) for k, v in env.items()})
+
+    cfg = {
+        "backend": backend,
+        "init": init,
+        "init_arg": init_arg,
+        "pg_timeout": pg_timeout,
+        "env": child_env,
+        "tmpdir": tmpdir,
+    }
+
+    procs, conns = [], []
+    # The environment is also applied in the parent while the children are
+    # started, so that it is already present when the child interpreter (and
+    # anything it imports before _child_main runs) starts up.
+    saved_env = dict(os.environ)
+    try:
+        for r in range(world_size):
+            rank_env = dict(child_env)
+            if init == "env":
+                rank_env["RANK"] = str(r)
+            for k, v in rank_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            rcfg = dict(cfg, env=rank_env)
+            parent_conn, child_conn = ctx.Pipe(duplex=False)
+            p = ctx.Process(
+                target=_child_main,
+                args=(r, world_size, fn, kwargs, child_conn, rcfg),
+                name=f"rank{r}",
+                daemon=True,
+            )
+            p.start()
+            child_conn.close()
+            procs.append(p)
+            conns.append(parent_conn)
+    except BaseException:
+        for p in procs:
+            if p.is_alive():
+                os.kill(p.pid, signal.SIGKILL)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        raise
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+    start = time.monotonic()
+    deadline = start + timeout
+    results = {}  # rank -> ("ok", value) | ("err", summary, tb)
+    failure_order = []
+    no_report = {}  # rank -> exitcode for ranks that died without reporting
+    open_conns = {conns[r]: r for r in range(world_size)}
+    try:
+        while open_conns:
+            now = time.monotonic()
+            if failure_order or no_report:
+                deadline = min(deadline, now + FAILURE_GRACE_S)
+            remaining = deadline - now
+            if remaining <= 0:
+                break
+            ready = mp_wait(list(open_conns), timeout=min(remaining, 0.5))
+            for c in ready:
+                r = open_conns[c]
+                try:
+                    msg = pickle.loads(c.recv_bytes())
+                except (EOFError, OSError):
+                    # Child closed the pipe without reporting: it died.
+                    procs[r].join(2)
+                    no_report[r] = procs[r].exitcode
+                    del open_conns[c]
+                    continue
+                except Exception as e:  # unpicklable result etc.
+                    msg = ("err", f"result of rank {r} could not be unpickled: {e!r}", "")
+                results[r] = msg
+                if msg[0] == "err":
+                    failure_order.append(r)
+                del open_conns[c]
+
+        pending = sorted(open_conns.values())
+        elapsed = time.monotonic() - start
+
+        if failure_order or no_report:
+            stacks = _dump_and_kill(procs, pending, tmpdir)
+            parts = [f"{len(failure_order) + len(no_report)} of {world_size} ranks failed "
+                     f"(backend={backend!r}, init={init!r})."]
+            if failure_order:
+                parts.append(f"First failing rank: {failure_order[0]}.")
+            for r in failure_order:
+                parts.append(f"\n===== rank {r}: {results[r][1]}\n{results[r][2]}")
+            for r, code in sorted(no_report.items()):
+                parts.append(f"\n===== rank {r} died without reporting "
+                             f"(exit code {code}; negative = killed by signal)")
+            if pending:
+                parts.append(f"\nRanks still running {FAILURE_GRACE_S:.0f}s after the "
+                             f"failure (killed): {pending}")
+                parts.append(_format_stacks(stacks))
+            _fail("\n".join(parts))
+
+        if pending:
+            stacks = _dump_and_kill(procs, pending, tmpdir)
+            _fail(
+                f"HARD TIMEOUT after {elapsed:.1f}s (limit {timeout}s, backend="
+                f"{backend!r}, init={init!r}): ranks still running: {pending}; "
+                f"finished: {sorted(results)}. All children were SIGKILLed."
+                + _format_stacks(stacks)
+            )
+
+        # Everyone reported success; now they must also exit cleanly.
+        exit_deadline = time.monotonic() + min(30.0, max(5.0, deadline - time.monotonic()))
+        for p in procs:
+            p.join(max(0.1, exit_deadline - time.monotonic()))
+        stuck = [r for r, p in enumerate(procs) if p.is_alive()]
+        if stuck:
+            stacks = _dump_and_kill(procs, stuck, tmpdir)
+            _fail(
+                f"ranks {stuck} returned successfully but did not exit (hang in "
+                f"process teardown / interpreter shutdown). All children killed."
+                + _format_stacks(stacks)
+            )
+        bad_exit = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode != 0}
+        if bad_exit:
+            _fail(
+                f"ranks returned successfully but exited with non-zero status "
+                f"(negative = signal): {bad_exit}"
+            )
+        return [results[r][1] for r in range(world_size)]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                try:
+                    os.kill(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in procs:
+            p.join(5)
+        for c in conns:
+            c.close()
+        shutil.rmtree(tmpdir, ignore_errors=True)
