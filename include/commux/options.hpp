@@ -9,10 +9,12 @@ namespace commux {
 
 struct Config {
   /// COMMUX_PROGRESS_SPIN_US: how long the progress thread keeps polling UCX after its last
-  /// event before it sleeps on the worker's event fd. Trades idle CPU for latency.
-  std::chrono::microseconds progressSpin{50};
-  /// COMMUX_WAIT_SPIN_US: how long Work::wait polls the completion flag before it sleeps.
-  std::chrono::microseconds waitSpin{20};
+  /// event before it sleeps on the worker's event fd. Callers and waiters drive the worker
+  /// themselves, so a spinning progress thread mostly steals CPU from them.
+  std::chrono::microseconds progressSpin{0};
+  /// COMMUX_WAIT_SPIN_US: how long Work::wait drives the worker itself before it sleeps
+  /// (and leaves progress to the progress thread).
+  std::chrono::microseconds waitSpin{100};
   /// COMMUX_ALLREDUCE_RING_MIN_BYTES: allreduce uses the ring from this size up,
   /// recursive doubling below it.
   std::size_t allreduceRingMinBytes = 256 * 1024;

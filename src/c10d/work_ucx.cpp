@@ -78,18 +78,24 @@ void WorkUCX::synchronize() {}
 
 bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   if (done_.load(std::memory_order_acquire)) return true;
-  if (engine_->onProgressThread()) {
-    // A future callback waiting on another operation: nobody else will progress it.
+  if (engine_->drivenByThisThread()) {
+    // Inside a completion callback: this thread holds the worker, so nobody else can
+    // finish the operation; progress inline.
     while (!done_.load(std::memory_order_acquire)) {
       if (std::chrono::steady_clock::now() >= deadline) return false;
       engine_->progressOnce();
     }
     return true;
   }
-  const auto spinEnd = std::chrono::steady_clock::now() + Config::get().waitSpin;
-  while (std::chrono::steady_clock::now() < std::min(spinEnd, deadline)) {
-    if (done_.load(std::memory_order_acquire)) return true;
+  // Drive the worker ourselves for a short while: a reply that arrives within the spin is
+  // picked up with no thread hand-off at all.
+  const auto spinEnd = std::min(std::chrono::steady_clock::now() + Config::get().waitSpin, deadline);
+  while (!done_.load(std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() >= spinEnd) break;
+    if (!engine_->tryProgress()) std::this_thread::yield();
   }
+  // Then sleep; the progress thread completes us.
+  engine_->handOff();
   std::unique_lock<std::mutex> lock(mutex_);
   return cv_.wait_until(lock, deadline, [this] { return completed_; });
 }

@@ -20,6 +20,8 @@ namespace {
 std::mutex instanceMutex;
 std::weak_ptr<Engine> instanceRef;
 
+constexpr int kSleepSafetyNetMs = 100;
+
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -112,8 +114,40 @@ void Engine::releaseContext(std::uint32_t id) {
   if (id < contextsInUse_.size()) contextsInUse_[id] = false;
 }
 
-bool Engine::onProgressThread() const noexcept {
-  return std::this_thread::get_id() == threadId_.load(std::memory_order_relaxed);
+bool Engine::drivenByThisThread() const noexcept {
+  return driver_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+}
+
+namespace {
+
+// Holds the worker lock and records the driving thread (restored on nested use).
+class Driving {
+ public:
+  Driving(std::recursive_mutex& mutex, std::atomic<std::thread::id>& driver, bool locked)
+      : mutex_(mutex), driver_(driver) {
+    if (!locked) mutex_.lock();
+    // Read only under the lock: the previous driver is this thread (nested) or nobody.
+    previous_ = driver_.load(std::memory_order_relaxed);
+    driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  }
+  ~Driving() {
+    driver_.store(previous_, std::memory_order_relaxed);
+    mutex_.unlock();
+  }
+
+ private:
+  std::recursive_mutex& mutex_;
+  std::atomic<std::thread::id>& driver_;
+  std::thread::id previous_;
+};
+
+}  // namespace
+
+bool Engine::tryProgress() {
+  if (!workerMutex_.try_lock()) return false;
+  Driving driving(workerMutex_, driver_, /*locked=*/true);
+  progressOnce();
+  return true;
 }
 
 void Engine::post(std::function<void(Engine&)> command) {
@@ -125,12 +159,19 @@ void Engine::post(std::function<void(Engine&)> command) {
     submissions_.push_back(std::move(command));
   }
   submitted_.fetch_add(1, std::memory_order_seq_cst);
-  // Pairs with the store to sleeping_ in sleep(): either the thread sees our submission
-  // before it arms, or we see it asleep and wake it.
+  if (tryProgress()) return;
+  // Someone else drives the worker. Pairs with the store to sleeping_ in sleep(): either
+  // the progress thread sees our submission before it sleeps, or we see it asleep and
+  // wake it.
+  if (sleeping_.load(std::memory_order_seq_cst)) worker_.signal();
+}
+
+void Engine::handOff() {
   if (sleeping_.load(std::memory_order_seq_cst)) worker_.signal();
 }
 
 void Engine::submit(std::shared_ptr<Op> op) {
+  Op* raw = op.get();
   post([op = std::move(op)](Engine& engine) {
     op->engine_ = &engine;
     engine.opStarted(op.get());
@@ -140,6 +181,8 @@ void Engine::submit(std::shared_ptr<Op> op) {
       op->fail(engine, std::current_exception());
     }
   });
+  // Posted inline but still in flight: the progress thread must carry it on.
+  if (!raw->finished()) handOff();
 }
 
 void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error) {
@@ -155,6 +198,7 @@ ucp_ep_h Engine::endpoint(const std::string& peerAddress) {
 }
 
 void Engine::queueCompletion(Pending* pending, ucs_status_t status, const RecvInfo& info) {
+  std::lock_guard<std::mutex> lock(completionMutex_);
   completions_.push_back(Completion{pending, status, info});
 }
 
@@ -171,11 +215,14 @@ bool Engine::drainSubmissions() {
 }
 
 bool Engine::drainCompletions() {
-  if (completions_.empty()) return false;
   // Handlers may post new requests that complete at once and queue more completions;
   // swap so that this loop and any nested progressOnce() never share a vector.
   std::vector<Completion> batch;
-  batch.swap(completions_);
+  {
+    std::lock_guard<std::mutex> lock(completionMutex_);
+    if (completions_.empty()) return false;
+    batch.swap(completions_);
+  }
   for (auto& c : batch) {
     std::unique_ptr<Pending> pending(c.pending);
     --inflightRequests_;
@@ -186,12 +233,14 @@ bool Engine::drainCompletions() {
   return true;
 }
 
-void Engine::progressOnce() {
-  drainSubmissions();
-  while (worker_.progress() != 0) {
-  }
-  drainCompletions();
+bool Engine::progressRound() {
+  bool active = drainSubmissions();
+  while (worker_.progress() != 0) active = true;
+  active |= drainCompletions();
+  return active;
 }
+
+void Engine::progressOnce() { progressRound(); }
 
 void Engine::sleep() {
   sleeping_.store(true, std::memory_order_seq_cst);
@@ -210,13 +259,14 @@ void Engine::sleep() {
 }
 
 void Engine::run() {
-  threadId_.store(std::this_thread::get_id());
   pthread_setname_np(pthread_self(), "commux-progress");
   auto lastActive = std::chrono::steady_clock::now();
   while (!stopping_.load(std::memory_order_relaxed)) {
-    bool active = drainSubmissions();
-    while (worker_.progress() != 0) active = true;
-    active |= drainCompletions();
+    bool active;
+    {
+      Driving driving(workerMutex_, driver_, /*locked=*/false);
+      active = progressRound();
+    }
     if (active) {
       lastActive = std::chrono::steady_clock::now();
       continue;
@@ -232,6 +282,7 @@ void Engine::run() {
 }
 
 void Engine::teardown() {
+  Driving driving(workerMutex_, driver_, /*locked=*/false);
   // Fail whatever is still in flight, give UCX a moment to return cancelled requests, then
   // release endpoints while the worker still exists.
   auto error = commError("commux: the process group was shut down with this operation in flight");
@@ -242,7 +293,7 @@ void Engine::teardown() {
     submissions_.clear();
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while ((inflightRequests_ != 0 || !completions_.empty()) &&
+  while (inflightRequests_ != 0 &&
          std::chrono::steady_clock::now() < deadline) {
     while (worker_.progress() != 0) {
     }

@@ -106,8 +106,7 @@ std::string Op::describeFailure(std::uint32_t slot, ucs_status_t status,
 }
 
 void Op::fail(Engine& engine, std::exception_ptr error) {
-  if (finished_) return;
-  finished_ = true;
+  if (finished_.exchange(true, std::memory_order_acq_rel)) return;
   for (Pending* pending : inflight_) {
     if (pending != nullptr && pending->request != nullptr) {
       ucp_request_cancel(engine.worker(), pending->request);
@@ -120,8 +119,7 @@ void Op::fail(Engine& engine, std::exception_ptr error) {
 }
 
 void Op::succeed(int sourceRank) {
-  if (finished_) return;
-  finished_ = true;
+  if (finished_.exchange(true, std::memory_order_acq_rel)) return;
   engine_->opFinished(this);
   Done done = std::move(done_);
   done_ = nullptr;

@@ -5,6 +5,7 @@
 // through its Done callback.
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -46,7 +47,7 @@ class Op : public std::enable_shared_from_this<Op> {
   Op& operator=(const Op&) = delete;
 
   const std::string& description() const noexcept { return description_; }
-  bool finished() const noexcept { return finished_; }
+  bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
 
   /// Progress thread: post the first requests.
   virtual void start(Engine& engine) = 0;
@@ -77,7 +78,7 @@ class Op : public std::enable_shared_from_this<Op> {
   std::string description_;
   Engine* engine_ = nullptr;  // set by Engine before start()
   Done done_;
-  bool finished_ = false;
+  std::atomic<bool> finished_{false};
   std::size_t outstanding_ = 0;
   std::vector<Pending*> inflight_;  // requests still owned by UCX, for cancellation
 };

@@ -9,7 +9,8 @@ namespace commux::ucx {
 Worker::Worker(const Context& context) {
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // Several threads drive the worker in turn (see engine.hpp), never at once.
+  params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   check(ucp_worker_create(context.get(), &params, &handle_), "ucp_worker_create");
 
   ucp_address_t* address = nullptr;

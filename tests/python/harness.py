@@ -396,7 +396,7 @@ def run_ranks(
     try:
         while open_conns:
             now = time.monotonic()
-            if failure_order or no_report:
+            if failure_order:
                 deadline = min(deadline, now + FAILURE_GRACE_S)
             remaining = deadline - now
             if remaining <= 0:
@@ -410,6 +410,7 @@ def run_ranks(
                     # Child closed the pipe without reporting: it died.
                     procs[r].join(2)
                     no_report[r] = procs[r].exitcode
+                    failure_order.append(r)
                     del open_conns[c]
                     continue
                 except Exception as e:  # unpicklable result etc.
@@ -422,17 +423,19 @@ def run_ranks(
         pending = sorted(open_conns.values())
         elapsed = time.monotonic() - start
 
-        if failure_order or no_report:
+        if failure_order:
             stacks = _dump_and_kill(procs, pending, tmpdir)
-            parts = [f"{len(failure_order) + len(no_report)} of {world_size} ranks failed "
-                     f"(backend={backend!r}, init={init!r})."]
-            if failure_order:
-                parts.append(f"First failing rank: {failure_order[0]}.")
+            parts = [f"{len(failure_order)} of {world_size} ranks failed "
+                     f"(backend={backend!r}, init={init!r}). First failing rank: "
+                     f"{failure_order[0]} (ranks listed in the order their failure "
+                     f"was noticed)."]
             for r in failure_order:
-                parts.append(f"\n===== rank {r}: {results[r][1]}\n{results[r][2]}")
-            for r, code in sorted(no_report.items()):
-                parts.append(f"\n===== rank {r} died without reporting "
-                             f"(exit code {code}; negative = killed by signal)")
+                if r in no_report:
+                    parts.append(f"\n===== rank {r} died without reporting (exit code "
+                                 f"{no_report[r]}; negative = killed by signal; its "
+                                 f"stderr is in the captured output)")
+                else:
+                    parts.append(f"\n===== rank {r}: {results[r][1]}\n{results[r][2]}")
             if pending:
                 parts.append(f"\nRanks still running {FAILURE_GRACE_S:.0f}s after the "
                              f"failure (killed): {pending}")
@@ -479,3 +482,33 @@ def run_ranks(
         for c in conns:
             c.close()
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------
+# Fresh interpreter helper
+# --------------------------------------------------------------------------
+
+
+def run_python(code: str, env: dict | None = None, timeout: float = 120, args=()):
+    """Run ``python -c code`` (or ``python <args>`` when ``code`` is None) in
+    a fresh interpreter with this environment plus ``env`` (a value of None
+    removes the variable).  Returns the CompletedProcess (text mode)."""
+    import subprocess
+
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    for k, v in (env or {}).items():
+        if v is None:
+            full_env.pop(k, None)
+        else:
+            full_env[k] = str(v)
+    cmd = [sys.executable] + (["-c", code] if code is not None else []) + list(args)
+    try:
+        return subprocess.run(
+            cmd, env=full_env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as e:
+        _fail(
+            f"subprocess {cmd[:3]}... timed out after {timeout}s\n"
+            f"stdout:\n{e.stdout}\nstderr:\n{e.stderr}"
+        )
