@@ -28,14 +28,14 @@ def load_extension():
     global _extension
     with _lock:
         if _extension is None:
-            try:
+            from . import _build_config
+
+            if _build_config.UCX_PROVIDER == "wheel":
                 # The PyPI UCX wheel keeps its libraries in its own folder; load them so
-                # that the extension's libucp dependency resolves without LD_LIBRARY_PATH.
+                # the extension's libucp dependency resolves without LD_LIBRARY_PATH.
                 import libucx
 
                 libucx.load_library()
-            except ImportError:
-                pass  # built against a system UCX (COMMUX_UCX_PROVIDER=system)
             import torch.distributed  # noqa: F401  (the Backend base class lives there)
 
             from . import _C

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what commux needs and builds + installs commux into the Python environment that
+# `python3` runs. Idempotent: a second run downloads nothing and rebuilds only what changed.
+#   PYTHON=...          the interpreter to install into (default: python3)
+#   COMMUX_UCX_WHEEL=.. the UCX wheel (default: libucx-cuNN matching torch's CUDA major)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+# Build tools from Debian's packages, only those missing.
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v g++ >/dev/null || missing+=(g++)
+command -v ccache >/dev/null || missing+=(ccache)
+[ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "commux: please install these Debian packages first: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "commux: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Python packages, only those missing. torch first: the UCX wheel must match its CUDA.
+pip_install() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
+"$PY" -c "import torch" 2>/dev/null || pip_install "torch>=2.5"
+if [ -z "${COMMUX_UCX_WHEEL:-}" ]; then
+  major=$("$PY" -c "import torch; v = torch.version.cuda; print(v.split('.')[0] if v else '13')")
+  COMMUX_UCX_WHEEL="libucx-cu${major}"
+fi
+"$PY" -c "import libucx" 2>/dev/null || pip_install "$COMMUX_UCX_WHEEL"
+need=()
+"$PY" -c "import scikit_build_core" 2>/dev/null || need+=("scikit-build-core>=0.10")
+"$PY" -c "import pytest, pytest_timeout" 2>/dev/null || need+=(pytest pytest-timeout)
+"$PY" -c "import numpy" 2>/dev/null || need+=(numpy)
+command -v ninja >/dev/null || "$PY" -c "import ninja" 2>/dev/null || need+=(ninja)
+[ ${#need[@]} -eq 0 ] || pip_install "${need[@]}"
+
+# Build (incrementally, in build/wheel) and install. The C++ unit tests build alongside.
+echo "commux: building and installing into $("$PY" -c 'import sys; print(sys.prefix)')"
+"$PY" -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps \
+  -C cmake.define.COMMUX_BUILD_TESTS=ON -C build.verbose=false .
+(cd / && "$PY" -c "import commux; print('commux', commux.__version__, 'installed at', commux.__path__[0])")
