@@ -13,6 +13,9 @@ command -v cmake >/dev/null || missing+=(cmake)
 command -v g++ >/dev/null || missing+=(g++)
 command -v ccache >/dev/null || missing+=(ccache)
 [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+# Debian's UCX (1.13) backs the test of the system-UCX build option.
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+[ -f /usr/include/ucp/api/ucp.h ] || missing+=(libucx-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "commux: please install these Debian packages first: ${missing[*]}" >&2
