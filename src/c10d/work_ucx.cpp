@@ -42,6 +42,7 @@ void WorkUCX::complete(std::exception_ptr error, int sourceRank) {
     done_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
+  if (waiterParked_.load(std::memory_order_seq_cst)) engine_->wakeParked();
   // The op holds buffers and, through its completion callback, this Work; drop the link
   // so nothing outlives its use.
   std::atomic_store(&op_, std::shared_ptr<engine::Op>());
@@ -94,7 +95,16 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
     if (std::chrono::steady_clock::now() >= spinEnd) break;
     if (!engine_->tryProgress()) std::this_thread::yield();
   }
-  // Then sleep; the progress thread completes us.
+  // Then sleep on the worker's event fd, still driving it, so our completion wakes us
+  // directly. If another waiter is parked already, sleep on our condition variable; the
+  // parked waiter or the progress thread completes us.
+  waiterParked_.store(true, std::memory_order_seq_cst);
+  const bool parked = engine_->parkUntil(done_, deadline);
+  waiterParked_.store(false, std::memory_order_relaxed);
+  if (parked) {
+    engine_->handOff();
+    return done_.load(std::memory_order_acquire);
+  }
   engine_->handOff();
   std::unique_lock<std::mutex> lock(mutex_);
   return cv_.wait_until(lock, deadline, [this] { return completed_; });

@@ -53,6 +53,7 @@ class WorkUCX : public c10d::Work {
   std::shared_ptr<engine::Engine> engine_;
   std::shared_ptr<engine::Op> op_;
   std::atomic<bool> done_{false};
+  std::atomic<bool> waiterParked_{false};  // a waiter sleeps in Engine::parkUntil
   std::atomic<int> sourceRank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

@@ -89,6 +89,10 @@ void Engine::stop() {
   if (!thread_.joinable()) return;
   stopping_.store(true);
   worker_.signal();
+  {
+    std::lock_guard<std::mutex> lock(parkMutex_);
+  }
+  parkCv_.notify_all();
   thread_.join();
 }
 
@@ -167,7 +171,9 @@ void Engine::post(std::function<void(Engine&)> command) {
 }
 
 void Engine::handOff() {
-  if (sleeping_.load(std::memory_order_seq_cst)) worker_.signal();
+  if (sleeping_.load(std::memory_order_seq_cst) || parked_.load(std::memory_order_seq_cst)) {
+    worker_.signal();
+  }
 }
 
 void Engine::submit(std::shared_ptr<Op> op) {
@@ -243,6 +249,13 @@ bool Engine::progressRound() {
 void Engine::progressOnce() { progressRound(); }
 
 void Engine::sleep() {
+  if (parked_.load(std::memory_order_seq_cst)) {
+    // A waiter sleeps on the event fd and drives the worker; stand by until it leaves, so
+    // events wake one thread instead of two.
+    std::unique_lock<std::mutex> lock(parkMutex_);
+    parkCv_.wait(lock, [this] { return !parked_.load() || stopping_.load(); });
+    return;
+  }
   sleeping_.store(true, std::memory_order_seq_cst);
   if (submitted_.load(std::memory_order_seq_cst) != 0 || stopping_.load()) {
     sleeping_.store(false);
@@ -251,11 +264,52 @@ void Engine::sleep() {
   if (epollFd_ < 0) {
     // Transports without wakeup support: poll gently.
     std::this_thread::sleep_for(std::chrono::microseconds(50));
-  } else if (worker_.arm()) {
-    epoll_event ev{};
-    epoll_wait(epollFd_, &ev, 1, -1);
+  } else {
+    bool armed;
+    {
+      Driving driving(workerMutex_, driver_, /*locked=*/false);
+      armed = worker_.arm();
+    }
+    if (armed) {
+      // Without the lock: others may drive the worker meanwhile; they hand off (signal)
+      // when they stop. The timeout is a safety net only.
+      epoll_event ev{};
+      epoll_wait(epollFd_, &ev, 1, kSleepSafetyNetMs);
+    }
   }
   sleeping_.store(false, std::memory_order_relaxed);
+}
+
+bool Engine::parkUntil(const std::atomic<bool>& done,
+                       std::chrono::steady_clock::time_point deadline) {
+  if (epollFd_ < 0) return false;
+  bool expected = false;
+  if (!parked_.compare_exchange_strong(expected, true)) return false;  // another waiter is
+  while (!done.load(std::memory_order_acquire)) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline || stopping_.load()) break;
+    bool armed;
+    {
+      Driving driving(workerMutex_, driver_, /*locked=*/false);
+      progressRound();
+      if (done.load(std::memory_order_acquire)) break;
+      armed = worker_.arm();
+    }
+    if (!armed) continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+    epoll_event ev{};
+    epoll_wait(epollFd_, &ev, 1, static_cast<int>(std::min<long long>(left, kSleepSafetyNetMs)));
+  }
+  {
+    std::lock_guard<std::mutex> lock(parkMutex_);
+    parked_.store(false, std::memory_order_seq_cst);
+  }
+  parkCv_.notify_all();
+  return true;
+}
+
+void Engine::wakeParked() {
+  if (parked_.load(std::memory_order_seq_cst)) worker_.signal();
 }
 
 void Engine::run() {
