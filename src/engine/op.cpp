@@ -43,28 +43,27 @@ void Op::postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t byt
   params.datatype = ucp_dt_make_contig(1);
   params.memory_type = UCS_MEMORY_TYPE_HOST;
   void* request = ucp_tag_send_nbx(ep, data, bytes, tag, &params);
-  track(engine, pending, request, nullptr);
+  track(engine, pending, request);
 }
 
 void Op::postRecv(Engine& engine, void* data, std::size_t bytes, wire::Tag tag, wire::Tag mask,
                   std::uint32_t slot) {
   auto* pending = new Pending{shared_from_this(), &engine, slot, nullptr};
-  ucp_tag_recv_info_t immediate{};
   ucp_request_param_t params{};
+  // Always complete through the callback: UCX 1.13 reports no length for a receive that
+  // completes at once, and the length check needs it.
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
-                        UCP_OP_ATTR_FIELD_RECV_INFO;
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   params.cb.recv = onRecv;
   params.user_data = pending;
   params.datatype = ucp_dt_make_contig(1);
   params.memory_type = UCS_MEMORY_TYPE_HOST;
-  params.recv_info.tag_info = &immediate;
   void* request = ucp_tag_recv_nbx(engine.worker(), data, bytes, tag, mask, &params);
-  track(engine, pending, request, &immediate);
+  track(engine, pending, request);
 }
 
-void Op::track(Engine& engine, Pending* pending, void* request,
-               const ucp_tag_recv_info_t* immediate) {
+void Op::track(Engine& engine, Pending* pending, void* request) {
   ++outstanding_;
   ++engine.inflightRequests_;
   if (UCS_PTR_IS_PTR(request)) {
@@ -73,13 +72,9 @@ void Op::track(Engine& engine, Pending* pending, void* request,
     inflight_[pending->slot] = pending;
     return;
   }
-  // Completed (or failed) at once: queue it like any other completion, so every path goes
-  // through handle() in order.
-  RecvInfo info;
-  if (immediate != nullptr && UCS_PTR_STATUS(request) == UCS_OK) {
-    info = RecvInfo{immediate->length, immediate->sender_tag};
-  }
-  engine.queueCompletion(pending, UCS_PTR_STATUS(request), info);
+  // A send completed (or anything failed) at once: queue it like any other completion, so
+  // every path goes through handle() in order.
+  engine.queueCompletion(pending, UCS_PTR_STATUS(request), RecvInfo{});
 }
 
 void Op::handle(Engine& engine, Pending& pending, ucs_status_t status, const RecvInfo& info) {

@@ -72,8 +72,7 @@ class Op : public std::enable_shared_from_this<Op> {
 
  private:
   friend class Engine;
-  void track(Engine& engine, Pending* pending, void* request,
-             const ucp_tag_recv_info_t* immediate);
+  void track(Engine& engine, Pending* pending, void* request);
 
   std::string description_;
   Engine* engine_ = nullptr;  // set by Engine before start()
