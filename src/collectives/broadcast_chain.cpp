@@ -11,14 +11,11 @@ Schedule broadcastChain(int rank, int size, int root, std::size_t count, std::si
   Schedule s;
   if (size <= 1) return s;
   chunk = std::max<std::size_t>(chunk, 1);
-  const std::size_t chunks = std::max<std::size_t>(1, (count + chunk - 1) / chunk);
+  const std::size_t chunks = chunkCount(count, chunk);
   const int vr = (rank - root + size) % size;
   const int prev = vr > 0 ? (rank - 1 + size) % size : -1;
   const int next = vr < size - 1 ? (rank + 1) % size : -1;
-  auto piece = [&](std::size_t i, int peer) {
-    const std::size_t off = std::min(count, i * chunk);
-    return Transfer{peer, static_cast<std::uint32_t>(i), off, std::min(chunk, count - off)};
-  };
+  auto piece = [&](std::size_t i, int peer) { return chunkTransfer(count, chunk, i, peer); };
 
   if (prev < 0 || next < 0) {
     // The root only sends and the tail only receives: post everything at once.

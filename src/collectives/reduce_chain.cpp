@@ -11,15 +11,12 @@ Schedule reduceChain(int rank, int size, int root, std::size_t count, std::size_
   Schedule s;
   if (size <= 1) return s;
   chunk = std::max<std::size_t>(chunk, 1);
-  const std::size_t chunks = std::max<std::size_t>(1, (count + chunk - 1) / chunk);
+  const std::size_t chunks = chunkCount(count, chunk);
   const int vr = (rank - root + size) % size;
   // Data flows from vr+1 (upstream, farther from the root) to vr-1 (toward the root).
   const int upstream = vr < size - 1 ? (rank + 1) % size : -1;
   const int downstream = vr > 0 ? (rank - 1 + size) % size : -1;
-  auto piece = [&](std::size_t i, int peer) {
-    const std::size_t off = std::min(count, i * chunk);
-    return Transfer{peer, static_cast<std::uint32_t>(i), off, std::min(chunk, count - off)};
-  };
+  auto piece = [&](std::size_t i, int peer) { return chunkTransfer(count, chunk, i, peer); };
 
   if (upstream < 0 || downstream < 0) {
     Step all;

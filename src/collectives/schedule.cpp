@@ -33,6 +33,15 @@ Range blockRange(std::size_t count, int parts, int index) {
   return Range{i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
 }
 
+Transfer chunkTransfer(std::size_t count, std::size_t chunk, std::size_t index, int peer) {
+  const std::size_t offset = std::min(count, index * chunk);
+  return Transfer{peer, static_cast<std::uint32_t>(index), offset, std::min(chunk, count - offset)};
+}
+
+std::size_t chunkCount(std::size_t count, std::size_t chunk) {
+  return std::max<std::size_t>(1, (count + chunk - 1) / chunk);
+}
+
 int floorLog2(std::uint64_t x) {
   int r = -1;
   while (x != 0) {

@@ -49,6 +49,12 @@ struct Range {
 };
 Range blockRange(std::size_t count, int parts, int index);
 
+/// Chunk `index` of a buffer of `count` elements cut into `chunk`-element pieces, as a
+/// transfer to or from `peer` whose round is the chunk index (the pipelined chains).
+Transfer chunkTransfer(std::size_t count, std::size_t chunk, std::size_t index, int peer);
+/// Number of chunks of a pipelined chain; at least 1, so empty buffers still synchronise.
+std::size_t chunkCount(std::size_t count, std::size_t chunk);
+
 /// floor(log2(x)) for x >= 1.
 int floorLog2(std::uint64_t x);
 

@@ -275,6 +275,12 @@ def _dump_and_kill(procs, ranks, tmpdir):
             txt = ""
         if txt:
             stacks[r] = txt[-6000:]
+    _kill_all(procs)
+    return stacks
+
+
+def _kill_all(procs):
+    """SIGKILLs every child still alive and reaps them all."""
     for p in procs:
         if p.is_alive():
             try:
@@ -283,7 +289,6 @@ def _dump_and_kill(procs, ranks, tmpdir):
                 pass
     for p in procs:
         p.join(5)
-    return stacks
 
 
 def _format_stacks(stacks):
@@ -471,14 +476,7 @@ def run_ranks(
             )
         return [results[r][1] for r in range(world_size)]
     finally:
-        for p in procs:
-            if p.is_alive():
-                try:
-                    os.kill(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for p in procs:
-            p.join(5)
+        _kill_all(procs)
         for c in conns:
             c.close()
         shutil.rmtree(tmpdir, ignore_errors=True)
