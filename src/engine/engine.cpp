@@ -42,10 +42,12 @@ std::shared_ptr<Engine> Engine::instance() {
   std::lock_guard<std::mutex> lock(instanceMutex);
   auto engine = instanceRef.lock();
   if (!engine) {
-    // The last reference can drop on the progress thread itself (a Work released inside a
-    // completion callback); the thread cannot join itself, so delete from a helper thread.
+    // The last reference can drop inside a completion callback (a Work released there),
+    // on the progress thread or on a thread that holds the worker lock. Neither may join
+    // the progress thread (it cannot join itself; the other would wait for the lock it
+    // holds), so delete from a helper thread.
     engine = std::shared_ptr<Engine>(new Engine(Config::get().progressSpin), [](Engine* e) {
-      if (e->onProgressThread()) {
+      if (e->onProgressThread() || e->drivenByThisThread()) {
         std::thread([e] { delete e; }).detach();
       } else {
         delete e;
@@ -86,6 +88,8 @@ Engine::~Engine() {
 }
 
 void Engine::stop() {
+  // Process exit (ExitGuard, atexit) and the last reference may race to stop.
+  std::lock_guard<std::mutex> once(stopMutex_);
   if (!thread_.joinable()) return;
   stopping_.store(true);
   worker_.signal();

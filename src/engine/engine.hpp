@@ -114,6 +114,7 @@ class Engine {
   std::atomic<std::size_t> submitted_{0};
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stopping_{false};
+  std::mutex stopMutex_;
   std::atomic<bool> parked_{false};
   std::mutex parkMutex_;
   std::condition_variable parkCv_;

@@ -49,6 +49,7 @@ import pickle
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -273,10 +274,28 @@ def _dump_and_kill(procs, ranks, tmpdir):
                 txt = f.read().strip()
         except OSError:
             txt = ""
+        native = _native_stacks(procs[r].pid) if r in alive else ""
+        if native:
+            txt += "\n--- native stacks (gdb) ---\n" + native
         if txt:
-            stacks[r] = txt[-6000:]
+            stacks[r] = txt[-12000:]
     _kill_all(procs)
     return stacks
+
+
+def _native_stacks(pid):
+    """C/C++ stacks of every thread of a hung rank (a hang inside the backend shows no
+    Python frame), or "" when gdb is not installed."""
+    if shutil.which("gdb") is None:
+        return ""
+    try:
+        out = subprocess.run(
+            ["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 20"],
+            capture_output=True, text=True, timeout=30,
+        ).stdout
+    except (subprocess.TimeoutExpired, OSError):
+        return ""
+    return "\n".join(l for l in out.splitlines() if l.startswith(("#", "Thread")))
 
 
 def _kill_all(procs):
