@@ -156,3 +156,28 @@ def test_info_module():
         hit = any((kw in ln) if case_sensitive else (kw.lower() in ln.lower()) for ln in lines)
         assert hit, f"`python -m commux.info` output has no line with {kw!r}:\n{proc.stdout}"
     print(proc.stdout)
+
+
+def test_failing_autoload_only_warns():
+    """If registering through the entry point fails, ``import torch`` must go on: the hook
+    turns the failure into a RuntimeWarning instead of raising (torch would otherwise
+    abort its own import)."""
+    code = r"""
+import warnings
+import torch.distributed as dist
+import commux, commux._autoload as autoload
+
+def broken(*args, **kwargs):
+    raise RuntimeError("simulated registration failure")
+
+commux.register = broken
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    autoload.autoload()
+msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+assert any("simulated registration failure" in m for m in msgs), msgs
+print("OK")
+"""
+    proc = run_python(code, env=AUTOLOAD_ON)
+    _check(proc, "autoload with a failing register()")
+    assert "OK" in proc.stdout, proc.stdout
