@@ -19,6 +19,7 @@ namespace {
 
 std::mutex instanceMutex;
 std::weak_ptr<Engine> instanceRef;
+std::atomic<Engine::BlockingWrapper> blockingWrapper{nullptr};
 
 constexpr int kSleepSafetyNetMs = 100;
 
@@ -57,6 +58,8 @@ std::shared_ptr<Engine> Engine::instance() {
   }
   return engine;
 }
+
+void Engine::setBlockingWrapper(BlockingWrapper wrapper) { blockingWrapper.store(wrapper); }
 
 void Engine::shutdownInstance() {
   std::shared_ptr<Engine> engine;
@@ -97,7 +100,12 @@ void Engine::stop() {
     std::lock_guard<std::mutex> lock(parkMutex_);
   }
   parkCv_.notify_all();
-  thread_.join();
+  auto join = [](void* thread) { static_cast<std::thread*>(thread)->join(); };
+  if (auto wrapper = blockingWrapper.load()) {
+    wrapper(join, &thread_);
+  } else {
+    join(&thread_);
+  }
 }
 
 std::uint32_t Engine::acquireContext() {

@@ -38,6 +38,12 @@ class Engine {
   static std::shared_ptr<Engine> instance();
   /// Stops the live engine's progress thread, if any (at interpreter or process exit).
   static void shutdownInstance();
+  /// Runs calls that block on the progress thread (joining it). The Python binding installs
+  /// one that releases the GIL first: the progress thread may need the GIL (freeing a tensor
+  /// that owns its Python object, running a future callback), and a process group is often
+  /// destroyed from Python with the GIL held.
+  using BlockingWrapper = void (*)(void (*call)(void*), void* arg);
+  static void setBlockingWrapper(BlockingWrapper wrapper);
 
   explicit Engine(std::chrono::microseconds progressSpin);
   ~Engine();

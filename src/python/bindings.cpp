@@ -35,6 +35,14 @@ std::string ucxVersion() {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "commux: a UCX c10d backend for torch.distributed";
   py::module_::import("torch.distributed");
+  commux::engine::Engine::setBlockingWrapper([](void (*call)(void*), void* arg) {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      call(arg);
+    } else {
+      call(arg);
+    }
+  });
 
   py::class_<commux::ProcessGroupUCX, c10d::Backend, c10::intrusive_ptr<commux::ProcessGroupUCX>>(
       m, "ProcessGroupUCX")
