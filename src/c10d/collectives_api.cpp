@@ -3,26 +3,16 @@
 #include <c10/util/Exception.h>
 
 #include "c10d/peer_table.hpp"
+#include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "collectives/selection.hpp"
-#include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "engine/collective_op.hpp"
 #include "engine/engine.hpp"
 
 namespace commux {
 namespace {
-
-collectives::Thresholds thresholds() {
-  const Config& c = Config::get();
-  return collectives::Thresholds{c.allreduceRingMinBytes, c.chainMinBytes, c.pipelineChunkBytes};
-}
-
-std::size_t elementCount(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
-
-/// A flat contiguous view of `t` when one exists, else a flat contiguous copy.
-at::Tensor flat(const at::Tensor& t) { return t.is_contiguous() ? t.view({-1}) : t.contiguous().view({-1}); }
 
 /// A flat buffer holding the local reduction of all `tensors`; never aliases them when
 /// `privateCopy` is set.
@@ -34,27 +24,6 @@ at::Tensor localReduce(const std::vector<at::Tensor>& tensors, engine::ReduceKin
     engine::reduceInto(work, flat(tensors[i]), kind);
   }
   return work;
-}
-
-/// Copies `work` back into every tensor that does not already alias it.
-void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors) {
-  for (const auto& t : tensors) {
-    if (t.is_contiguous() && t.data_ptr() == work.data_ptr()) continue;
-    t.copy_(work.view(t.sizes()));
-  }
-}
-
-std::string describe(const char* op, const std::vector<at::Tensor>& tensors,
-                     const std::string& detail, const char* algorithm, std::uint32_t seq) {
-  std::string s = std::string(op) + " (";
-  if (!detail.empty()) s += detail + ", ";
-  if (!tensors.empty()) {
-    s += std::to_string(elementCount(tensors[0])) + " x " +
-         std::string(c10::toString(tensors[0].scalar_type()));
-    if (tensors.size() > 1) s += " x " + std::to_string(tensors.size()) + " tensors";
-    s += ", ";
-  }
-  return s + algorithm + ", collective #" + std::to_string(seq) + ")";
 }
 
 }  // namespace

@@ -58,6 +58,16 @@ std::size_t chunkCount(std::size_t count, std::size_t chunk);
 /// floor(log2(x)) for x >= 1.
 int floorLog2(std::uint64_t x);
 
+/// Ring allgather over a buffer holding one block per rank (blocks may differ in size):
+/// rank r contributes blocks[r] and ends with all of them.
+Schedule allgatherRing(int rank, int size, const std::vector<Range>& blocks,
+                       std::uint32_t firstRound = 0);
+/// Ring reduce-scatter: rank r ends with the reduction of blocks[r] over all ranks.
+Schedule reduceScatterRing(int rank, int size, const std::vector<Range>& blocks,
+                           std::uint32_t firstRound = 0);
+/// `count` elements split into `parts` near-equal blocks (see blockRange).
+std::vector<Range> evenBlocks(std::size_t count, int parts);
+
 Schedule allreduceRecursiveDoubling(int rank, int size, std::size_t count);
 Schedule allreduceRing(int rank, int size, std::size_t count);
 Schedule broadcastBinomial(int rank, int size, int root, std::size_t count);

@@ -16,6 +16,8 @@ CollectiveOp::CollectiveOp(Setup setup, std::string description, Done done)
 }
 
 char* CollectiveOp::at(std::size_t elementOffset) const {
+  // An empty tensor may have no storage at all; zero-length transfers need no address.
+  if (s_.work.numel() == 0) return nullptr;
   return static_cast<char*>(s_.work.data_ptr()) + elementOffset * elementSize_;
 }
 
@@ -43,7 +45,9 @@ void CollectiveOp::postStep(Engine& engine) {
     const auto& t = step.recvs[j];
     void* dest = at(t.offset);
     if (step.recvMode == collectives::RecvMode::Reduce) {
-      dest = static_cast<char*>(scratch_.data_ptr()) + scratchOffset * elementSize_;
+      dest = scratch_.defined() && scratch_.numel() > 0
+                 ? static_cast<char*>(scratch_.data_ptr()) + scratchOffset * elementSize_
+                 : nullptr;
       scratchOffsets_.push_back(scratchOffset);
       scratchOffset += t.count;
     }

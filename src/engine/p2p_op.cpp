@@ -21,15 +21,20 @@ P2POp::P2POp(Kind kind, std::vector<at::Tensor> tensors, Route route, wire::Tag 
   }
 }
 
+void* P2POp::address(const Buffer& b) {
+  // An empty tensor may have no storage at all; zero-length messages need no address.
+  return b.bytes == 0 ? nullptr : b.staged.data_ptr();
+}
+
 void P2POp::start(Engine& engine) {
   if (kind_ == Kind::Send) {
     ucp_ep_h ep = engine.endpoint(route_.address);
     for (std::uint32_t i = 0; i < buffers_.size(); ++i) {
-      postSend(engine, ep, buffers_[i].staged.data_ptr(), buffers_[i].bytes, tag_, i);
+      postSend(engine, ep, address(buffers_[i]), buffers_[i].bytes, tag_, i);
     }
   } else {
     for (std::uint32_t i = 0; i < buffers_.size(); ++i) {
-      postRecv(engine, buffers_[i].staged.data_ptr(), buffers_[i].bytes, tag_, mask_, i);
+      postRecv(engine, address(buffers_[i]), buffers_[i].bytes, tag_, mask_, i);
     }
   }
   if (buffers_.empty()) succeed();

@@ -35,6 +35,8 @@ class P2POp final : public Op {
     std::size_t bytes;
   };
 
+  static void* address(const Buffer& b);
+
   Kind kind_;
   std::vector<Buffer> buffers_;
   Route route_;

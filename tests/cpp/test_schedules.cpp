@@ -222,3 +222,59 @@ TEST(Schedules, SelectionBySize) {
   EXPECT_STREQ(planReduce(0, 2, 0, 1 << 20, 4, t).algorithm, "binomial");
   EXPECT_STREQ(planReduce(0, 3, 0, 1 << 20, 4, t).algorithm, "chain");
 }
+
+namespace {
+
+std::vector<Range> unevenBlocks(int p) {
+  // Block r holds r % 3 + (r == 1 ? 0 : 2) elements: some empty, all different.
+  std::vector<Range> blocks;
+  std::size_t offset = 0;
+  for (int r = 0; r < p; ++r) {
+    const std::size_t n = static_cast<std::size_t>(r % 3 + (r == 1 ? 0 : 2));
+    blocks.push_back(Range{offset, n});
+    offset += n;
+  }
+  return blocks;
+}
+
+}  // namespace
+
+TEST(Schedules, AllgatherRingEvenAndUneven) {
+  for (int p : kSizes) {
+    for (int uneven = 0; uneven < 2; ++uneven) {
+      const auto blocks = uneven ? unevenBlocks(p) : evenBlocks(1001, p);
+      const std::size_t total = blocks.back().offset + blocks.back().count;
+      // Rank r starts with only its own block filled in.
+      Buffer want(total);
+      std::vector<Buffer> in(p, Buffer(total, -1));
+      for (int r = 0; r < p; ++r) {
+        for (std::size_t i = 0; i < blocks[r].count; ++i) {
+          want[blocks[r].offset + i] = in[r][blocks[r].offset + i] = r * 1000 + static_cast<std::int64_t>(i);
+        }
+      }
+      auto res = simulate(p, [&](int r) { return allgatherRing(r, p, blocks); }, in);
+      expectAllDone(res);
+      for (int r = 0; r < p; ++r) EXPECT_EQ(res.buffers[r], want) << "p=" << p << " rank " << r;
+    }
+  }
+}
+
+TEST(Schedules, ReduceScatterRingEvenAndUneven) {
+  for (int p : kSizes) {
+    for (int uneven = 0; uneven < 2; ++uneven) {
+      const auto blocks = uneven ? unevenBlocks(p) : evenBlocks(1001, p);
+      const std::size_t total = blocks.back().offset + blocks.back().count;
+      std::vector<Buffer> in;
+      for (int r = 0; r < p; ++r) in.push_back(input(r, total));
+      const Buffer sum = sumOfInputs(p, total);
+      auto res = simulate(p, [&](int r) { return reduceScatterRing(r, p, blocks); }, in);
+      expectAllDone(res);
+      for (int r = 0; r < p; ++r) {
+        for (std::size_t i = 0; i < blocks[r].count; ++i) {
+          EXPECT_EQ(res.buffers[r][blocks[r].offset + i], sum[blocks[r].offset + i])
+              << "p=" << p << " rank " << r;
+        }
+      }
+    }
+  }
+}

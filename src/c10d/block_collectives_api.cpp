@@ -1,0 +1,123 @@
+// ProcessGroupUCX: allgather and reduce-scatter, the collectives whose buffer holds one
+// block per rank. Both stage into one flat buffer of p blocks and run a ring schedule.
+#include <c10/util/Exception.h>
+
+#include "c10d/staging.hpp"
+#include "c10d/validation.hpp"
+#include "collectives/schedule.hpp"
+#include "commux/process_group_ucx.hpp"
+
+namespace commux {
+namespace {
+
+/// Every input block of a p-block buffer whose blocks all hold `count` elements.
+std::vector<collectives::Range> equalBlocks(std::size_t count, int size) {
+  std::vector<collectives::Range> blocks;
+  for (int r = 0; r < size; ++r) blocks.push_back({static_cast<std::size_t>(r) * count, count});
+  return blocks;
+}
+
+void checkSameKind(const char* op, const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK_VALUE(a.scalar_type() == b.scalar_type(), "commux: ", op,
+                    ": input and output dtypes differ (", a.scalar_type(), " vs ",
+                    b.scalar_type(), ")");
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::AllgatherOptions& opts) {
+  checkTensors("all_gather_into_tensor", {outputBuffer, inputBuffer}, false);
+  checkSameKind("all_gather_into_tensor", inputBuffer, outputBuffer);
+  const std::size_t n = elementCount(inputBuffer);
+  TORCH_CHECK_VALUE(elementCount(outputBuffer) == n * static_cast<std::size_t>(size_),
+                    "commux: all_gather_into_tensor: the output holds ",
+                    outputBuffer.numel(), " elements; it must hold world size (", size_,
+                    ") x input (", inputBuffer.numel(), ")");
+  at::Tensor work = flat(outputBuffer);
+  work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n))
+      .copy_(inputBuffer.reshape({-1}));
+  const std::uint32_t seq = nextSequence();
+  return launchCollective(
+      c10d::OpType::_ALLGATHER_BASE, seq,
+      describe("all_gather_into_tensor", {inputBuffer}, "", "ring", seq), {outputBuffer},
+      collectives::allgatherRing(rank_, size_, equalBlocks(n, size_)), work, std::nullopt,
+      [work, outputBuffer] { scatterBack(work, {outputBuffer}); }, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
+    std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK_VALUE(inputTensors.size() == 1 && outputTensors.size() == 1,
+                    "commux: all_gather takes one input tensor and one output list per rank");
+  auto& outputs = outputTensors[0];
+  const at::Tensor& input = inputTensors[0];
+  checkTensors("all_gather", {input}, false);
+  TORCH_CHECK_VALUE(outputs.size() == static_cast<std::size_t>(size_), "commux: all_gather: ",
+                    "the output list has ", outputs.size(), " tensors; it needs world size (",
+                    size_, ")");
+  checkTensors("all_gather", outputs, true);
+  TORCH_CHECK_VALUE(outputs[0].numel() == input.numel(), "commux: all_gather: output tensors hold ",
+                    outputs[0].numel(), " elements, the input ", input.numel());
+  checkSameKind("all_gather", input, outputs[0]);
+  const std::size_t n = elementCount(input);
+  at::Tensor work = at::empty({static_cast<int64_t>(n) * size_}, input.options());
+  work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n)).copy_(input.reshape({-1}));
+  const std::uint32_t seq = nextSequence();
+  return launchCollective(
+      c10d::OpType::ALLGATHER, seq, describe("all_gather", {input}, "", "ring", seq), outputs,
+      collectives::allgatherRing(rank_, size_, equalBlocks(n, size_)), work, std::nullopt,
+      [work, outputs, n] {
+        for (std::size_t r = 0; r < outputs.size(); ++r) {
+          outputs[r].copy_(work.narrow(0, static_cast<int64_t>(r * n), static_cast<int64_t>(n))
+                               .view(outputs[r].sizes()));
+        }
+      },
+      opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::ReduceScatterOptions& opts) {
+  checkTensors("reduce_scatter_tensor", {outputBuffer, inputBuffer}, false);
+  checkSameKind("reduce_scatter_tensor", inputBuffer, outputBuffer);
+  const auto kind = reduceKindFor("reduce_scatter_tensor", opts.reduceOp, inputBuffer.scalar_type());
+  const std::size_t n = elementCount(outputBuffer);
+  TORCH_CHECK_VALUE(elementCount(inputBuffer) == n * static_cast<std::size_t>(size_),
+                    "commux: reduce_scatter_tensor: the input holds ", inputBuffer.numel(),
+                    " elements; it must hold world size (", size_, ") x output (",
+                    outputBuffer.numel(), ")");
+  // The input must stay as it is: reduce in a private copy.
+  at::Tensor work = inputBuffer.reshape({-1}).clone();
+  const bool avg = opts.reduceOp == c10d::ReduceOp::AVG;
+  const int64_t contributions = size_;
+  const int64_t offset = static_cast<int64_t>(n) * rank_;
+  const std::uint32_t seq = nextSequence();
+  return launchCollective(
+      c10d::OpType::_REDUCE_SCATTER_BASE, seq,
+      describe("reduce_scatter_tensor", {outputBuffer}, avg ? "AVG" : engine::reduceKindName(kind),
+               "ring", seq),
+      {outputBuffer}, collectives::reduceScatterRing(rank_, size_, equalBlocks(n, size_)), work,
+      kind,
+      [work, outputBuffer, n, offset, avg, contributions] {
+        at::Tensor mine = work.narrow(0, offset, static_cast<int64_t>(n));
+        if (avg) mine.div_(contributions);
+        outputBuffer.copy_(mine.view(outputBuffer.sizes()));
+      },
+      opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce_scatter(
+    std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK_VALUE(outputTensors.size() == 1 && inputTensors.size() == 1,
+                    "commux: reduce_scatter takes one output tensor and one input list per rank");
+  auto& inputs = inputTensors[0];
+  TORCH_CHECK_VALUE(inputs.size() == static_cast<std::size_t>(size_), "commux: reduce_scatter: ",
+                    "the input list has ", inputs.size(), " tensors; it needs world size (",
+                    size_, ")");
+  checkTensors("reduce_scatter", inputs, true);
+  at::Tensor flatInput = at::cat(c10::fmap(inputs, [](const at::Tensor& t) { return t.reshape({-1}); }));
+  return _reduce_scatter_base(outputTensors[0], flatInput, opts);
+}
+
+}  // namespace commux

@@ -1,0 +1,36 @@
+#include "c10d/staging.hpp"
+
+#include "commux/options.hpp"
+
+namespace commux {
+
+collectives::Thresholds thresholds() {
+  const Config& c = Config::get();
+  return collectives::Thresholds{c.allreduceRingMinBytes, c.chainMinBytes, c.pipelineChunkBytes};
+}
+
+at::Tensor flat(const at::Tensor& t) {
+  return t.is_contiguous() ? t.view({-1}) : t.contiguous().view({-1});
+}
+
+void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors) {
+  for (const auto& t : tensors) {
+    if (t.is_contiguous() && t.data_ptr() == work.data_ptr()) continue;
+    t.copy_(work.view(t.sizes()));
+  }
+}
+
+std::string describe(const char* op, const std::vector<at::Tensor>& tensors,
+                     const std::string& detail, const char* algorithm, std::uint32_t seq) {
+  std::string s = std::string(op) + " (";
+  if (!detail.empty()) s += detail + ", ";
+  if (!tensors.empty()) {
+    s += std::to_string(elementCount(tensors[0])) + " x " +
+         std::string(c10::toString(tensors[0].scalar_type()));
+    if (tensors.size() > 1) s += " x " + std::to_string(tensors.size()) + " tensors";
+    s += ", ";
+  }
+  return s + algorithm + ", collective #" + std::to_string(seq) + ")";
+}
+
+}  // namespace commux

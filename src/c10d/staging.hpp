@@ -1,0 +1,28 @@
+#pragma once
+// Helpers the collective entry points share: staging tensors into flat buffers, copying
+// results back, describing an operation for error messages, and the size thresholds.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/selection.hpp"
+
+namespace commux {
+
+collectives::Thresholds thresholds();
+
+inline std::size_t elementCount(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
+
+/// A flat contiguous view of `t` when one exists, else a flat contiguous copy.
+at::Tensor flat(const at::Tensor& t);
+
+/// Copies `work` back into every tensor that does not already alias it.
+void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors);
+
+/// "op (detail, N x dtype, algorithm, collective #seq)", for messages and errors.
+std::string describe(const char* op, const std::vector<at::Tensor>& tensors,
+                     const std::string& detail, const char* algorithm, std::uint32_t seq);
+
+}  // namespace commux
