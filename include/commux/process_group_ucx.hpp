@@ -52,6 +52,10 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  /// Each tensor is reduced on its own (unlike allreduce's list), in one collective.
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
   c10::intrusive_ptr<c10d::Work> reduce(
       std::vector<at::Tensor>& tensors,
       const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
@@ -71,6 +75,19 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& outputBuffer, at::Tensor& inputBuffer,
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputTensors, std::vector<at::Tensor>& inputTensors,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
@@ -86,6 +103,13 @@ class ProcessGroupUCX : public c10d::Backend {
       std::chrono::milliseconds timeout);
   void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op);
   std::uint32_t nextSequence() { return sequence_++; }
+  /// All-to-all over one buffer [input | output] with per-peer element counts.
+  c10::intrusive_ptr<c10d::Work> alltoallFlat(c10d::OpType type, const char* name,
+                                              at::Tensor input, std::vector<std::size_t> sendCounts,
+                                              std::vector<std::size_t> recvCounts,
+                                              std::vector<at::Tensor> outputs,
+                                              std::function<void(const at::Tensor&)> unpack,
+                                              std::chrono::milliseconds timeout);
 
   std::shared_ptr<engine::Engine> engine_;
   std::unique_ptr<PeerTable> peers_;

@@ -70,6 +70,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
       opts.timeout);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  checkTensors("allreduce_coalesced", tensors, false);
+  for (const auto& t : tensors) {
+    TORCH_CHECK_VALUE(t.scalar_type() == tensors[0].scalar_type(),
+                      "commux: allreduce_coalesced: all tensors must have one dtype, got ",
+                      tensors[0].scalar_type(), " and ", t.scalar_type());
+  }
+  const auto kind = reduceKindFor("allreduce_coalesced", opts.reduceOp, tensors[0].scalar_type());
+  at::Tensor work = at::cat(c10::fmap(tensors, [](const at::Tensor& t) { return t.reshape({-1}); }));
+  auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
+                                         thresholds());
+  const bool avg = opts.reduceOp == c10d::ReduceOp::AVG;
+  const int64_t contributions = size_;
+  const std::uint32_t seq = nextSequence();
+  return launchCollective(
+      c10d::OpType::ALLREDUCE_COALESCED, seq,
+      describe("allreduce_coalesced", tensors, avg ? "AVG" : engine::reduceKindName(kind),
+               plan.algorithm, seq),
+      tensors, std::move(plan.schedule), work, kind,
+      [work, tensors, avg, contributions] {
+        if (avg) work.div_(contributions);
+        int64_t offset = 0;
+        for (const auto& t : tensors) {
+          t.copy_(work.narrow(0, offset, t.numel()).view(t.sizes()));
+          offset += t.numel();
+        }
+      },
+      opts.timeout);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
   checkTensors("reduce", tensors, true);

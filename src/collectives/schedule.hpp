@@ -75,5 +75,16 @@ Schedule broadcastChain(int rank, int size, int root, std::size_t count, std::si
 Schedule reduceBinomial(int rank, int size, int root, std::size_t count);
 Schedule reduceChain(int rank, int size, int root, std::size_t count, std::size_t chunk);
 Schedule barrierDissemination(int rank, int size);
+/// Binomial-tree gather of `count` elements per rank. The buffer holds p blocks in the
+/// order of ranks relative to the root (block v belongs to rank (root + v) mod p); each
+/// rank starts with its own block at v = (rank - root) mod p, the root ends with all.
+Schedule gatherBinomial(int rank, int size, int root, std::size_t count);
+/// The reverse: the root starts with all blocks (same layout), every rank ends with its own.
+Schedule scatterBinomial(int rank, int size, int root, std::size_t count);
+/// Pairwise all-to-all: in step k rank r sends sendBlocks[(r+k) mod p] to rank r+k and
+/// receives recvBlocks[(r-k) mod p] from rank r-k (offsets into one buffer holding both).
+/// The block for itself is not part of the schedule (copied locally).
+Schedule alltoallPairwise(int rank, int size, const std::vector<Range>& sendBlocks,
+                          const std::vector<Range>& recvBlocks);
 
 }  // namespace commux::collectives

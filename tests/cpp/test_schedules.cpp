@@ -278,3 +278,63 @@ TEST(Schedules, ReduceScatterRingEvenAndUneven) {
     }
   }
 }
+
+TEST(Schedules, GatherAndScatterBinomialAllRoots) {
+  for (int p : kSizes) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+      for (int root = 0; root < p; ++root) {
+        const std::size_t total = n * static_cast<std::size_t>(p);
+        // Gather: rank r starts with only its block (relative position) filled in.
+        Buffer want(total);
+        std::vector<Buffer> in(p, Buffer(total, -1));
+        for (int r = 0; r < p; ++r) {
+          const std::size_t v = static_cast<std::size_t>((r - root + p) % p);
+          for (std::size_t i = 0; i < n; ++i) want[v * n + i] = in[r][v * n + i] = r * 100 + static_cast<std::int64_t>(i);
+        }
+        auto g = simulate(p, [&](int r) { return gatherBinomial(r, p, root, n); }, in);
+        expectAllDone(g);
+        EXPECT_EQ(g.buffers[root], want) << "gather p=" << p << " root " << root;
+        // Scatter: the root starts with everything, each rank must end with its block.
+        std::vector<Buffer> sin(p, Buffer(total, -1));
+        sin[root] = want;
+        auto sc = simulate(p, [&](int r) { return scatterBinomial(r, p, root, n); }, sin);
+        expectAllDone(sc);
+        for (int r = 0; r < p; ++r) {
+          const std::size_t v = static_cast<std::size_t>((r - root + p) % p);
+          for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(sc.buffers[r][v * n + i], want[v * n + i]) << "scatter p=" << p << " root " << root << " rank " << r;
+        }
+        for (int r = 0; r < p; ++r) {
+          EXPECT_LE(gatherBinomial(r, p, root, n).peers().size(),
+                    static_cast<std::size_t>(floorLog2(static_cast<std::uint64_t>(p)) + 2));
+        }
+      }
+    }
+  }
+}
+
+TEST(Schedules, AlltoallPairwiseUnevenSplits) {
+  for (int p : kSizes) {
+    // Rank s sends (s + d) % 3 elements to rank d; one buffer per rank: [send | recv].
+    auto amount = [](int s, int d) { return static_cast<std::size_t>((s + d) % 3); };
+    std::vector<std::vector<Range>> sendBlocks(p), recvBlocks(p);
+    std::vector<Buffer> in(p);
+    for (int r = 0; r < p; ++r) {
+      std::size_t off = 0;
+      for (int d = 0; d < p; ++d) { sendBlocks[r].push_back({off, amount(r, d)}); off += amount(r, d); }
+      for (int s = 0; s < p; ++s) { recvBlocks[r].push_back({off, amount(s, r)}); off += amount(s, r); }
+      in[r].assign(off, -1);
+      for (int d = 0; d < p; ++d)
+        for (std::size_t i = 0; i < sendBlocks[r][d].count; ++i) in[r][sendBlocks[r][d].offset + i] = r * 1000 + d * 10 + static_cast<std::int64_t>(i);
+    }
+    auto res = simulate(p, [&](int r) { return alltoallPairwise(r, p, sendBlocks[r], recvBlocks[r]); }, in);
+    expectAllDone(res);
+    for (int r = 0; r < p; ++r) {
+      for (int s = 0; s < p; ++s) {
+        if (s == r) continue;
+        for (std::size_t i = 0; i < recvBlocks[r][s].count; ++i) {
+          EXPECT_EQ(res.buffers[r][recvBlocks[r][s].offset + i], s * 1000 + r * 10 + static_cast<std::int64_t>(i)) << "p=" << p;
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,122 @@
+// ProcessGroupUCX: all-to-all (single tensor with splits, and lists), pairwise exchange.
+// Both directions share one work buffer [input | output]; the block for this rank itself
+// is copied locally before anything is posted.
+#include <c10/util/Exception.h>
+
+#include <numeric>
+
+#include "c10d/staging.hpp"
+#include "c10d/validation.hpp"
+#include "collectives/schedule.hpp"
+#include "commux/process_group_ucx.hpp"
+
+namespace commux {
+namespace {
+
+std::vector<collectives::Range> layout(const std::vector<std::size_t>& counts, std::size_t base) {
+  std::vector<collectives::Range> blocks;
+  for (std::size_t c : counts) {
+    blocks.push_back({base, c});
+    base += c;
+  }
+  return blocks;
+}
+
+/// Element counts per peer from dim-0 split sizes (empty = equal split).
+std::vector<std::size_t> countsFromSplits(const char* what, const at::Tensor& t,
+                                          const std::vector<int64_t>& splits, int size) {
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const int64_t rowElements = rows == 0 ? 0 : t.numel() / rows;
+  std::vector<std::size_t> counts;
+  if (splits.empty()) {
+    TORCH_CHECK_VALUE(rows % size == 0, "commux: all_to_all_single: the ", what, " has ", rows,
+                      " rows, not divisible by the world size ", size, "; pass split sizes");
+    counts.assign(static_cast<std::size_t>(size), static_cast<std::size_t>(rows / size * rowElements));
+    return counts;
+  }
+  TORCH_CHECK_VALUE(splits.size() == static_cast<std::size_t>(size), "commux: all_to_all_single: ",
+                    what, " split sizes have ", splits.size(), " entries; world size is ", size);
+  int64_t total = 0;
+  for (int64_t s : splits) {
+    TORCH_CHECK_VALUE(s >= 0, "commux: all_to_all_single: negative ", what, " split size ", s);
+    total += s;
+    counts.push_back(static_cast<std::size_t>(s * rowElements));
+  }
+  TORCH_CHECK_VALUE(total == rows, "commux: all_to_all_single: ", what, " split sizes add up to ",
+                    total, " rows but the ", what, " has ", rows);
+  return counts;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
+    c10d::OpType type, const char* name, at::Tensor input, std::vector<std::size_t> sendCounts,
+    std::vector<std::size_t> recvCounts, std::vector<at::Tensor> outputs,
+    std::function<void(const at::Tensor&)> unpack, std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(sendCounts[rank_] == recvCounts[rank_], "commux: ", name, ": this rank sends ",
+                    sendCounts[rank_], " elements to itself but expects ", recvCounts[rank_]);
+  const std::size_t in = std::accumulate(sendCounts.begin(), sendCounts.end(), std::size_t{0});
+  const std::size_t out = std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0});
+  at::Tensor work = at::empty({static_cast<int64_t>(in + out)}, input.options());
+  work.narrow(0, 0, static_cast<int64_t>(in)).copy_(input);
+  const auto sendBlocks = layout(sendCounts, 0);
+  const auto recvBlocks = layout(recvCounts, in);
+  const auto& self = sendBlocks[rank_];
+  work.narrow(0, static_cast<int64_t>(recvBlocks[rank_].offset), static_cast<int64_t>(self.count))
+      .copy_(work.narrow(0, static_cast<int64_t>(self.offset), static_cast<int64_t>(self.count)));
+  const std::uint32_t seq = nextSequence();
+  at::Tensor received = work.narrow(0, static_cast<int64_t>(in), static_cast<int64_t>(out));
+  return launchCollective(type, seq, describe(name, {input}, "", "pairwise", seq),
+                          std::move(outputs),
+                          collectives::alltoallPairwise(rank_, size_, sendBlocks, recvBlocks),
+                          work, std::nullopt, [received, unpack] { unpack(received); }, timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
+    at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
+  checkTensors("all_to_all_single", {outputBuffer, inputBuffer}, false);
+  TORCH_CHECK_VALUE(outputBuffer.scalar_type() == inputBuffer.scalar_type(),
+                    "commux: all_to_all_single: input and output dtypes differ");
+  auto sendCounts = countsFromSplits("input", inputBuffer, inputSplitSizes, size_);
+  auto recvCounts = countsFromSplits("output", outputBuffer, outputSplitSizes, size_);
+  at::Tensor output = outputBuffer;
+  return alltoallFlat(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", inputBuffer.reshape({-1}),
+                      std::move(sendCounts), std::move(recvCounts), {outputBuffer},
+                      [output](const at::Tensor& received) { output.copy_(received.view(output.sizes())); },
+                      opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>& outputTensors,
+                                                         std::vector<at::Tensor>& inputTensors,
+                                                         const c10d::AllToAllOptions& opts) {
+  TORCH_CHECK_VALUE(outputTensors.size() == static_cast<std::size_t>(size_) &&
+                        inputTensors.size() == static_cast<std::size_t>(size_),
+                    "commux: all_to_all takes world size (", size_, ") input and output tensors");
+  checkTensors("all_to_all", inputTensors, false);
+  checkTensors("all_to_all", outputTensors, false);
+  std::vector<std::size_t> sendCounts, recvCounts;
+  std::vector<at::Tensor> flatInputs;
+  for (int r = 0; r < size_; ++r) {
+    TORCH_CHECK_VALUE(inputTensors[r].scalar_type() == inputTensors[0].scalar_type() &&
+                          outputTensors[r].scalar_type() == inputTensors[0].scalar_type(),
+                      "commux: all_to_all: all tensors must have one dtype");
+    sendCounts.push_back(elementCount(inputTensors[r]));
+    recvCounts.push_back(elementCount(outputTensors[r]));
+    flatInputs.push_back(inputTensors[r].reshape({-1}));
+  }
+  std::vector<at::Tensor> outputs = outputTensors;
+  return alltoallFlat(c10d::OpType::ALLTOALL, "all_to_all", at::cat(flatInputs),
+                      std::move(sendCounts), recvCounts, outputs,
+                      [outputs, recvCounts](const at::Tensor& received) {
+                        int64_t offset = 0;
+                        for (std::size_t r = 0; r < outputs.size(); ++r) {
+                          const auto n = static_cast<int64_t>(recvCounts[r]);
+                          outputs[r].copy_(received.narrow(0, offset, n).view(outputs[r].sizes()));
+                          offset += n;
+                        }
+                      },
+                      opts.timeout);
+}
+
+}  // namespace commux

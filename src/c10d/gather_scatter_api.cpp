@@ -1,0 +1,87 @@
+// ProcessGroupUCX: gather and scatter, over binomial trees. The work buffer holds p blocks
+// in the order of ranks relative to the root (see collectives/gather_scatter_binomial.cpp).
+#include <c10/util/Exception.h>
+
+#include "c10d/staging.hpp"
+#include "c10d/validation.hpp"
+#include "collectives/schedule.hpp"
+#include "commux/process_group_ucx.hpp"
+
+namespace commux {
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
+    std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
+    const c10d::GatherOptions& opts) {
+  const int root = static_cast<int>(opts.rootRank);
+  checkPeer("gather", "root", root, size_);
+  TORCH_CHECK_VALUE(inputTensors.size() == 1, "commux: gather takes one input tensor");
+  const at::Tensor& input = inputTensors[0];
+  checkTensors("gather", {input}, false);
+  std::vector<at::Tensor> outputs;
+  if (rank_ == root) {
+    TORCH_CHECK_VALUE(outputTensors.size() == 1 && outputTensors[0].size() == static_cast<std::size_t>(size_),
+                      "commux: gather: the root needs a list of world size (", size_, ") output tensors");
+    outputs = outputTensors[0];
+    checkTensors("gather", outputs, true);
+    TORCH_CHECK_VALUE(outputs[0].numel() == input.numel() && outputs[0].scalar_type() == input.scalar_type(),
+                      "commux: gather: output tensors must match the input's size and dtype");
+  } else {
+    TORCH_CHECK_VALUE(outputTensors.empty() || outputTensors[0].empty(),
+                      "commux: gather: only the root (rank ", root, ") passes output tensors");
+  }
+  const auto n = static_cast<int64_t>(input.numel());
+  const int vr = (rank_ - root + size_) % size_;
+  at::Tensor work = at::empty({n * size_}, input.options());
+  work.narrow(0, n * vr, n).copy_(input.reshape({-1}));
+  const std::uint32_t seq = nextSequence();
+  const int p = size_;
+  return launchCollective(
+      c10d::OpType::GATHER, seq,
+      describe("gather", {input}, "to rank " + std::to_string(root), "binomial", seq), outputs,
+      collectives::gatherBinomial(rank_, size_, root, static_cast<std::size_t>(n)), work,
+      std::nullopt,
+      [work, outputs, n, root, p] {
+        for (int v = 0; v < static_cast<int>(outputs.size()); ++v) {
+          const auto& out = outputs[static_cast<std::size_t>((v + root) % p)];
+          out.copy_(work.narrow(0, n * v, n).view(out.sizes()));
+        }
+      },
+      opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
+    std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
+    const c10d::ScatterOptions& opts) {
+  const int root = static_cast<int>(opts.rootRank);
+  checkPeer("scatter", "root", root, size_);
+  TORCH_CHECK_VALUE(outputTensors.size() == 1, "commux: scatter takes one output tensor");
+  const at::Tensor& output = outputTensors[0];
+  checkTensors("scatter", {output}, false);
+  const auto n = static_cast<int64_t>(output.numel());
+  at::Tensor work = at::empty({n * size_}, output.options());
+  if (rank_ == root) {
+    TORCH_CHECK_VALUE(inputTensors.size() == 1 && inputTensors[0].size() == static_cast<std::size_t>(size_),
+                      "commux: scatter: the root needs a list of world size (", size_, ") input tensors");
+    const auto& inputs = inputTensors[0];
+    checkTensors("scatter", inputs, true);
+    TORCH_CHECK_VALUE(inputs[0].numel() == n && inputs[0].scalar_type() == output.scalar_type(),
+                      "commux: scatter: input tensors must match the output's size and dtype");
+    for (int v = 0; v < size_; ++v) {
+      work.narrow(0, n * v, n).copy_(inputs[static_cast<std::size_t>((v + root) % size_)].reshape({-1}));
+    }
+  } else {
+    TORCH_CHECK_VALUE(inputTensors.empty() || inputTensors[0].empty(),
+                      "commux: scatter: only the root (rank ", root, ") passes input tensors");
+  }
+  const int64_t offset = n * ((rank_ - root + size_) % size_);
+  const std::uint32_t seq = nextSequence();
+  return launchCollective(
+      c10d::OpType::SCATTER, seq,
+      describe("scatter", {output}, "from rank " + std::to_string(root), "binomial", seq),
+      {output}, collectives::scatterBinomial(rank_, size_, root, static_cast<std::size_t>(n)),
+      work, std::nullopt,
+      [work, output, n, offset] { output.copy_(work.narrow(0, offset, n).view(output.sizes())); },
+      opts.timeout);
+}
+
+}  // namespace commux
