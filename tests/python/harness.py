@@ -154,6 +154,17 @@ def expect_error(fn, keywords, what: str, exc_types=(RuntimeError, ValueError)):
     raise AssertionError(f"{what}: no exception was raised")
 
 
+def assert_group_works(world_size: int) -> None:
+    """Inside a rank: an all_reduce on the default group still gives the right answer
+    (after an operation that was expected to fail)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert t.eq(world_size).all(), f"the group no longer works: all_reduce gave {t.tolist()}"
+
+
 def cpu_seconds() -> float:
     """User+system CPU time of this whole process (all threads)."""
     import resource
