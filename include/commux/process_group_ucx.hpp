@@ -40,7 +40,9 @@ class ProcessGroupUCX : public c10d::Backend {
 
   const std::string getBackendName() const override { return "ucx"; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-  void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  // Not marked override: c10d::Backend only declares setTimeout from torch 2.6 on; there
+  // it overrides, before it is a plain member.
+  void setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
                                       int tag) override;

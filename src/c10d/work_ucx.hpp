@@ -39,7 +39,8 @@ class WorkUCX : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   void abort() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  std::chrono::milliseconds getTimeout() const override { return timeout_; }
+  // Not marked override: c10d::Work only declares getTimeout in newer torch (not 2.5).
+  std::chrono::milliseconds getTimeout() const { return timeout_; }
 
   const std::string& description() const noexcept { return description_; }
 
