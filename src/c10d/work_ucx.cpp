@@ -101,11 +101,9 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   waiterParked_.store(true, std::memory_order_seq_cst);
   const bool parked = engine_->parkUntil(done_, deadline);
   waiterParked_.store(false, std::memory_order_relaxed);
-  if (parked) {
-    engine_->handOff();
-    return done_.load(std::memory_order_acquire);
-  }
+  // Either way this thread stops driving: let the progress thread look again.
   engine_->handOff();
+  if (parked) return done_.load(std::memory_order_acquire);
   std::unique_lock<std::mutex> lock(mutex_);
   return cv_.wait_until(lock, deadline, [this] { return completed_; });
 }

@@ -7,8 +7,8 @@
 
 namespace commux::ucx {
 
-/// Owns a single-threaded ucp_worker_h. Only the thread that drives it may call anything
-/// but signal().
+/// Owns a UCS_THREAD_MODE_SERIALIZED ucp_worker_h: threads may drive it in turn, never at
+/// once (the engine's worker lock ensures that); only signal() is safe without the lock.
 class Worker {
  public:
   explicit Worker(const Context& context);
