@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace commux {
@@ -43,6 +44,24 @@ class ProcessGroupUCX : public c10d::Backend {
   // Not marked override: c10d::Backend only declares setTimeout from torch 2.6 on; there
   // it overrides, before it is a plain member.
   void setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+
+  bool supportsCoalescing() const override { return true; }
+  /// Everything posted until endCoalescing() is also tracked by the one Work that
+  /// endCoalescing() returns (batch_isend_irecv, the coalescing manager).
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  bool supportsSplitting() const override { return true; }
+  // split/abort/shutdown are not marked override: torch 2.5's Backend does not declare
+  // them; from the torch that does, they override.
+  /// The subgroup of the parent-group ranks `ranks`, or null when this rank is not in it.
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts);
+  /// Cancels every operation in flight; later calls raise.
+  void abort();
+  /// Later calls raise; operations in flight still finish.
+  void shutdown();
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
                                       int tag) override;
@@ -90,8 +109,21 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(
       std::vector<at::Tensor>& outputTensors, std::vector<at::Tensor>& inputTensors,
       const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputTensorLists,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  /// A barrier through rank 0 that names the ranks that did not arrive in time (all of
+  /// them with `waitAllRanks`, else the first).
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
 
  private:
   c10::intrusive_ptr<WorkUCX> makeWork(c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -105,6 +137,8 @@ class ProcessGroupUCX : public c10d::Backend {
       std::chrono::milliseconds timeout);
   void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op);
   std::uint32_t nextSequence() { return sequence_++; }
+  /// Raises once the group was aborted or shut down.
+  void checkUsable() const;
   /// All-to-all over one buffer [input | output] with per-peer element counts.
   c10::intrusive_ptr<c10d::Work> alltoallFlat(c10d::OpType type, const char* name,
                                               at::Tensor input, std::vector<std::size_t> sendCounts,
@@ -118,6 +152,16 @@ class ProcessGroupUCX : public c10d::Backend {
   std::uint32_t context_;
   std::chrono::milliseconds timeout_;
   std::atomic<std::uint32_t> sequence_{0};
+
+  enum class State : std::uint8_t { Running, ShutDown, Aborted };
+  std::atomic<State> state_{State::Running};
+  std::atomic<bool> coalescing_{false};
+  // Guards coalesced_ and inflight_.
+  std::mutex trackMutex_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+  // Operations abort() must cancel; completed entries are pruned as the list grows.
+  std::vector<c10::weak_intrusive_ptr<WorkUCX>> inflight_;
+  std::size_t pruneAt_ = 64;
 };
 
 }  // namespace commux

@@ -2,28 +2,13 @@
 // block per rank. Both stage into one flat buffer of p blocks and run a ring schedule.
 #include <c10/util/Exception.h>
 
+#include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "collectives/schedule.hpp"
 #include "commux/process_group_ucx.hpp"
 
 namespace commux {
-namespace {
-
-/// Every input block of a p-block buffer whose blocks all hold `count` elements.
-std::vector<collectives::Range> equalBlocks(std::size_t count, int size) {
-  std::vector<collectives::Range> blocks;
-  for (int r = 0; r < size; ++r) blocks.push_back({static_cast<std::size_t>(r) * count, count});
-  return blocks;
-}
-
-void checkSameKind(const char* op, const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK_VALUE(a.scalar_type() == b.scalar_type(), "commux: ", op,
-                    ": input and output dtypes differ (", a.scalar_type(), " vs ",
-                    b.scalar_type(), ")");
-}
-
-}  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::AllgatherOptions& opts) {
@@ -80,7 +65,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::ReduceScatterOptions& opts) {
   checkTensors("reduce_scatter_tensor", {outputBuffer, inputBuffer}, false);
   checkSameKind("reduce_scatter_tensor", inputBuffer, outputBuffer);
-  const auto kind = reduceKindFor("reduce_scatter_tensor", opts.reduceOp, inputBuffer.scalar_type());
+  const auto reduction =
+      Reduction::of("reduce_scatter_tensor", opts.reduceOp, inputBuffer.scalar_type());
   const std::size_t n = elementCount(outputBuffer);
   TORCH_CHECK_VALUE(elementCount(inputBuffer) == n * static_cast<std::size_t>(size_),
                     "commux: reduce_scatter_tensor: the input holds ", inputBuffer.numel(),
@@ -88,19 +74,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
                     outputBuffer.numel(), ")");
   // The input must stay as it is: reduce in a private copy.
   at::Tensor work = inputBuffer.reshape({-1}).clone();
-  const bool avg = opts.reduceOp == c10d::ReduceOp::AVG;
+  reduction.prepare(work);
   const int64_t contributions = size_;
   const int64_t offset = static_cast<int64_t>(n) * rank_;
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::_REDUCE_SCATTER_BASE, seq,
-      describe("reduce_scatter_tensor", {outputBuffer}, avg ? "AVG" : engine::reduceKindName(kind),
-               "ring", seq),
+      describe("reduce_scatter_tensor", {outputBuffer}, reduction.label(), "ring", seq),
       {outputBuffer}, collectives::reduceScatterRing(rank_, size_, equalBlocks(n, size_)), work,
-      kind,
-      [work, outputBuffer, n, offset, avg, contributions] {
+      reduction.kind(),
+      [work, outputBuffer, n, offset, reduction, contributions] {
         at::Tensor mine = work.narrow(0, offset, static_cast<int64_t>(n));
-        if (avg) mine.div_(contributions);
+        reduction.finish(mine, contributions);
         outputBuffer.copy_(mine.view(outputBuffer.sizes()));
       },
       opts.timeout);

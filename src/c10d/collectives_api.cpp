@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include "c10d/peer_table.hpp"
+#include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
@@ -51,52 +52,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
   checkTensors("allreduce", tensors, true);
-  const auto kind = reduceKindFor("allreduce", opts.reduceOp, tensors[0].scalar_type());
-  at::Tensor work = localReduce(tensors, kind, false);
+  const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
+  at::Tensor work = localReduce(tensors, reduction.kind(), false);
+  reduction.prepare(work);
   auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
                                          thresholds());
-  const bool avg = opts.reduceOp == c10d::ReduceOp::AVG;
   const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::ALLREDUCE, seq,
-      describe("allreduce", tensors, opts.reduceOp == c10d::ReduceOp::AVG ? "AVG" : engine::reduceKindName(kind),
-               plan.algorithm, seq),
-      tensors, std::move(plan.schedule), work, kind,
-      [work, tensors, avg, contributions] {
-        if (avg) work.div_(contributions);
+      describe("allreduce", tensors, reduction.label(), plan.algorithm, seq), tensors,
+      std::move(plan.schedule), work, reduction.kind(),
+      [work, tensors, reduction, contributions] {
+        reduction.finish(work, contributions);
         scatterBack(work, tensors);
-      },
-      opts.timeout);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  checkTensors("allreduce_coalesced", tensors, false);
-  for (const auto& t : tensors) {
-    TORCH_CHECK_VALUE(t.scalar_type() == tensors[0].scalar_type(),
-                      "commux: allreduce_coalesced: all tensors must have one dtype, got ",
-                      tensors[0].scalar_type(), " and ", t.scalar_type());
-  }
-  const auto kind = reduceKindFor("allreduce_coalesced", opts.reduceOp, tensors[0].scalar_type());
-  at::Tensor work = at::cat(c10::fmap(tensors, [](const at::Tensor& t) { return t.reshape({-1}); }));
-  auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
-                                         thresholds());
-  const bool avg = opts.reduceOp == c10d::ReduceOp::AVG;
-  const int64_t contributions = size_;
-  const std::uint32_t seq = nextSequence();
-  return launchCollective(
-      c10d::OpType::ALLREDUCE_COALESCED, seq,
-      describe("allreduce_coalesced", tensors, avg ? "AVG" : engine::reduceKindName(kind),
-               plan.algorithm, seq),
-      tensors, std::move(plan.schedule), work, kind,
-      [work, tensors, avg, contributions] {
-        if (avg) work.div_(contributions);
-        int64_t offset = 0;
-        for (const auto& t : tensors) {
-          t.copy_(work.narrow(0, offset, t.numel()).view(t.sizes()));
-          offset += t.numel();
-        }
       },
       opts.timeout);
 }
@@ -105,27 +74,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
                                                        const c10d::ReduceOptions& opts) {
   checkTensors("reduce", tensors, true);
   checkPeer("reduce", "root", static_cast<int>(opts.rootRank), size_);
-  const auto kind = reduceKindFor("reduce", opts.reduceOp, tensors[0].scalar_type());
+  const auto reduction = Reduction::of("reduce", opts.reduceOp, tensors[0].scalar_type());
   const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = rank_ == root;
   // Only the root's tensors receive the result; the others keep their input, so
   // non-roots reduce in a private buffer.
-  at::Tensor work = localReduce(tensors, kind, rank_ != root);
+  at::Tensor work = localReduce(tensors, reduction.kind(), !isRoot);
+  reduction.prepare(work);
   auto plan = collectives::planReduce(rank_, size_, root, elementCount(work), work.element_size(),
                                       thresholds());
-  const bool avg = opts.reduceOp == c10d::ReduceOp::AVG;
   const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
-  const bool isRoot = rank_ == root;
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::REDUCE, seq,
-      describe("reduce", tensors,
-               std::string(avg ? "AVG" : engine::reduceKindName(kind)) + " to rank " +
-                   std::to_string(root),
+      describe("reduce", tensors, reduction.label() + " to rank " + std::to_string(root),
                plan.algorithm, seq),
-      tensors, std::move(plan.schedule), work, kind,
-      [work, tensors, avg, contributions, isRoot] {
+      tensors, std::move(plan.schedule), work, reduction.kind(),
+      [work, tensors, reduction, contributions, isRoot] {
         if (!isRoot) return;
-        if (avg) work.div_(contributions);
+        reduction.finish(work, contributions);
         scatterBack(work, tensors);
       },
       opts.timeout);

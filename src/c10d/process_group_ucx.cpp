@@ -3,6 +3,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 #include "c10d/peer_table.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
@@ -53,6 +55,7 @@ c10::intrusive_ptr<WorkUCX> ProcessGroupUCX::makeWork(c10d::OpType type,
                                                       std::vector<at::Tensor> outputs,
                                                       std::string description,
                                                       std::chrono::milliseconds timeout) {
+  checkUsable();
   return c10::make_intrusive<WorkUCX>(rank_, type, std::move(outputs),
                                       timeout.count() >= 0 ? timeout : timeout_,
                                       std::move(description), engine_);
@@ -61,6 +64,20 @@ c10::intrusive_ptr<WorkUCX> ProcessGroupUCX::makeWork(c10d::OpType type,
 void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
                              std::shared_ptr<engine::Op> op) {
   work->attach(op);
+  {
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    if (coalescing_.load(std::memory_order_relaxed)) coalesced_.push_back(work);
+    if (inflight_.size() >= pruneAt_) {
+      inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(),
+                                     [](const auto& w) {
+                                       auto strong = w.lock();
+                                       return !strong || strong->isCompleted();
+                                     }),
+                      inflight_.end());
+      pruneAt_ = std::max<std::size_t>(64, 2 * inflight_.size());
+    }
+    inflight_.emplace_back(work);
+  }
   engine_->submit(std::move(op));
 }
 

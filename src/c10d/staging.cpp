@@ -13,6 +13,12 @@ at::Tensor flat(const at::Tensor& t) {
   return t.is_contiguous() ? t.view({-1}) : t.contiguous().view({-1});
 }
 
+std::vector<collectives::Range> equalBlocks(std::size_t count, int size) {
+  std::vector<collectives::Range> blocks;
+  for (int r = 0; r < size; ++r) blocks.push_back({static_cast<std::size_t>(r) * count, count});
+  return blocks;
+}
+
 void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors) {
   for (const auto& t : tensors) {
     if (t.is_contiguous() && t.data_ptr() == work.data_ptr()) continue;

@@ -18,6 +18,9 @@ inline std::size_t elementCount(const at::Tensor& t) { return static_cast<std::s
 /// A flat contiguous view of `t` when one exists, else a flat contiguous copy.
 at::Tensor flat(const at::Tensor& t);
 
+/// The blocks of a p-block buffer whose blocks all hold `count` elements.
+std::vector<collectives::Range> equalBlocks(std::size_t count, int size);
+
 /// Copies `work` back into every tensor that does not already alias it.
 void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors);
 

@@ -31,6 +31,12 @@ void checkTensors(const char* op, const std::vector<at::Tensor>& tensors, bool s
   }
 }
 
+void checkSameKind(const char* op, const at::Tensor& input, const at::Tensor& output) {
+  TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "commux: ", op,
+                    ": input and output dtypes differ (", input.scalar_type(), " vs ",
+                    output.scalar_type(), ")");
+}
+
 void checkTag(const char* op, int tag) {
   TORCH_CHECK_VALUE(tag >= 0, "commux: ", op, ": tag must be in [0, ", wire::kMaxUserTag,
                     "], got ", tag);
@@ -39,43 +45,6 @@ void checkTag(const char* op, int tag) {
 void checkPeer(const char* op, const char* role, int peer, int size) {
   TORCH_CHECK_VALUE(peer >= 0 && peer < size, "commux: ", op, ": invalid ", role, " rank ",
                     peer, " for a group of size ", size);
-}
-
-engine::ReduceKind reduceKindFor(const char* op, const c10d::ReduceOp& reduceOp,
-                                 at::ScalarType dtype) {
-  using K = engine::ReduceKind;
-  const bool integral = at::isIntegralType(dtype, /*includeBool=*/true);
-  const bool complex = at::isComplexType(dtype);
-  switch (reduceOp.op_) {
-    case c10d::ReduceOp::SUM:
-      return K::Sum;
-    case c10d::ReduceOp::PRODUCT:
-      return K::Product;
-    case c10d::ReduceOp::AVG:
-      TORCH_CHECK_NOT_IMPLEMENTED(!integral, "commux: ", op, ": ReduceOp.AVG needs a floating "
-                                  "point or complex dtype, got ", dtype,
-                                  "; use SUM and divide");
-      return K::Sum;
-    case c10d::ReduceOp::MIN:
-    case c10d::ReduceOp::MAX:
-      TORCH_CHECK_NOT_IMPLEMENTED(!complex, "commux: ", op, ": ReduceOp.",
-                                  reduceOp.op_ == c10d::ReduceOp::MIN ? "MIN" : "MAX",
-                                  " is undefined for complex dtype ", dtype);
-      return reduceOp.op_ == c10d::ReduceOp::MIN ? K::Min : K::Max;
-    case c10d::ReduceOp::BAND:
-    case c10d::ReduceOp::BOR:
-    case c10d::ReduceOp::BXOR:
-      TORCH_CHECK_NOT_IMPLEMENTED(integral, "commux: ", op,
-                                  ": bitwise ReduceOps (BAND, BOR, BXOR) need an integer or "
-                                  "bool dtype, got ", dtype);
-      return reduceOp.op_ == c10d::ReduceOp::BAND  ? K::BitAnd
-             : reduceOp.op_ == c10d::ReduceOp::BOR ? K::BitOr
-                                                   : K::BitXor;
-    default:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "commux: ", op, ": ReduceOp ",
-                                  static_cast<int>(reduceOp.op_), " is not supported");
-  }
-  return K::Sum;
 }
 
 }  // namespace commux

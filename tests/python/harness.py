@@ -25,7 +25,7 @@ backend=None, pg_timeout=None, **kwargs) -> list``
     rank before torch is imported.  ``backend`` overrides the backend name
     passed to ``init_process_group`` (e.g. ``"commux"`` to test the alias);
     ``pg_timeout`` (a ``timedelta``) is passed as ``timeout=`` to
-    ``init_process_group``.  ``timeout`` is a HARD limit in seconds: when it
+    ``init_process_group``, ``device_id`` (e.g. ``"cpu"``) as ``device_id=``.  ``timeout`` is a HARD limit in seconds: when it
     expires every child still alive gets its Python stacks dumped (SIGUSR1 +
     faulthandler) and is SIGKILLed, and the test fails naming the ranks that
     were still running.  If any rank raises, the test fails with the
@@ -178,12 +178,15 @@ def cpu_seconds() -> float:
 # --------------------------------------------------------------------------
 
 
-def _init_group(rank, world_size, backend, init, init_arg, pg_timeout):
+def _init_group(rank, world_size, backend, init, init_arg, pg_timeout, device_id=None):
+    import torch
     import torch.distributed as dist
 
     kwargs = {}
     if pg_timeout is not None:
         kwargs["timeout"] = pg_timeout
+    if device_id is not None:
+        kwargs["device_id"] = torch.device(device_id)
     if init == "tcp":
         dist.init_process_group(
             backend, init_method=init_arg, rank=rank, world_size=world_size, **kwargs
@@ -236,7 +239,8 @@ def _child_main(rank, world_size, fn, kwargs, conn, cfg):
 
             commux.register()
         store = _init_group(
-            rank, world_size, backend, cfg["init"], cfg["init_arg"], cfg["pg_timeout"]
+            rank, world_size, backend, cfg["init"], cfg["init_arg"], cfg["pg_timeout"],
+            cfg.get("device_id"),
         )
         assert dist.get_rank() == rank and dist.get_world_size() == world_size, (
             f"init gave rank/world {dist.get_rank()}/{dist.get_world_size()}, "
@@ -340,6 +344,7 @@ def run_ranks(
     *,
     backend: str | None = None,
     pg_timeout: datetime.timedelta | None = None,
+    device_id: str | None = None,
     **kwargs,
 ):
     """Run ``fn(rank, world_size, **kwargs)`` in ``world_size`` processes.
@@ -381,6 +386,7 @@ def run_ranks(
         "init": init,
         "init_arg": init_arg,
         "pg_timeout": pg_timeout,
+        "device_id": device_id,
         "env": child_env,
         "tmpdir": tmpdir,
     }
