@@ -52,12 +52,14 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
   bool supportsSplitting() const override { return true; }
-  // split/abort/shutdown are not marked override: torch 2.5's Backend does not declare
+  // split/getBackendOptions/abort/shutdown are not marked override: torch 2.5's Backend does not declare
   // them; from the torch that does, they override.
   /// The subgroup of the parent-group ranks `ranks`, or null when this rank is not in it.
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts);
+  /// The group's options (backend name, timeout), which torch's split_group hands to split().
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions();
   /// Cancels every operation in flight; later calls raise.
   void abort();
   /// Later calls raise; operations in flight still finish.

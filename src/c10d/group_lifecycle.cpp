@@ -54,6 +54,10 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupUCX::split(
                                               static_cast<int>(ranks.size()), timeout);
 }
 
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupUCX::getBackendOptions() {
+  return c10::make_intrusive<c10d::Backend::Options>(getBackendName(), timeout_);
+}
+
 void ProcessGroupUCX::abort() {
   state_.store(State::Aborted, std::memory_order_release);
   std::vector<c10::weak_intrusive_ptr<WorkUCX>> inflight;

@@ -50,7 +50,13 @@ PYBIND11_MODULE(_C, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"),
            py::arg("timeout") = commux::ProcessGroupUCX::kDefaultTimeout,
            py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("timeout", &commux::ProcessGroupUCX::timeout);
+      .def_property_readonly("timeout", &commux::ProcessGroupUCX::timeout)
+      // torch calls this on ranks left out of a new subgroup of a device-bound group (NCCL's
+      // ncclCommSplit needs them). A commux subgroup meets through its own store keys,
+      // members only, so there is nothing for the others to do.
+      .def(
+          "perform_nocolor_split", [](commux::ProcessGroupUCX&, const c10::Device&) {},
+          py::arg("device"));
 
   m.def("version", [] { return std::string(COMMUX_VERSION); });
   m.def("ucx_version", &ucxVersion, "Version of the UCX library loaded at run time");
