@@ -40,20 +40,25 @@ class ProcessGroupUCX : public c10d::Backend {
   ~ProcessGroupUCX() override;
 
   const std::string getBackendName() const override { return "ucx"; }
+  /// Collectives issued so far; equal on every rank of a healthy group (desync checks).
+  uint64_t getSequenceNumberForGroup() override { return sequence_.load(); }
+  /// Sequence numbers start at 0 on every rank: there is nothing to agree on.
+  void setSequenceNumberForGroup() override {}
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   // Not marked override: c10d::Backend only declares setTimeout from torch 2.6 on; there
   // it overrides, before it is a plain member.
   void setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
-  bool supportsCoalescing() const override { return true; }
+  // supportsCoalescing, split, getBackendOptions, abort and shutdown are not marked
+  // override: torch 2.5's Backend does not declare them; from the torch that does, they
+  // override.
+  bool supportsCoalescing() const { return true; }
   /// Everything posted until endCoalescing() is also tracked by the one Work that
   /// endCoalescing() returns (batch_isend_irecv, the coalescing manager).
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
   bool supportsSplitting() const override { return true; }
-  // split/getBackendOptions/abort/shutdown are not marked override: torch 2.5's Backend does not declare
-  // them; from the torch that does, they override.
   /// The subgroup of the parent-group ranks `ranks`, or null when this rank is not in it.
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,

@@ -109,6 +109,15 @@ def _coalescing_window(rank, ws):
     # Windows must pair up, and a broken pairing is a clear error, not a hang.
     expect_error(lambda: pg._end_coalescing(cpu), "endCoalescing", "end without start")
     assert_group_works(ws)
+    # Sequence numbers count collectives and agree across ranks (torch's desync checks).
+    backend = get_backend_obj()
+    before = backend._get_sequence_number_for_group()
+    dist.barrier()
+    after = backend._get_sequence_number_for_group()
+    assert after == before + 1, (before, after)
+    seqs = [torch.zeros(1, dtype=torch.int64) for _ in range(ws)]
+    dist.all_gather(seqs, torch.tensor([after]))
+    assert all(int(x) == after for x in seqs), seqs
     return True
 
 
