@@ -53,6 +53,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
     c10d::OpType type, const char* name, at::Tensor input, std::vector<std::size_t> sendCounts,
     std::vector<std::size_t> recvCounts, std::vector<at::Tensor> outputs,
     std::function<void(const at::Tensor&)> unpack, std::chrono::milliseconds timeout) {
+  const NoAutograd noAutograd;
   TORCH_CHECK_VALUE(sendCounts[rank_] == recvCounts[rank_], "commux: ", name, ": this rank sends ",
                     sendCounts[rank_], " elements to itself but expects ", recvCounts[rank_]);
   const std::size_t in = std::accumulate(sendCounts.begin(), sendCounts.end(), std::size_t{0});
@@ -75,6 +76,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
+  const NoAutograd noAutograd;
   checkTensors("all_to_all_single", {outputBuffer, inputBuffer}, false);
   TORCH_CHECK_VALUE(outputBuffer.scalar_type() == inputBuffer.scalar_type(),
                     "commux: all_to_all_single: input and output dtypes differ");
@@ -90,6 +92,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>& outputTensors,
                                                          std::vector<at::Tensor>& inputTensors,
                                                          const c10d::AllToAllOptions& opts) {
+  const NoAutograd noAutograd;
   TORCH_CHECK_VALUE(outputTensors.size() == static_cast<std::size_t>(size_) &&
                         inputTensors.size() == static_cast<std::size_t>(size_),
                     "commux: all_to_all takes world size (", size_, ") input and output tensors");

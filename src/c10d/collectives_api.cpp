@@ -33,6 +33,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     c10d::OpType type, std::uint32_t sequence, std::string description,
     std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work, std::optional<engine::ReduceKind> reduce,
     std::function<void()> finalize, std::chrono::milliseconds timeout) {
+  const NoAutograd noAutograd;
   auto routes = peers_->get(schedule.peers());
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   engine::CollectiveOp::Setup setup;
@@ -51,6 +52,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
+  const NoAutograd noAutograd;
   checkTensors("allreduce", tensors, true);
   const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
   at::Tensor work = localReduce(tensors, reduction.kind(), false);
@@ -72,6 +74,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
+  const NoAutograd noAutograd;
   checkTensors("reduce", tensors, true);
   checkPeer("reduce", "root", static_cast<int>(opts.rootRank), size_);
   const auto reduction = Reduction::of("reduce", opts.reduceOp, tensors[0].scalar_type());
@@ -100,6 +103,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor>& tensors,
                                                           const c10d::BroadcastOptions& opts) {
+  const NoAutograd noAutograd;
   checkTensors("broadcast", tensors, true);
   checkPeer("broadcast", "root", static_cast<int>(opts.rootRank), size_);
   TORCH_CHECK_VALUE(opts.rootTensor >= 0 && opts.rootTensor < static_cast<int64_t>(tensors.size()),
@@ -122,6 +126,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptions& opts) {
+  const NoAutograd noAutograd;
   auto plan = collectives::planBarrier(rank_, size_);
   const std::uint32_t seq = nextSequence();
   return launchCollective(c10d::OpType::BARRIER, seq,

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "c10d/coalesced_work.hpp"
+#include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "commux/process_group_ucx.hpp"

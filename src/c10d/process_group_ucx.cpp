@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "c10d/peer_table.hpp"
+#include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "engine/engine.hpp"
@@ -83,6 +84,7 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& tensors,
                                                      int dstRank, int tag) {
+  const NoAutograd noAutograd;
   checkTensors("send", tensors, false);
   checkTag("send", tag);
   checkPeer("send", "destination", dstRank, size_);
@@ -100,6 +102,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& tensors,
                                                      int srcRank, int tag) {
+  const NoAutograd noAutograd;
   checkTensors("recv", tensors, false);
   checkTag("recv", tag);
   checkPeer("recv", "source", srcRank, size_);
@@ -116,6 +119,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recvAnysource(std::vector<at::Tensor>& tensors,
                                                               int tag) {
+  const NoAutograd noAutograd;
   checkTensors("recv", tensors, false);
   checkTag("recv", tag);
   // With several tensors, later messages would have to come from whichever rank matched

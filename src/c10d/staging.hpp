@@ -2,6 +2,7 @@
 // Helpers the collective entry points share: staging tensors into flat buffers, copying
 // results back, describing an operation for error messages, and the size thresholds.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cstdint>
 #include <string>
@@ -10,6 +11,11 @@
 #include "collectives/selection.hpp"
 
 namespace commux {
+
+/// Held by every operation while it touches tensor data. Communication writes tensors
+/// outside autograd, as Gloo and NCCL do: gradients built with create_graph=True require
+/// grad themselves, and ATen refuses out= and in-place ops on them in grad mode.
+using NoAutograd = at::NoGradGuard;
 
 collectives::Thresholds thresholds();
 

@@ -112,7 +112,8 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
   const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   if (!waitUntil(deadline)) {
-    const std::string message = "commux: " + description_ + " timed out after " +
+    // "Timed out" in Gloo's words: torch's own tests and users' scripts match on it.
+    const std::string message = "commux: " + description_ + ": Timed out after " +
                                 std::to_string(limit.count()) +
                                 " ms; the operation was cancelled and the group stays usable";
     auto error = engine::commError(message);

@@ -1,5 +1,6 @@
 #include "engine/collective_op.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include "engine/engine.hpp"
@@ -23,7 +24,7 @@ char* CollectiveOp::at(std::size_t elementOffset) const {
 
 void CollectiveOp::start(Engine& engine) {
   if (s_.schedule.steps.empty()) {
-    if (s_.finalize) s_.finalize();
+    if (s_.finalize) finalizeOutsideAutograd();
     succeed();
     return;
   }
@@ -72,8 +73,13 @@ void CollectiveOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo
     postStep(engine);
     return;
   }
-  if (s_.finalize) s_.finalize();
+  if (s_.finalize) finalizeOutsideAutograd();
   succeed();
+}
+
+void CollectiveOp::finalizeOutsideAutograd() {
+  const at::NoGradGuard noGrad;
+  s_.finalize();
 }
 
 void CollectiveOp::foldStep() {

@@ -40,6 +40,8 @@ class CollectiveOp final : public Op {
  private:
   void postStep(Engine& engine);
   void foldStep();
+  /// Finalizers copy into user tensors that may require grad; that is not autograd's.
+  void finalizeOutsideAutograd();
   char* at(std::size_t elementOffset) const;
 
   Setup s_;

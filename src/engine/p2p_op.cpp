@@ -1,5 +1,6 @@
 #include "engine/p2p_op.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include "engine/engine.hpp"
@@ -53,7 +54,10 @@ void P2POp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info)
                       ": message size mismatch: the matching message from rank ", source,
                       " has ", info.length, " bytes but the receive tensor holds ", b.bytes,
                       " bytes");
-    if (!b.staged.is_same(b.target)) b.target.copy_(b.staged);
+    if (!b.staged.is_same(b.target)) {
+      const at::NoGradGuard noGrad;  // the target may require grad; the copy is not autograd's
+      b.target.copy_(b.staged);
+    }
     sourceRank_ = source;
   }
   if (outstanding() == 0) succeed(sourceRank_);

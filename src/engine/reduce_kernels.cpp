@@ -1,8 +1,13 @@
 #include "engine/reduce_kernels.hpp"
 
+#include <ATen/core/grad_mode.h>
+
 namespace commux::engine {
 
 void reduceInto(const at::Tensor& acc, const at::Tensor& in, ReduceKind kind) {
+  // Buffers may alias gradients that require grad (create_graph=True); folding them is
+  // not part of any graph.
+  const at::NoGradGuard noGrad;
   at::Tensor out = acc;  // the *_out ops take a mutable reference
   switch (kind) {
     case ReduceKind::Sum:

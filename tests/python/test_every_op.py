@@ -164,3 +164,23 @@ def _every_op(rank, ws):
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
 def test_every_operation(world_size):
     assert all(run_ranks(_every_op, world_size, timeout=150))
+
+
+def _requires_grad(rank, ws):
+    # Gradients built with create_graph=True require grad themselves; collectives must
+    # still write them (outside autograd, as Gloo does).
+    x = torch.full((4,), float(rank + 1), requires_grad=True) * 1.0
+    dist.all_reduce(x)
+    assert torch.allclose(x.detach(), torch.full((4,), float(sum(range(1, ws + 1)))))
+    y = torch.full((2, 3), float(rank), requires_grad=True).t()  # non-contiguous, requires grad
+    dist.all_reduce(y, op=dist.ReduceOp.MAX)
+    assert y.detach().eq(ws - 1).all()
+    outs = [torch.zeros(3, requires_grad=True) * 1.0 for _ in range(ws)]
+    dist.all_gather(outs, torch.full((3,), float(rank), requires_grad=True) * 1.0)
+    assert all(o.detach().eq(r).all() for r, o in enumerate(outs))
+    return True
+
+
+@pytest.mark.parametrize("world_size", [2])
+def test_tensors_that_require_grad(world_size):
+    assert all(run_ranks(_requires_grad, world_size, timeout=90))
