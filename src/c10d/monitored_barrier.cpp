@@ -34,14 +34,17 @@ std::string joinRanks(const std::vector<int>& ranks) {
 }  // namespace
 
 void ProcessGroupUCX::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
-  const auto timeout = opts.timeout.count() > 0 ? opts.timeout : timeout_;
+  // An explicit 0 is a real (spent) limit, as in Gloo; only "unset" means the group's.
+  const auto timeout = opts.timeout.count() < 0 ? timeout_ : opts.timeout;
   const std::uint32_t seq = nextSequence();
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto leftUntil = [](std::chrono::steady_clock::time_point d) {
-    // A spent deadline still gets a real, tiny limit: wait(0) would mean "no limit".
-    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
-                        d - std::chrono::steady_clock::now()),
-                    std::chrono::milliseconds(1));
+  const auto start = std::chrono::steady_clock::now();
+  auto remaining = [&] {
+    return timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - start);
+  };
+  // wait(0) would mean "no limit": a spent limit still gets a real, tiny one.
+  auto atLeast1 = [](std::chrono::milliseconds t) {
+    return std::max(t, std::chrono::milliseconds(1));
   };
   auto transfer = [&](int peer, std::uint32_t round, bool send) {
     const std::string what = std::string("monitored_barrier ") + (send ? "signal to" : "wait for") +
@@ -49,51 +52,67 @@ void ProcessGroupUCX::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
     return launchCollective(c10d::OpType::BARRIER, seq, what + " (collective #" +
                                                             std::to_string(seq) + ")",
                             {}, oneTransfer(peer, round, send), at::empty({0}, at::kByte),
-                            std::nullopt, nullptr, timeout);
+                            std::nullopt, nullptr, atLeast1(timeout));
   };
 
   if (rank_ != 0) {
     auto arrive = transfer(0, kArriveRound, true);
     auto release = transfer(0, kReleaseRound, false);
     try {
-      arrive->wait(leftUntil(deadline));
-      release->wait(leftUntil(deadline));
+      arrive->wait(atLeast1(remaining()));
+      release->wait(atLeast1(remaining()));
     } catch (const std::exception& e) {
+      // Gloo's words, which torch's tests and users' scripts match on.
       C10_THROW_ERROR(DistBackendError,
-                      "commux: rank " + std::to_string(rank_) +
-                          " reached monitored_barrier but was not released by rank 0 within " +
-                          std::to_string(timeout.count()) +
-                          " ms; rank 0's error names the ranks that did not arrive (" +
-                          e.what() + ")");
+                      "Rank " + std::to_string(rank_) +
+                          " successfully reached monitoredBarrier, but received errors while "
+                          "waiting for send/recv from rank 0. Please check rank 0 logs for "
+                          "faulty rank. (commux: not released within " +
+                          std::to_string(timeout.count()) + " ms: " + e.what() + ")");
     }
     return;
   }
 
   std::vector<c10::intrusive_ptr<c10d::Work>> arrivals;
   for (int r = 1; r < size_; ++r) arrivals.push_back(transfer(r, kArriveRound, false));
+  auto abandonFrom = [&](int first) {
+    for (int r = first; r < size_; ++r) arrivals[static_cast<std::size_t>(r - 1)]->abort();
+  };
+  std::vector<int> arrived;
   std::vector<int> missing;
   for (int r = 1; r < size_; ++r) {
-    auto& arrival = arrivals[static_cast<std::size_t>(r - 1)];
-    if (!waitAllRanks && !missing.empty()) {
-      arrival->abort();
-      continue;
+    // With waitAllRanks every rank gets the whole timeout, so one slow rank cannot hide
+    // the state of the ranks after it; otherwise the ranks share one deadline.
+    const auto limit = waitAllRanks ? timeout : remaining();
+    if (!waitAllRanks && limit.count() <= 0) {
+      abandonFrom(r);
+      C10_THROW_ERROR(DistBackendError,
+                      "Rank 0 timed out in monitoredBarrier after " +
+                          std::to_string(timeout.count()) + " ms. " +
+                          (arrived.empty() ? "No ranks successfully processed in monitoredBarrier."
+                                           : "Successfully processed ranks: " + joinRanks(arrived)));
     }
     try {
-      arrival->wait(leftUntil(deadline));
+      arrivals[static_cast<std::size_t>(r - 1)]->wait(atLeast1(limit));
+      arrived.push_back(r);
     } catch (const std::exception&) {
+      if (!waitAllRanks) {
+        abandonFrom(r + 1);
+        C10_THROW_ERROR(DistBackendError, "[Rank 0]: Rank " + std::to_string(r) +
+                                              " failed to pass monitoredBarrier in " +
+                                              std::to_string(timeout.count()) + " ms");
+      }
       missing.push_back(r);
     }
   }
   if (!missing.empty()) {
-    // The same wording as Gloo's monitored barrier, which scripts may already grep for.
-    C10_THROW_ERROR(DistBackendError,
-                    "[Rank 0]: " + std::string(missing.size() == 1 ? "Rank " : "Ranks ") +
-                        joinRanks(missing) + " failed to pass monitoredBarrier in " +
-                        std::to_string(timeout.count()) + " ms");
+    C10_THROW_ERROR(DistBackendError, "[Rank 0]: Ranks " + joinRanks(missing) +
+                                          " failed to pass monitoredBarrier in " +
+                                          std::to_string(timeout.count()) + " ms");
   }
   std::vector<c10::intrusive_ptr<c10d::Work>> releases;
   for (int r = 1; r < size_; ++r) releases.push_back(transfer(r, kReleaseRound, true));
-  for (auto& release : releases) release->wait(leftUntil(deadline + timeout));
+  for (auto& release : releases) release->wait(atLeast1(timeout));
 }
 
 }  // namespace commux

@@ -36,7 +36,24 @@ def test_monitored_barrier_names_missing_ranks(absent, wait_all):
     assert msgs[0] is not None and want in msgs[0], f"rank 0 said {msgs[0]!r}, expected {want!r}"
     for r in range(1, 4):
         if r not in absent:
-            assert msgs[r] is not None and "not released by rank 0" in msgs[r], msgs[r]
+            want = f"Rank {r} successfully reached monitoredBarrier"
+            assert msgs[r] is not None and want in msgs[r], msgs[r]
+
+
+def _monitored_barrier_zero_timeout(rank, ws):
+    if rank == 0:
+        msg = expect_error(
+            lambda: dist.monitored_barrier(timeout=datetime.timedelta(seconds=0)),
+            "Rank 0 timed out in monitoredBarrier",
+            "monitored_barrier with a spent timeout",
+        )
+        assert "No ranks successfully processed" in msg, msg
+    return True
+
+
+def test_monitored_barrier_zero_timeout_fails_at_once():
+    # Only rank 0 calls it; a timeout of 0 must not mean "wait forever".
+    assert all(run_ranks(_monitored_barrier_zero_timeout, 2, timeout=60))
 
 
 def _monitored_barrier_repeats(rank, ws):
