@@ -53,6 +53,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
   const NoAutograd noAutograd;
+  if (!tensors.empty() && tensors[0].defined() && tensors[0].layout() == at::kSparse) {
+    return allreduce_sparse(tensors, opts);
+  }
   checkTensors("allreduce", tensors, true);
   const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
   at::Tensor work = localReduce(tensors, reduction.kind(), false);

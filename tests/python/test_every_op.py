@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import run_ranks
+from harness import assert_group_works, expect_error, run_ranks
 
 
 def _val(rank, i=0):
@@ -184,3 +184,29 @@ def _requires_grad(rank, ws):
 @pytest.mark.parametrize("world_size", [2])
 def test_tensors_that_require_grad(world_size):
     assert all(run_ranks(_requires_grad, world_size, timeout=90))
+
+
+def _sparse(rank, ws):
+    # Rank r holds non-zeros at rows r and r+1 (overlapping between neighbours), with a
+    # dense trailing dimension; one rank holds none at all.
+    dense = torch.zeros(ws + 2, 3)
+    if rank != ws - 1 or ws == 1:
+        dense[rank] = float(rank + 1)
+        dense[rank + 1] = 10.0 * (rank + 1)
+    t = dense.to_sparse(sparse_dim=1)
+    dist.all_reduce(t)
+    want = torch.zeros(ws + 2, 3)
+    for r in range(ws):
+        if r != ws - 1 or ws == 1:
+            want[r] += float(r + 1)
+            want[r + 1] += 10.0 * (r + 1)
+    assert t.is_sparse and torch.equal(t.to_dense(), want), (t.to_dense(), want)
+    expect_error(lambda: dist.all_reduce(dense.to_sparse(), op=dist.ReduceOp.MAX), "SUM",
+                 "sparse all_reduce with MAX", exc_types=(RuntimeError, ValueError, NotImplementedError))
+    assert_group_works(ws)
+    return True
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_sparse_all_reduce(world_size):
+    assert all(run_ranks(_sparse, world_size, timeout=90))
