@@ -37,6 +37,8 @@ fi
 need=()
 "$PY" -c "import scikit_build_core" 2>/dev/null || need+=("scikit-build-core>=0.10")
 "$PY" -c "import pytest, pytest_timeout" 2>/dev/null || need+=(pytest pytest-timeout)
+# torch's own distributed test utilities (tests/upstream) import expecttest.
+"$PY" -c "import expecttest" 2>/dev/null || need+=(expecttest)
 "$PY" -c "import numpy" 2>/dev/null || need+=(numpy)
 command -v ninja >/dev/null || "$PY" -c "import ninja" 2>/dev/null || need+=(ninja)
 [ ${#need[@]} -eq 0 ] || pip_install "${need[@]}"

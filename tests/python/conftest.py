@@ -33,6 +33,10 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "large: test moves more than 2 GiB (deselect with -m 'not large')"
     )
+    config.addinivalue_line(
+        "markers",
+        "upstream: runs tests of PyTorch's own distributed suite (deselect with -m 'not upstream')",
+    )
     config.addinivalue_line("markers", "timeout(seconds): pytest-timeout limit")
 
 
