@@ -1,5 +1,7 @@
 #include "c10d/coalesced_work.hpp"
 
+#include "c10d/work_ucx.hpp"
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -89,8 +91,7 @@ bool CoalescedWork::wait(std::chrono::milliseconds timeout) {
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    // wait(0) would mean "no limit": a spent deadline still gets a real, tiny one.
-    w->wait(std::max(left, std::chrono::milliseconds(1)));
+    w->wait(spentAsTiny(left));
   }
   return true;
 }

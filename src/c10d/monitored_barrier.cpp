@@ -42,25 +42,21 @@ void ProcessGroupUCX::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
     return timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::steady_clock::now() - start);
   };
-  // wait(0) would mean "no limit": a spent limit still gets a real, tiny one.
-  auto atLeast1 = [](std::chrono::milliseconds t) {
-    return std::max(t, std::chrono::milliseconds(1));
-  };
   auto transfer = [&](int peer, std::uint32_t round, bool send) {
     const std::string what = std::string("monitored_barrier ") + (send ? "signal to" : "wait for") +
                              " rank " + std::to_string(peer);
     return launchCollective(c10d::OpType::BARRIER, seq, what + " (collective #" +
                                                             std::to_string(seq) + ")",
                             {}, oneTransfer(peer, round, send), at::empty({0}, at::kByte),
-                            std::nullopt, nullptr, atLeast1(timeout));
+                            std::nullopt, nullptr, spentAsTiny(timeout));
   };
 
   if (rank_ != 0) {
     auto arrive = transfer(0, kArriveRound, true);
     auto release = transfer(0, kReleaseRound, false);
     try {
-      arrive->wait(atLeast1(remaining()));
-      release->wait(atLeast1(remaining()));
+      arrive->wait(spentAsTiny(remaining()));
+      release->wait(spentAsTiny(remaining()));
     } catch (const std::exception& e) {
       // Gloo's words, which torch's tests and users' scripts match on.
       C10_THROW_ERROR(DistBackendError,
@@ -93,7 +89,7 @@ void ProcessGroupUCX::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
                                            : "Successfully processed ranks: " + joinRanks(arrived)));
     }
     try {
-      arrivals[static_cast<std::size_t>(r - 1)]->wait(atLeast1(limit));
+      arrivals[static_cast<std::size_t>(r - 1)]->wait(spentAsTiny(limit));
       arrived.push_back(r);
     } catch (const std::exception&) {
       if (!waitAllRanks) {
@@ -112,7 +108,7 @@ void ProcessGroupUCX::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
   }
   std::vector<c10::intrusive_ptr<c10d::Work>> releases;
   for (int r = 1; r < size_; ++r) releases.push_back(transfer(r, kReleaseRound, true));
-  for (auto& release : releases) release->wait(atLeast1(timeout));
+  for (auto& release : releases) release->wait(spentAsTiny(timeout));
 }
 
 }  // namespace commux

@@ -5,6 +5,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -16,6 +17,12 @@ namespace commux {
 
 namespace engine {
 class Engine;
+}
+
+/// A limit for Work::wait that is never 0: wait(0) means "no limit" (kNoTimeout), so a
+/// spent deadline must still become a real, tiny one.
+inline std::chrono::milliseconds spentAsTiny(std::chrono::milliseconds limit) {
+  return std::max(limit, std::chrono::milliseconds(1));
 }
 
 class WorkUCX : public c10d::Work {
