@@ -15,6 +15,18 @@ struct Config {
   /// COMMUX_WAIT_SPIN_US: how long Work::wait drives the worker itself before it sleeps
   /// (and leaves progress to the progress thread).
   std::chrono::microseconds waitSpin{100};
+  /// COMMUX_HANDOFF_DELAY_US: how soon the progress thread takes over operations that a
+  /// caller posted (or finished waiting on) and then left (see Engine::deferHandOff);
+  /// 0 wakes it at once.
+  std::chrono::microseconds handOffDelay{1000};
+  /// COMMUX_COALESCE: a send/recv of several tensors travels as ONE UCX message (an IOV
+  /// list) instead of one message per tensor. It changes the wire format: every rank must
+  /// agree, and a receiver that meets the other format raises an error naming it.
+  bool coalesce = false;
+  /// COMMUX_GROUP: operations issued inside a coalescing window (startCoalescing ..
+  /// endCoalescing, as batch_isend_irecv does) are posted together at endCoalescing, like
+  /// ncclGroupStart/End, instead of one by one as they are issued.
+  bool group = false;
   /// COMMUX_ALLREDUCE_RING_MIN_BYTES: allreduce uses the ring from this size up,
   /// recursive doubling below it.
   std::size_t allreduceRingMinBytes = 256 * 1024;

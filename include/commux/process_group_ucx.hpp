@@ -53,8 +53,9 @@ class ProcessGroupUCX : public c10d::Backend {
   // override: torch 2.5's Backend does not declare them; from the torch that does, they
   // override.
   bool supportsCoalescing() const { return true; }
-  /// Everything posted until endCoalescing() is also tracked by the one Work that
-  /// endCoalescing() returns (batch_isend_irecv, the coalescing manager).
+  /// Everything issued until endCoalescing() is also tracked by the one Work that
+  /// endCoalescing() returns (batch_isend_irecv, the coalescing manager). With
+  /// COMMUX_GROUP=1 it is also posted only then, all at once.
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
@@ -170,6 +171,9 @@ class ProcessGroupUCX : public c10d::Backend {
   // Guards coalesced_ and inflight_.
   std::mutex trackMutex_;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+  // COMMUX_GROUP: operations of the open window, posted together at endCoalescing.
+  std::vector<std::shared_ptr<engine::Op>> deferredOps_;
+  std::vector<c10::intrusive_ptr<WorkUCX>> deferredWorks_;
   // Operations abort() must cancel; completed entries are pruned as the list grows.
   std::vector<c10::weak_intrusive_ptr<WorkUCX>> inflight_;
   std::size_t pruneAt_ = 64;

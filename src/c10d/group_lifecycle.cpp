@@ -9,6 +9,7 @@
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "engine/engine.hpp"
 
 namespace commux {
 
@@ -31,13 +32,21 @@ void ProcessGroupUCX::startCoalescing() {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::endCoalescing() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::shared_ptr<engine::Op>> ops;
+  std::vector<c10::intrusive_ptr<WorkUCX>> deferred;
   {
     std::lock_guard<std::mutex> lock(trackMutex_);
     TORCH_CHECK(coalescing_.load(std::memory_order_relaxed),
                 "commux: endCoalescing called without startCoalescing");
     coalescing_.store(false, std::memory_order_relaxed);
     works.swap(coalesced_);
+    ops.swap(deferredOps_);
+    deferred.swap(deferredWorks_);
   }
+  for (auto& work : deferred) work->setDeferred(false);
+  // One submission for the whole window: one pass through the worker lock, and the
+  // messages leave back to back.
+  if (!ops.empty()) engine_->submit(std::move(ops));
   return c10::make_intrusive<CoalescedWork>(rank_, std::move(works));
 }
 

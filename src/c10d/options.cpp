@@ -28,12 +28,28 @@ void readMicros(const char* name, std::chrono::microseconds& out) {
   out = std::chrono::microseconds(us);
 }
 
+void readBool(const char* name, bool& out) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return;
+  const std::string v(raw);
+  if (v == "1" || v == "true" || v == "on" || v == "yes") {
+    out = true;
+  } else if (v == "0" || v == "false" || v == "off" || v == "no") {
+    out = false;
+  } else {
+    throw std::invalid_argument(std::string(name) + "='" + raw + "' is not a boolean (use 0 or 1)");
+  }
+}
+
 }  // namespace
 
 Config Config::fromEnvironment() {
   Config c;
   readMicros("COMMUX_PROGRESS_SPIN_US", c.progressSpin);
   readMicros("COMMUX_WAIT_SPIN_US", c.waitSpin);
+  readMicros("COMMUX_HANDOFF_DELAY_US", c.handOffDelay);
+  readBool("COMMUX_COALESCE", c.coalesce);
+  readBool("COMMUX_GROUP", c.group);
   readUnsigned("COMMUX_ALLREDUCE_RING_MIN_BYTES", c.allreduceRingMinBytes);
   readUnsigned("COMMUX_CHAIN_MIN_BYTES", c.chainMinBytes);
   readUnsigned("COMMUX_PIPELINE_CHUNK_BYTES", c.pipelineChunkBytes);

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "c10d/peer_table.hpp"
+#include "commux/options.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
@@ -28,6 +29,11 @@ std::string describeP2P(const char* what, const char* preposition, const std::st
                   std::to_string(tag) + ", " + std::to_string(totalBytes(tensors)) + " bytes";
   if (tensors.size() > 1) s += " in " + std::to_string(tensors.size()) + " tensors";
   return s + ")";
+}
+
+// Several tensors to one peer travel as one IOV message when COMMUX_COALESCE is on.
+bool packs(const std::vector<at::Tensor>& tensors) {
+  return tensors.size() > 1 && Config::get().coalesce;
 }
 
 }  // namespace
@@ -67,7 +73,11 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
   work->attach(op);
   {
     std::lock_guard<std::mutex> lock(trackMutex_);
-    if (coalescing_.load(std::memory_order_relaxed)) coalesced_.push_back(work);
+    bool defer = false;
+    if (coalescing_.load(std::memory_order_relaxed)) {
+      coalesced_.push_back(work);
+      defer = Config::get().group;
+    }
     if (inflight_.size() >= pruneAt_) {
       inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(),
                                      [](const auto& w) {
@@ -78,6 +88,12 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
       pruneAt_ = std::max<std::size_t>(64, 2 * inflight_.size());
     }
     inflight_.emplace_back(work);
+    if (defer) {
+      work->setDeferred(true);
+      deferredWorks_.push_back(work);
+      deferredOps_.push_back(std::move(op));
+      return;
+    }
   }
   engine_->submit(std::move(op));
 }
@@ -92,11 +108,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
   auto work = makeWork(c10d::OpType::SEND, tensors,
                        describeP2P("send", "to", "rank " + std::to_string(dstRank), tag, tensors),
                        c10d::kUnsetTimeout);
+  const bool pack = packs(tensors);
   launch(work, std::make_shared<engine::P2POp>(
                    engine::P2POp::Kind::Send, tensors, *route,
                    wire::p2pTag(route->context, static_cast<std::uint32_t>(rank_),
-                                static_cast<std::uint32_t>(tag)),
-                   wire::kExactMask, work->description(), work->completer()));
+                                static_cast<std::uint32_t>(tag), pack),
+                   wire::kExactMask, pack, work->description(), work->completer()));
   return work;
 }
 
@@ -113,7 +130,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
                    engine::P2POp::Kind::Recv, tensors, engine::Route{},
                    wire::p2pTag(context_, static_cast<std::uint32_t>(srcRank),
                                 static_cast<std::uint32_t>(tag)),
-                   wire::kExactMask, work->description(), work->completer()));
+                   wire::kExactMask, packs(tensors), work->description(), work->completer()));
   return work;
 }
 
@@ -132,7 +149,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recvAnysource(std::vector<at::Te
   launch(work, std::make_shared<engine::P2POp>(
                    engine::P2POp::Kind::Recv, tensors, engine::Route{},
                    wire::p2pTag(context_, 0, static_cast<std::uint32_t>(tag)),
-                   wire::kAnySourceMask, work->description(), work->completer()));
+                   wire::kAnySourceMask, false, work->description(), work->completer()));
   return work;
 }
 

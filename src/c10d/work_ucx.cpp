@@ -90,10 +90,21 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   }
   // Drive the worker ourselves for a short while: a reply that arrives within the spin is
   // picked up with no thread hand-off at all.
-  const auto spinEnd = std::min(std::chrono::steady_clock::now() + Config::get().waitSpin, deadline);
-  while (!done_.load(std::memory_order_acquire)) {
-    if (std::chrono::steady_clock::now() >= spinEnd) break;
-    if (!engine_->tryProgress()) std::this_thread::yield();
+  {
+    // While this thread spins, the progress thread rests unarmed (see Engine::sleep).
+    const engine::Engine::DriverScope driving(*engine_);
+    const auto spinEnd =
+        std::min(std::chrono::steady_clock::now() + Config::get().waitSpin, deadline);
+    while (!done_.load(std::memory_order_acquire)) {
+      if (std::chrono::steady_clock::now() >= spinEnd) break;
+      if (!engine_->tryProgress()) std::this_thread::yield();
+    }
+  }
+  if (done_.load(std::memory_order_acquire)) {
+    // This thread drove the worker; the progress thread looks again soon, unless the
+    // caller comes straight back with its next operation.
+    engine_->deferHandOff();
+    return true;
   }
   // Then sleep on the worker's event fd, still driving it, so our completion wakes us
   // directly. If another waiter is parked already, sleep on our condition variable; the
@@ -109,6 +120,9 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
 }
 
 bool WorkUCX::wait(std::chrono::milliseconds timeout) {
+  TORCH_CHECK(!deferred_.load(std::memory_order_acquire), "commux: ", description_,
+              ": waited on inside a coalescing window; with COMMUX_GROUP=1 operations start "
+              "at endCoalescing, so end the window first (or wait on the Work it returns)");
   const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   if (!waitUntil(deadline)) {
@@ -130,6 +144,11 @@ void WorkUCX::abort() {
   if (auto op = std::atomic_load(&op_)) engine_->cancel(std::move(op), error);
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> WorkUCX::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> WorkUCX::getFuture() {
+  // Whoever asks for the future may wait on it (or chain callbacks) instead of calling
+  // wait(), so nobody would drive the worker until the deferred hand-off: hand off now.
+  if (!done_.load(std::memory_order_acquire)) engine_->handOff();
+  return future_;
+}
 
 }  // namespace commux

@@ -50,6 +50,9 @@ class WorkUCX : public c10d::Work {
   std::chrono::milliseconds getTimeout() const { return timeout_; }
 
   const std::string& description() const noexcept { return description_; }
+  /// Set while the operation waits for endCoalescing to be posted (COMMUX_GROUP): waiting
+  /// then could never finish, so wait() raises instead.
+  void setDeferred(bool deferred) { deferred_.store(deferred, std::memory_order_release); }
 
  private:
   void complete(std::exception_ptr error, int sourceRank);
@@ -61,7 +64,8 @@ class WorkUCX : public c10d::Work {
   std::shared_ptr<engine::Engine> engine_;
   std::shared_ptr<engine::Op> op_;
   std::atomic<bool> done_{false};
-  std::atomic<bool> waiterParked_{false};  // a waiter sleeps in Engine::parkUntil
+  std::atomic<bool> waiterParked_{false};
+  std::atomic<bool> deferred_{false};  // a waiter sleeps in Engine::parkUntil
   std::atomic<int> sourceRank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

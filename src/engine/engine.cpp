@@ -1,7 +1,9 @@
 #include "engine/engine.hpp"
 
 #include <pthread.h>
+#include <poll.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <c10/util/Exception.h>
@@ -22,6 +24,14 @@ std::weak_ptr<Engine> instanceRef;
 std::atomic<Engine::BlockingWrapper> blockingWrapper{nullptr};
 
 constexpr int kSleepSafetyNetMs = 100;
+constexpr std::uint32_t kWorkerEvent = 0;
+constexpr std::uint32_t kTimerEvent = 1;
+
+std::int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -47,7 +57,7 @@ std::shared_ptr<Engine> Engine::instance() {
     // on the progress thread or on a thread that holds the worker lock. Neither may join
     // the progress thread (it cannot join itself; the other would wait for the lock it
     // holds), so delete from a helper thread.
-    engine = std::shared_ptr<Engine>(new Engine(Config::get().progressSpin), [](Engine* e) {
+    engine = std::shared_ptr<Engine>(new Engine(Config::get().progressSpin, Config::get().handOffDelay), [](Engine* e) {
       if (e->onProgressThread() || e->drivenByThisThread()) {
         std::thread([e] { delete e; }).detach();
       } else {
@@ -70,14 +80,24 @@ void Engine::shutdownInstance() {
   if (engine) engine->stop();
 }
 
-Engine::Engine(std::chrono::microseconds progressSpin)
-    : worker_(context_), progressSpin_(progressSpin), contextsInUse_(wire::kMaxContexts, false) {
+Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay)
+    : worker_(context_),
+      progressSpin_(progressSpin),
+      handOffDelayNs_(std::chrono::duration_cast<std::chrono::nanoseconds>(handOffDelay).count()),
+      contextsInUse_(wire::kMaxContexts, false) {
   if (worker_.eventFd() >= 0) {
     epollFd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epollFd_ < 0) throw std::runtime_error("commux: epoll_create1 failed");
+    timerFd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     epoll_event ev{};
     ev.events = EPOLLIN;
-    if (epoll_ctl(epollFd_, EPOLL_CTL_ADD, worker_.eventFd(), &ev) != 0) {
+    ev.data.u32 = kWorkerEvent;
+    epoll_event timerEv{};
+    timerEv.events = EPOLLIN;
+    timerEv.data.u32 = kTimerEvent;
+    if (timerFd_ < 0 || epoll_ctl(epollFd_, EPOLL_CTL_ADD, worker_.eventFd(), &ev) != 0 ||
+        epoll_ctl(epollFd_, EPOLL_CTL_ADD, timerFd_, &timerEv) != 0) {
+      if (timerFd_ >= 0) ::close(timerFd_);
       ::close(epollFd_);
       throw std::runtime_error("commux: cannot watch the UCX worker's event fd");
     }
@@ -87,6 +107,7 @@ Engine::Engine(std::chrono::microseconds progressSpin)
 
 Engine::~Engine() {
   stop();
+  if (timerFd_ >= 0) ::close(timerFd_);
   if (epollFd_ >= 0) ::close(epollFd_);
 }
 
@@ -96,6 +117,7 @@ void Engine::stop() {
   if (!thread_.joinable()) return;
   stopping_.store(true);
   worker_.signal();
+  fireTimer();
   {
     std::lock_guard<std::mutex> lock(parkMutex_);
   }
@@ -179,28 +201,84 @@ void Engine::post(std::function<void(Engine&)> command) {
   // Someone else drives the worker. Pairs with the store to sleeping_ in sleep(): either
   // the progress thread sees our submission before it sleeps, or we see it asleep and
   // wake it.
-  if (sleeping_.load(std::memory_order_seq_cst)) worker_.signal();
+  if (sleeping_.load(std::memory_order_seq_cst)) {
+    worker_.signal();
+    if (resting_.load(std::memory_order_seq_cst)) fireTimer();
+  }
 }
 
 void Engine::handOff() {
   if (sleeping_.load(std::memory_order_seq_cst) || parked_.load(std::memory_order_seq_cst)) {
     worker_.signal();
   }
+  if (resting_.load(std::memory_order_seq_cst)) fireTimer();
+}
+
+void Engine::fireTimer() {
+  if (timerFd_ < 0) return;
+  itimerspec spec{};
+  spec.it_value.tv_nsec = 1;
+  handOffDue_.store(nowNs(), std::memory_order_relaxed);
+  timerfd_settime(timerFd_, 0, &spec, nullptr);
+}
+
+void Engine::deferHandOff() {
+  if (timerFd_ < 0) return;  // no event fd: the progress thread polls on its own
+  const std::int64_t now = nowNs();
+  const std::int64_t due = handOffDue_.load(std::memory_order_relaxed);
+  // Pushing the timer back costs a system call; a loop of short operations does it about
+  // twice per delay, not once per operation.
+  if (due != 0 && due - now > handOffDelayNs_ / 2) return;
+  if (handOffDelayNs_ <= 0) {
+    handOff();
+    return;
+  }
+  itimerspec spec{};
+  spec.it_value.tv_sec = handOffDelayNs_ / 1000000000;
+  spec.it_value.tv_nsec = handOffDelayNs_ % 1000000000;
+  handOffDue_.store(now + handOffDelayNs_, std::memory_order_relaxed);
+  timerfd_settime(timerFd_, 0, &spec, nullptr);
+}
+
+void Engine::consumeWake(const epoll_event& event, int ready) {
+  if (ready <= 0 || event.data.u32 != kTimerEvent) return;
+  std::uint64_t expirations = 0;
+  if (::read(timerFd_, &expirations, sizeof(expirations)) > 0) {
+    handOffDue_.store(0, std::memory_order_relaxed);
+  }
+}
+
+void Engine::startOp(const std::shared_ptr<Op>& op) {
+  // An op cancelled before it started (abort inside a coalescing window) posts nothing.
+  if (op->finished()) return;
+  op->engine_ = this;
+  opStarted(op.get());
+  try {
+    op->start(*this);
+  } catch (...) {
+    op->fail(*this, std::current_exception());
+  }
 }
 
 void Engine::submit(std::shared_ptr<Op> op) {
   Op* raw = op.get();
-  post([op = std::move(op)](Engine& engine) {
-    op->engine_ = &engine;
-    engine.opStarted(op.get());
-    try {
-      op->start(engine);
-    } catch (...) {
-      op->fail(engine, std::current_exception());
-    }
+  post([op = std::move(op)](Engine& engine) { engine.startOp(op); });
+  // Posted inline but still in flight: the progress thread must carry it on, unless the
+  // caller waits for it right away (then the caller drives it).
+  if (!raw->finished()) deferHandOff();
+}
+
+void Engine::submit(std::vector<std::shared_ptr<Op>> ops) {
+  auto shared = std::make_shared<std::vector<std::shared_ptr<Op>>>(std::move(ops));
+  post([shared](Engine& engine) {
+    for (const auto& op : *shared) engine.startOp(op);
   });
-  // Posted inline but still in flight: the progress thread must carry it on.
-  if (!raw->finished()) handOff();
+  for (const auto& op : *shared) {
+    if (!op->finished()) {
+      deferHandOff();
+      break;
+    }
+  }
 }
 
 void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error) {
@@ -276,6 +354,21 @@ void Engine::sleep() {
   if (epollFd_ < 0) {
     // Transports without wakeup support: poll gently.
     std::this_thread::sleep_for(std::chrono::microseconds(50));
+  } else if (drivers_.load(std::memory_order_seq_cst) > 0) {
+    // A waiter drives the worker right now. An armed worker would make every message from
+    // a peer signal this thread (a system call on the sender, a wake-up here, a fight for
+    // the worker lock), all for nothing: rest on the hand-off timer alone, which a leaving
+    // waiter sets (deferHandOff) and handOff() fires.
+    resting_.store(true, std::memory_order_seq_cst);
+    if (drivers_.load(std::memory_order_seq_cst) > 0 && submitted_.load() == 0 && !stopping_.load()) {
+      pollfd timer{timerFd_, POLLIN, 0};
+      if (::poll(&timer, 1, kSleepSafetyNetMs) > 0) {
+        epoll_event ev{};
+        ev.data.u32 = kTimerEvent;
+        consumeWake(ev, 1);
+      }
+    }
+    resting_.store(false, std::memory_order_relaxed);
   } else {
     bool armed;
     {
@@ -286,7 +379,7 @@ void Engine::sleep() {
       // Without the lock: others may drive the worker meanwhile; they hand off (signal)
       // when they stop. The timeout is a safety net only.
       epoll_event ev{};
-      epoll_wait(epollFd_, &ev, 1, kSleepSafetyNetMs);
+      consumeWake(ev, epoll_wait(epollFd_, &ev, 1, kSleepSafetyNetMs));
     }
   }
   sleeping_.store(false, std::memory_order_relaxed);
@@ -310,7 +403,8 @@ bool Engine::parkUntil(const std::atomic<bool>& done,
     if (!armed) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
     epoll_event ev{};
-    epoll_wait(epollFd_, &ev, 1, static_cast<int>(std::min<long long>(left, kSleepSafetyNetMs)));
+    consumeWake(ev, epoll_wait(epollFd_, &ev, 1,
+                               static_cast<int>(std::min<long long>(left, kSleepSafetyNetMs))));
   }
   {
     std::lock_guard<std::mutex> lock(parkMutex_);

@@ -11,6 +11,8 @@
 // A thread hand-off costs ~7.5 us on a 2-vCPU VM, against ~0.5 us for a UCX message, which is
 // why the hand-offs are off the common paths. Nobody spins without a bound, so a blocked
 // or idle rank burns no CPU.
+#include <sys/epoll.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -44,7 +46,7 @@ class Engine {
   using BlockingWrapper = void (*)(void (*call)(void*), void* arg);
   static void setBlockingWrapper(BlockingWrapper wrapper);
 
-  explicit Engine(std::chrono::microseconds progressSpin);
+  Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -59,6 +61,8 @@ class Engine {
 
   /// Any thread: start `op` on the progress thread.
   void submit(std::shared_ptr<Op> op);
+  /// Any thread: start `ops` in order, in one pass (a coalescing window's operations).
+  void submit(std::vector<std::shared_ptr<Op>> ops);
   /// Any thread: fail `op` with `error` (used for timeouts and aborts).
   void cancel(std::shared_ptr<Op> op, std::exception_ptr error);
 
@@ -70,6 +74,25 @@ class Engine {
   /// arrive while another thread is inside the worker, and only a later progress call
   /// replays them, so the sleeper must look again.
   void handOff();
+  /// handOff() a little later (COMMUX_HANDOFF_DELAY_US), through a timer in the sleeper's
+  /// epoll set. A caller that posts and then waits drives the worker itself, so waking the
+  /// progress thread at once would only make it fight the waiter for the worker lock (and,
+  /// on a small machine, for the peer's core); in a tight loop the timer keeps being pushed
+  /// back and never fires. An operation nobody waits on is picked up after the delay.
+  void deferHandOff();
+  /// Held by a waiter while it drives the worker itself (see sleep()).
+  class DriverScope {
+   public:
+    explicit DriverScope(Engine& engine) : engine_(engine) {
+      engine_.drivers_.fetch_add(1, std::memory_order_seq_cst);
+    }
+    ~DriverScope() { engine_.drivers_.fetch_sub(1, std::memory_order_seq_cst); }
+    DriverScope(const DriverScope&) = delete;
+    DriverScope& operator=(const DriverScope&) = delete;
+
+   private:
+    Engine& engine_;
+  };
   /// A waiter's slow path: sleep on the worker's event fd and drive the worker until
   /// `done` or `deadline`, so a completion wakes exactly this thread. Only one waiter
   /// parks at a time; returns false (without waiting) when another one already does.
@@ -97,10 +120,15 @@ class Engine {
   };
 
   void run();
+  void startOp(const std::shared_ptr<Op>& op);
   bool progressRound();
   bool drainSubmissions();
   bool drainCompletions();
   void sleep();
+  /// After an epoll wake-up: consumes the hand-off timer if it was what fired.
+  void consumeWake(const epoll_event& event, int ready);
+  /// Makes the hand-off timer fire now (wakes a resting progress thread).
+  void fireTimer();
   void post(std::function<void(Engine&)> command);
   void stop();
   void teardown();
@@ -109,6 +137,13 @@ class Engine {
   ucx::Worker worker_;
   const std::chrono::microseconds progressSpin_;
   int epollFd_ = -1;
+  int timerFd_ = -1;
+  const std::int64_t handOffDelayNs_;
+  // Steady-clock time (ns) the hand-off timer fires at; 0 when disarmed.
+  std::atomic<std::int64_t> handOffDue_{0};
+  std::atomic<int> drivers_{0};
+  // The progress thread sleeps on the hand-off timer alone, worker unarmed.
+  std::atomic<bool> resting_{false};
 
   // Recursive: a completion callback may wait on another operation and progress inline.
   std::recursive_mutex workerMutex_;

@@ -63,10 +63,12 @@ class Op : public std::enable_shared_from_this<Op> {
   virtual std::string describeFailure(std::uint32_t slot, ucs_status_t status,
                                       const RecvInfo& info) const;
 
-  void postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t bytes,
-                wire::Tag tag, std::uint32_t slot);
-  void postRecv(Engine& engine, void* data, std::size_t bytes, wire::Tag tag, wire::Tag mask,
-                std::uint32_t slot);
+  /// `count` is in units of `datatype`: bytes for the default contiguous type, entries of
+  /// a ucp_dt_iov_t array (which must live until completion) for ucp_dt_make_iov().
+  void postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t count,
+                wire::Tag tag, std::uint32_t slot, ucp_datatype_t datatype = ucp_dt_make_contig(1));
+  void postRecv(Engine& engine, void* data, std::size_t count, wire::Tag tag, wire::Tag mask,
+                std::uint32_t slot, ucp_datatype_t datatype = ucp_dt_make_contig(1));
   void succeed(int sourceRank = -1);
   std::size_t outstanding() const noexcept { return outstanding_; }
 

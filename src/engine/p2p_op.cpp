@@ -8,17 +8,25 @@
 namespace commux::engine {
 
 P2POp::P2POp(Kind kind, std::vector<at::Tensor> tensors, Route route, wire::Tag tag,
-             wire::Tag mask, std::string description, Done done)
+             wire::Tag mask, bool pack, std::string description, Done done)
     : Op(std::move(description), std::move(done)),
       kind_(kind),
       route_(std::move(route)),
       tag_(tag),
-      mask_(mask) {
+      mask_(mask),
+      pack_(pack) {
   buffers_.reserve(tensors.size());
   for (auto& t : tensors) {
     at::Tensor staged = t.is_contiguous() ? t : (kind == Kind::Send ? t.contiguous() : at::empty_like(t, at::MemoryFormat::Contiguous));
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
     buffers_.push_back(Buffer{std::move(t), std::move(staged), bytes});
+  }
+  if (pack_) {
+    for (const auto& b : buffers_) {
+      packedBytes_ += b.bytes;
+      // Empty pieces carry nothing (and may have no storage).
+      if (b.bytes != 0) iov_.push_back(ucp_dt_iov_t{address(b), b.bytes});
+    }
   }
 }
 
@@ -28,6 +36,15 @@ void* P2POp::address(const Buffer& b) {
 }
 
 void P2POp::start(Engine& engine) {
+  if (pack_) {
+    if (kind_ == Kind::Send) {
+      postSend(engine, engine.endpoint(route_.address), iov_.data(), iov_.size(), tag_, 0,
+               ucp_dt_make_iov());
+    } else {
+      postRecv(engine, iov_.data(), iov_.size(), tag_, mask_, 0, ucp_dt_make_iov());
+    }
+    return;
+  }
   if (kind_ == Kind::Send) {
     ucp_ep_h ep = engine.endpoint(route_.address);
     for (std::uint32_t i = 0; i < buffers_.size(); ++i) {
@@ -41,22 +58,37 @@ void P2POp::start(Engine& engine) {
   if (buffers_.empty()) succeed();
 }
 
+std::string P2POp::formatMismatch(const RecvInfo& info) const {
+  if (wire::isPacked(info.senderTag) == pack_) return {};
+  const char* packed = "one coalesced (IOV-packed) message";
+  const char* separate = "its tensors as separate messages";
+  return "commux: " + description() + ": rank " + std::to_string(wire::sourceOf(info.senderTag)) +
+         " sent " + (pack_ ? separate : packed) + " but this rank expects " +
+         (pack_ ? packed : "separate messages") +
+         "; set COMMUX_COALESCE the same way on every rank";
+}
+
+void P2POp::finishRecv(const Buffer& b) {
+  if (!b.staged.is_same(b.target)) {
+    const at::NoGradGuard noGrad;  // the target may require grad; the copy is not autograd's
+    b.target.copy_(b.staged);
+  }
+}
+
 void P2POp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
   if (kind_ == Kind::Recv) {
-    const Buffer& b = buffers_[slot];
+    const std::string mismatch = formatMismatch(info);
+    TORCH_CHECK_VALUE(mismatch.empty(), mismatch);
     const int source = static_cast<int>(wire::sourceOf(info.senderTag));
-    if (wire::isPacked(info.senderTag)) {
-      TORCH_CHECK_VALUE(false, "commux: ", description(), ": rank ", source,
-                        " sent a coalesced (IOV-packed) message; set COMMUX_COALESCE the "
-                        "same way on every rank");
-    }
-    TORCH_CHECK_VALUE(info.length == b.bytes, "commux: ", description(),
+    const std::size_t expected = pack_ ? packedBytes_ : buffers_[slot].bytes;
+    TORCH_CHECK_VALUE(info.length == expected, "commux: ", description(),
                       ": message size mismatch: the matching message from rank ", source,
-                      " has ", info.length, " bytes but the receive tensor holds ", b.bytes,
-                      " bytes");
-    if (!b.staged.is_same(b.target)) {
-      const at::NoGradGuard noGrad;  // the target may require grad; the copy is not autograd's
-      b.target.copy_(b.staged);
+                      " has ", info.length, " bytes but the receive ",
+                      pack_ ? "tensors hold " : "tensor holds ", expected, " bytes");
+    if (pack_) {
+      for (const auto& b : buffers_) finishRecv(b);
+    } else {
+      finishRecv(buffers_[slot]);
     }
     sourceRank_ = source;
   }
@@ -66,9 +98,16 @@ void P2POp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info)
 std::string P2POp::describeFailure(std::uint32_t slot, ucs_status_t status,
                                    const RecvInfo& info) const {
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+    // UCX reports the sender's tag with a truncated message, so a format mismatch (the
+    // likely cause when a packed message meets a single tensor) is named as such.
+    if (info.senderTag != 0) {
+      std::string mismatch = formatMismatch(info);
+      if (!mismatch.empty()) return mismatch;
+    }
+    const std::size_t capacity = pack_ ? packedBytes_ : buffers_[slot].bytes;
     return "commux: " + description() + ": message size mismatch: the matching message is " +
-           "larger than the receive tensor (" + std::to_string(buffers_[slot].bytes) +
-           " bytes); it was truncated and dropped";
+           "larger than the receive " + (pack_ ? "tensors (" : "tensor (") +
+           std::to_string(capacity) + " bytes); it was truncated and dropped";
   }
   return Op::describeFailure(slot, status, info);
 }

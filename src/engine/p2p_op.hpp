@@ -1,7 +1,9 @@
 #pragma once
-// A send or receive of one or more tensors with one (peer, tag). Tensors travel as one
-// UCX message each, all with the same tag; UCX matches equal tags from one sender in send
-// order, so a multi-tensor receive fills its tensors element by element.
+// A send or receive of one or more tensors with one (peer, tag). Unpacked, tensors travel
+// as one UCX message each, all with the same tag; UCX matches equal tags from one sender in
+// send order, so a multi-tensor receive fills its tensors element by element. Packed
+// (COMMUX_COALESCE), they travel as ONE message described by a UCX IOV list, with the
+// packing bit of the tag set so that a receiver expecting the other format fails clearly.
 #include <ATen/ATen.h>
 
 #include <vector>
@@ -18,8 +20,10 @@ class P2POp final : public Op {
   /// Send: `route` is the destination. Recv: `route` is unused; `mask` selects exact or
   /// any-source matching. Runs on the caller's thread: non-contiguous tensors are staged
   /// here, so a send captures the tensor's value at call time.
+  /// `pack`: send or expect one IOV message for all tensors (`tag` must then carry the
+  /// packing bit for a send).
   P2POp(Kind kind, std::vector<at::Tensor> tensors, Route route, wire::Tag tag, wire::Tag mask,
-        std::string description, Done done);
+        bool pack, std::string description, Done done);
 
   void start(Engine& engine) override;
 
@@ -36,12 +40,18 @@ class P2POp final : public Op {
   };
 
   static void* address(const Buffer& b);
+  /// Empty when the message's packing matches this receive, else the error to raise.
+  std::string formatMismatch(const RecvInfo& info) const;
+  void finishRecv(const Buffer& b);
 
   Kind kind_;
   std::vector<Buffer> buffers_;
   Route route_;
   wire::Tag tag_;
   wire::Tag mask_;
+  bool pack_;
+  std::size_t packedBytes_ = 0;
+  std::vector<ucp_dt_iov_t> iov_;  // the packed message's pieces; UCX reads it until done
   int sourceRank_ = -1;
 };
 

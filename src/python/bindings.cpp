@@ -73,6 +73,9 @@ PYBIND11_MODULE(_C, m) {
     py::dict d;
     d["COMMUX_PROGRESS_SPIN_US"] = c.progressSpin.count();
     d["COMMUX_WAIT_SPIN_US"] = c.waitSpin.count();
+    d["COMMUX_HANDOFF_DELAY_US"] = c.handOffDelay.count();
+    d["COMMUX_COALESCE"] = c.coalesce;
+    d["COMMUX_GROUP"] = c.group;
     d["COMMUX_ALLREDUCE_RING_MIN_BYTES"] = c.allreduceRingMinBytes;
     d["COMMUX_CHAIN_MIN_BYTES"] = c.chainMinBytes;
     d["COMMUX_PIPELINE_CHUNK_BYTES"] = c.pipelineChunkBytes;

@@ -22,7 +22,8 @@ backend=None, pg_timeout=None, **kwargs) -> list``
     function (it is pickled by reference).  Return values must be picklable;
     tensors are fine.  ``init`` is one of ``"tcp"``, ``"file"``, ``"env"``,
     ``"store"``.  ``env`` is a dict of environment variables set in every
-    rank before torch is imported.  ``backend`` overrides the backend name
+    rank before torch is imported; a list or tuple value gives one value per rank.
+    ``backend`` overrides the backend name
     passed to ``init_process_group`` (e.g. ``"commux"`` to test the alias);
     ``pg_timeout`` (a ``timedelta``) is passed as ``timeout=`` to
     ``init_process_group``, ``device_id`` (e.g. ``"cpu"``) as ``device_id=``.  ``timeout`` is a HARD limit in seconds: when it
@@ -378,8 +379,13 @@ def run_ranks(
         )
     elif init == "store":
         init_arg = free_port()
+    per_rank = {}
     if env:
-        child_env.update({k: (None if v is None else str(v)) for k, v in env.items()})
+        for k, v in env.items():
+            if isinstance(v, (list, tuple)):
+                per_rank[k] = [None if x is None else str(x) for x in v]
+            else:
+                child_env[k] = None if v is None else str(v)
 
     cfg = {
         "backend": backend,
@@ -399,6 +405,7 @@ def run_ranks(
     try:
         for r in range(world_size):
             rank_env = dict(child_env)
+            rank_env.update({k: v[r] for k, v in per_rank.items()})
             if init == "env":
                 rank_env["RANK"] = str(r)
             for k, v in rank_env.items():
