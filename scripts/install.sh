@@ -40,6 +40,8 @@ need=()
 # torch's own distributed test utilities (tests/upstream) import expecttest.
 "$PY" -c "import expecttest" 2>/dev/null || need+=(expecttest)
 "$PY" -c "import numpy" 2>/dev/null || need+=(numpy)
+# python3 -m commux.bench draws its plot with matplotlib.
+"$PY" -c "import matplotlib" 2>/dev/null || need+=(matplotlib)
 command -v ninja >/dev/null || "$PY" -c "import ninja" 2>/dev/null || need+=(ninja)
 [ ${#need[@]} -eq 0 ] || pip_install "${need[@]}"
 

@@ -1,0 +1,120 @@
+"""What a run leaves behind: the printed table, results.csv, raw_ucx.csv, summary.json
+and results.png.
+
+GB/s is decimal (10**9 B/s) and "algorithm bandwidth": bytes / time, with bytes as
+defined per op in sizes.py and, for p2p, the one-way time. It is a speed per size, not
+a link rate; only the p2p figure is comparable to ucx_perftest's tag_bw.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from .sizes import OPS, SIZE_CONVENTION, format_size
+
+RESULT_FIELDS = ["op", "ranks", "bytes", "backend", "median_us", "min_us", "iterations",
+                 "warmup", "blocks", "gbps", "requested_bytes", "size_convention"]
+RAW_FIELDS = ["test", "bytes", "repeat", "iterations", "lat_p50_us", "lat_avg_us",
+              "lat_overall_us", "bw_avg_MiBps", "bw_overall_MiBps", "msgrate_avg",
+              "msgrate_overall", "gbps", "gbps_from_latency"]
+
+
+def _sorted(points: list[dict]) -> list[dict]:
+    return sorted(points, key=lambda p: (OPS.index(p["op"]), p["ranks"], p["bytes"], p["backend"]))
+
+
+def gbps(point: dict) -> float:
+    return point["bytes"] / (point["median_us"] * 1e3) if point["median_us"] > 0 else 0.0
+
+
+def format_table(points: list[dict]) -> str:
+    """One line per (op, ranks, bytes): ucx and gloo medians side by side."""
+    rows: dict = {}
+    for p in _sorted(points):
+        rows.setdefault((p["op"], p["ranks"], p["bytes"]), {})[p["backend"]] = p
+    lines = [
+        "median time per operation over interleaved blocks (max over ranks per block);",
+        "p2p = one way (half a blocking send/recv round trip between ranks 0 and 1);",
+        "bytes = each rank's INPUT tensor (float32): allgather output = ranks*bytes,",
+        "reduce_scatter output = bytes/ranks; GB/s = bytes / ucx time (10^9 B/s).",
+        "",
+        f"{'op':<15}{'ranks':>5}{'bytes':>11}{'ucx_us':>12}{'gloo_us':>12}{'gloo/ucx':>10}{'ucx GB/s':>10}",
+    ]
+    if not rows:
+        lines.append("(no results)")
+    last_op = None
+    for (op, ranks, nbytes), by in rows.items():
+        if last_op is not None and op != last_op:
+            lines.append("")
+        last_op = op
+        u, g = by.get("ucx"), by.get("gloo")
+        lines.append(
+            f"{op:<15}{ranks:>5}{format_size(nbytes):>11}"
+            + (f"{u['median_us']:>12.1f}" if u else f"{'-':>12}")
+            + (f"{g['median_us']:>12.1f}" if g else f"{'-':>12}")
+            + (f"{g['median_us'] / u['median_us']:>9.2f}x" if u and g else f"{'-':>10}")
+            + (f"{gbps(u):>10.3f}" if u else f"{'-':>10}")
+        )
+    return "\n".join(lines)
+
+
+def write_results_csv(path: str, points: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=RESULT_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for p in _sorted(points):
+            w.writerow(dict(p, gbps=f"{gbps(p):.6g}", median_us=f"{p['median_us']:.4f}",
+                            min_us=f"{p['min_us']:.4f}", size_convention=SIZE_CONVENTION[p["op"]]))
+
+
+def write_raw_csv(path: str, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=RAW_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def write_json(path: str, data: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+
+
+def plot(path: str, points: list[dict]) -> str | None:
+    """results.png: one subplot per op, time vs bytes (log-log), a line per backend and
+    world size. Returns why it was skipped, or None."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib)"
+    ops = [op for op in OPS if any(p["op"] == op for p in points)]
+    if not ops:
+        return "no results to plot"
+    cols = min(3, len(ops))
+    rows = -(-len(ops) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False)
+    all_ranks = sorted({p["ranks"] for p in points})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, op in zip(axes.flat, ops):
+        for i, ranks in enumerate(all_ranks):
+            for backend, style in (("ucx", "-o"), ("gloo", "--x")):
+                sel = sorted((p["bytes"], p["median_us"]) for p in points
+                             if p["op"] == op and p["ranks"] == ranks and p["backend"] == backend)
+                if sel:
+                    ax.loglog(*zip(*sel), style, color=colors[i % len(colors)], markersize=3,
+                              label=f"{backend} {ranks} ranks")
+        ax.set_title(f"{op} ({SIZE_CONVENTION[op]})", fontsize=9)
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("us (one way)" if op == "p2p" else "us")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(ops):]:
+        ax.set_visible(False)
+    fig.suptitle("commux (ucx) vs gloo, median time per operation")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None

@@ -1,0 +1,197 @@
+"""Starts one world of rank processes on localhost and never lets it hang.
+
+Each world size runs in fresh processes (``python -m commux.bench._worker``), each rank
+in its own session so that a timeout can kill whatever it started as well. The parent
+never imports torch: it only writes the spec, watches the processes and reads rank 0's
+``result.json``.
+
+Two limits: the world's hard timeout (``--timeout``, sized from the plan, generous), and
+a stall limit (``--stall-timeout``): ranks rewrite their state file before every block,
+so when no rank's file has changed for that long the world is hung, and is stopped
+without waiting out the whole hard timeout.
+
+Ranks print progress (rank 0) to the parent's stdout; each rank's stderr goes to
+``rank<r>.stderr`` in the world's folder and is shown afterwards, rank by rank, so that
+eight ranks' warnings or stack dumps do not interleave into one unreadable stream.
+
+On either limit every rank gets SIGUSR1 (Python stacks to its stderr), then its process
+group is SIGKILLed, and the error names the op/size/backend/block each rank's state
+file shows. When a rank exits with an error the others get a short grace period (they
+are usually blocked on the dead peer) before they are killed the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+FAILURE_GRACE_S = 10.0
+STACK_DUMP_WAIT_S = 1.0
+STDERR_TAIL_LINES = 60
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class WorldResult:
+    world_size: int
+    seconds: float
+    result: dict = field(default_factory=dict)  # rank 0's result.json (may be partial)
+    error: str | None = None
+    stderr: str = ""  # the ranks' stderr tails, labelled by rank ("" when all were silent)
+
+
+def _stderr_tails(workdir: str, world_size: int) -> str:
+    parts = []
+    for rank in range(world_size):
+        path = os.path.join(workdir, f"rank{rank}.stderr")
+        try:
+            with open(path, errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        if not lines:
+            continue
+        cut = len(lines) > STDERR_TAIL_LINES
+        head = f"--- rank {rank} stderr" + (f" (last {STDERR_TAIL_LINES} lines of {path})" if cut else "")
+        parts.append("\n".join([head + " ---", *lines[-STDERR_TAIL_LINES:]]))
+    return "\n".join(parts)
+
+
+def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _states(workdir: str, world_size: int) -> str:
+    lines = []
+    for rank in range(world_size):
+        try:
+            with open(os.path.join(workdir, f"state.{rank}")) as f:
+                text = f.read().strip()
+        except OSError:
+            text = "(no state yet: still starting up or in init_process_group)"
+        lines.append(f"    rank {rank}: {text}")
+    return "\n".join(lines)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGUSR1 (stack dump) then SIGKILL to every rank still alive, and reap them."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        try:
+            p.send_signal(signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+    if alive:
+        time.sleep(STACK_DUMP_WAIT_S)
+    for p in procs:
+        _kill_group(p, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _last_progress(workdir: str, world_size: int, since: float) -> float:
+    """Wall-clock time of the newest state-file update (``since`` if none yet)."""
+    newest = since
+    for rank in range(world_size):
+        try:
+            newest = max(newest, os.stat(os.path.join(workdir, f"state.{rank}")).st_mtime)
+        except OSError:
+            pass
+    return newest
+
+
+def run_world(world_size: int, spec: dict, workdir: str, timeout_s: float,
+              stall_timeout_s: float) -> WorldResult:
+    """Runs ``spec`` (see _worker.py) in ``world_size`` ranks; at most ``timeout_s``, and
+    at most ``stall_timeout_s`` without any rank starting a new block."""
+    os.makedirs(workdir, exist_ok=True)
+    for name in os.listdir(workdir):
+        os.unlink(os.path.join(workdir, name))
+    spec = dict(spec, workdir=workdir)
+    spec_path = os.path.join(workdir, "spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f, indent=1)
+
+    base_env = dict(os.environ)
+    base_env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        WORLD_SIZE=str(world_size),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    procs: list[subprocess.Popen] = []
+    logs = []
+    start = time.monotonic()
+    wall_start = time.time()
+    error = None
+    try:
+        for rank in range(world_size):
+            env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
+            logs.append(open(os.path.join(workdir, f"rank{rank}.stderr"), "w"))
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "commux.bench._worker", spec_path],
+                env=env, stdin=subprocess.DEVNULL, stderr=logs[-1], start_new_session=True,
+            ))
+        deadline = start + timeout_s
+        first_failure = None
+        while True:
+            codes = [p.poll() for p in procs]
+            if all(c == 0 for c in codes):
+                break
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            now = time.monotonic()
+            if failed and first_failure is None:
+                first_failure = now
+            if failed and (all(c is not None for c in codes) or now - first_failure > FAILURE_GRACE_S):
+                error = (
+                    f"world of {world_size} ranks failed: rank(s) {failed} exited with "
+                    f"{[codes[r] for r in failed]} (stderr above)\nwhere each rank was:\n"
+                    + _states(workdir, world_size)
+                )
+                break
+            stalled = time.time() - _last_progress(workdir, world_size, wall_start)
+            if now > deadline or stalled > stall_timeout_s:
+                running = [r for r, c in enumerate(codes) if c is None]
+                why = (f"TIMED OUT after {timeout_s:.0f} s (--timeout)" if now > deadline else
+                       f"HUNG: no rank started a new block for {stalled:.0f} s (--stall-timeout)")
+                error = (
+                    f"world of {world_size} ranks {why}; ranks still running {running} were "
+                    "killed (Python stacks in the stderr above)\nwhere each rank was:\n"
+                    + _states(workdir, world_size)
+                )
+                break
+            time.sleep(0.05)
+    finally:
+        _stop(procs)
+        for log in logs:
+            log.close()
+
+    result: dict = {}
+    try:
+        with open(os.path.join(workdir, "result.json")) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        pass
+    if error is None and not result.get("complete"):
+        error = f"world of {world_size} ranks exited cleanly but rank 0 wrote no complete result"
+    return WorldResult(world_size, time.monotonic() - start, result, error,
+                       _stderr_tails(workdir, world_size))

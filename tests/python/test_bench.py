@@ -1,0 +1,129 @@
+"""``python3 -m commux.bench``: the benchmark tool runs end to end (--quick), writes every
+op for both backends, parses its floors, and never hangs (a world past its hard timeout
+is killed and named).
+
+The tool is run as a subprocess of the installed package, exactly as a user runs it.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from commux.bench import cli, raw_ucx, sizes
+
+OPS = ("p2p", "allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
+QUICK_HARD_TIMEOUT_S = 300
+
+
+def _bench(args, timeout):
+    return subprocess.run(
+        [sys.executable, "-m", "commux.bench", *args],
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+    )
+
+
+def test_sizes():
+    assert sizes.parse_size("8") == 8
+    assert sizes.parse_size("64K") == 64 << 10
+    assert sizes.parse_size("16MiB") == 16 << 20
+    assert sizes.parse_size("256M") == 256 << 20
+    with pytest.raises(ValueError):
+        sizes.parse_size("12X")
+    assert sizes.format_size(65536) == "64 KiB"
+    # x4 steps are counted down from the top, so 64 KiB, 16 MiB, 64 MiB stay in; 8 B too.
+    ladder = sizes.size_list(8, 256 << 20, 4)
+    assert ladder[0] == 8 and ladder[-1] == 256 << 20
+    assert {64 << 10, 16 << 20, 64 << 20} <= set(ladder)
+    assert sizes.size_list(8, 64, 2) == [8, 16, 32, 64]
+    # Sub-element sizes round up to one float32; split ops to a multiple of the world size.
+    assert sizes.input_bytes("allreduce", 1, 2) == 4
+    assert sizes.input_bytes("reduce_scatter", 8, 4) == 16
+    assert sizes.input_bytes("alltoall", 8, 8) == 32
+    assert sizes.input_bytes("allgather", 8, 8) == 8
+
+
+def test_plan_measures_each_size_once_and_skips_what_does_not_fit():
+    plan, skipped = cli.plan_world(["reduce_scatter", "allreduce"], [8, 16, 64], 4, memory=None)
+    assert plan == [["reduce_scatter", 8], ["reduce_scatter", 64],
+                    ["allreduce", 8], ["allreduce", 16], ["allreduce", 64]]
+    assert skipped == []
+    # allgather of 256 MiB at 8 ranks holds 2.25 GiB per rank: not with 4 GiB free.
+    plan, skipped = cli.plan_world(["allgather"], [8, 256 << 20], 8, memory=4 << 30)
+    assert plan == [["allgather", 8]]
+    assert [(s["op"], s["bytes"]) for s in skipped] == [("allgather", 256 << 20)]
+
+
+def test_parse_perftest_final_line():
+    out = (
+        "|    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |\n"
+        "Final:                 20000      0.191     1.052     1.052        7.26       7.26      950998      950998\n"
+    )
+    row = raw_ucx.parse_final(out)
+    assert row["iterations"] == 20000 and row["lat_avg_us"] == 1.052
+    assert row["bw_avg_MiBps"] == 7.26 and row["msgrate_avg"] == 950998
+    # The unit claim the conversion rests on: MB/s is MiB/s (8 B x msg/s / 2**20).
+    assert abs(8 * row["msgrate_avg"] / 2**20 - row["bw_avg_MiBps"]) < 0.01
+    with pytest.raises(RuntimeError):
+        raw_ucx.parse_final("no final line")
+
+
+@pytest.mark.ucx_only
+@pytest.mark.timeout(QUICK_HARD_TIMEOUT_S + 30)
+def test_quick_run(tmp_path):
+    r = _bench(["--quick", "--out", str(tmp_path)], QUICK_HARD_TIMEOUT_S)
+    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout[-4000:]}\nstderr:\n{r.stderr[-4000:]}"
+
+    with open(tmp_path / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    seen = {(row["op"], row["backend"]) for row in rows if row["ranks"] == "2"}
+    missing = {(op, b) for op in OPS for b in ("ucx", "gloo")} - seen
+    assert not missing, f"results.csv lacks {sorted(missing)}"
+    for row in rows:
+        assert float(row["median_us"]) > 0 and float(row["min_us"]) > 0, row
+        assert float(row["min_us"]) <= float(row["median_us"]), row
+        assert int(row["iterations"]) >= 1, row
+        assert int(row["bytes"]) >= int(row["requested_bytes"]) > 0, row
+
+    with open(tmp_path / "summary.json") as f:
+        summary = json.load(f)
+    floor = summary["floor"]["2"]
+    assert floor["fake_send_us"] > 0 and floor["fake_recv_us"] > 0, floor
+    assert floor[f"memcpy_gbps_{64 << 20}"] > 0, floor
+    if raw_ucx.find_perftest() is not None:
+        raw = summary["raw_ucx"]
+        assert raw["error"] is None, raw
+        assert raw["tag_lat_us"]["8"] > 0 and raw["tag_bw_gbps"][str(64 << 20)] > 0, raw
+    statuses = {t["status"] for t in summary["targets"]}
+    assert statuses <= {"PASS", "MISS", "N/A"}, statuses
+    assert "targets" in r.stdout and "gloo/ucx" in r.stdout
+
+
+def _processes_mentioning(text):
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.ucx_only
+@pytest.mark.timeout(120)
+def test_world_timeout_kills_every_rank(tmp_path):
+    """A world that outlives --timeout is killed, named, and the run exits 1."""
+    r = _bench(["--ops", "allreduce", "--ranks", "2", "--min-bytes", "8", "--max-bytes", "8",
+                "--rounds", "1000", "--block-seconds", "0.05", "--timeout", "10",
+                "--no-raw-ucx", "--no-plot", "--out", str(tmp_path)], 90)
+    assert r.returncode == 1, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    assert "TIMED OUT after 10 s" in r.stderr, r.stderr[-3000:]
+    assert "op=allreduce" in r.stderr, r.stderr[-3000:]
+    assert not _processes_mentioning(str(tmp_path)), "rank processes survived the timeout"
