@@ -146,11 +146,16 @@ class ProcessGroupUCX : public c10d::Backend {
       c10d::OpType type, std::uint32_t sequence, std::string description,
       std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
       std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
-      std::chrono::milliseconds timeout);
+      std::chrono::milliseconds timeout, at::Tensor sendBuffer = {});
   void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op);
   std::uint32_t nextSequence() { return sequence_++; }
   /// Raises once the group was aborted or shut down.
   void checkUsable() const;
+  /// all_to_all_single between contiguous tensors, with no staging.
+  c10::intrusive_ptr<c10d::Work> alltoallDirect(const at::Tensor& input, const at::Tensor& output,
+                                                std::vector<std::size_t> sendCounts,
+                                                std::vector<std::size_t> recvCounts,
+                                                std::chrono::milliseconds timeout);
   /// All-to-all over one buffer [input | output] with per-peer element counts.
   c10::intrusive_ptr<c10d::Work> alltoallFlat(c10d::OpType type, const char* name,
                                               at::Tensor input, std::vector<std::size_t> sendCounts,

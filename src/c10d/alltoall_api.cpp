@@ -47,6 +47,13 @@ std::vector<std::size_t> countsFromSplits(const char* what, const at::Tensor& t,
   return counts;
 }
 
+bool overlap(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto* a0 = static_cast<const char*>(a.data_ptr());
+  const auto* b0 = static_cast<const char*>(b.data_ptr());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
@@ -73,6 +80,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
                           work, std::nullopt, [received, unpack] { unpack(received); }, timeout);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
+    const at::Tensor& input, const at::Tensor& output, std::vector<std::size_t> sendCounts,
+    std::vector<std::size_t> recvCounts, std::chrono::milliseconds timeout) {
+  // Contiguous input and output: send straight from the input, receive straight into the
+  // output. Staging both through one fresh buffer cost three copies plus the page faults
+  // of a new allocation, and made all_to_all_single ~3x slower than gloo at 16 MiB.
+  TORCH_CHECK_VALUE(sendCounts[rank_] == recvCounts[rank_], "commux: all_to_all_single: this rank "
+                    "sends ", sendCounts[rank_], " elements to itself but expects ", recvCounts[rank_]);
+  at::Tensor in = input.view({-1});
+  at::Tensor out = output.view({-1});
+  const auto sendBlocks = layout(sendCounts, 0);
+  const auto recvBlocks = layout(recvCounts, 0);
+  out.narrow(0, static_cast<int64_t>(recvBlocks[rank_].offset), static_cast<int64_t>(recvCounts[rank_]))
+      .copy_(in.narrow(0, static_cast<int64_t>(sendBlocks[rank_].offset),
+                       static_cast<int64_t>(sendCounts[rank_])));
+  const std::uint32_t seq = nextSequence();
+  return launchCollective(c10d::OpType::ALLTOALL_BASE, seq,
+                          describe("all_to_all_single", {input}, "", "pairwise", seq), {output},
+                          collectives::alltoallPairwise(rank_, size_, sendBlocks, recvBlocks), out,
+                          std::nullopt, nullptr, timeout, in);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
@@ -82,6 +111,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
                     "commux: all_to_all_single: input and output dtypes differ");
   auto sendCounts = countsFromSplits("input", inputBuffer, inputSplitSizes, size_);
   auto recvCounts = countsFromSplits("output", outputBuffer, outputSplitSizes, size_);
+  if (inputBuffer.is_contiguous() && outputBuffer.is_contiguous() &&
+      !overlap(inputBuffer, outputBuffer)) {
+    return alltoallDirect(inputBuffer, outputBuffer, std::move(sendCounts),
+                          std::move(recvCounts), opts.timeout);
+  }
   at::Tensor output = outputBuffer;
   return alltoallFlat(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", inputBuffer.reshape({-1}),
                       std::move(sendCounts), std::move(recvCounts), {outputBuffer},

@@ -32,13 +32,14 @@ at::Tensor localReduce(const std::vector<at::Tensor>& tensors, engine::ReduceKin
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     c10d::OpType type, std::uint32_t sequence, std::string description,
     std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work, std::optional<engine::ReduceKind> reduce,
-    std::function<void()> finalize, std::chrono::milliseconds timeout) {
+    std::function<void()> finalize, std::chrono::milliseconds timeout, at::Tensor sendBuffer) {
   const NoAutograd noAutograd;
   auto routes = peers_->get(schedule.peers());
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   engine::CollectiveOp::Setup setup;
   setup.schedule = std::move(schedule);
   setup.work = std::move(work);
+  setup.sendBuffer = std::move(sendBuffer);
   setup.reduce = reduce;
   setup.routes = std::move(routes);
   setup.myContext = context_;

@@ -22,6 +22,12 @@ char* CollectiveOp::at(std::size_t elementOffset) const {
   return static_cast<char*>(s_.work.data_ptr()) + elementOffset * elementSize_;
 }
 
+char* CollectiveOp::sendAt(std::size_t elementOffset) const {
+  if (!s_.sendBuffer.defined()) return at(elementOffset);
+  if (s_.sendBuffer.numel() == 0) return nullptr;
+  return static_cast<char*>(s_.sendBuffer.data_ptr()) + elementOffset * elementSize_;
+}
+
 void CollectiveOp::start(Engine& engine) {
   if (s_.schedule.steps.empty()) {
     if (s_.finalize) finalizeOutsideAutograd();
@@ -37,7 +43,7 @@ void CollectiveOp::postStep(Engine& engine) {
   for (std::uint32_t i = 0; i < sends; ++i) {
     const auto& t = step.sends[i];
     const Route& route = *s_.routes.at(t.peer);
-    postSend(engine, engine.endpoint(route.address), at(t.offset), t.count * elementSize_,
+    postSend(engine, engine.endpoint(route.address), sendAt(t.offset), t.count * elementSize_,
              wire::collectiveTag(route.context, s_.myRank, s_.sequence, t.round), i);
   }
   scratchOffsets_.clear();

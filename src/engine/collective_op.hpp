@@ -22,6 +22,10 @@ class CollectiveOp final : public Op {
   struct Setup {
     collectives::Schedule schedule;
     at::Tensor work;  // 1-D contiguous
+    /// When defined (1-D contiguous, work's dtype), sends read from here instead of from
+    /// work: an all-to-all then sends from the user's input and receives into the user's
+    /// output with no staging copy.
+    at::Tensor sendBuffer;
     std::optional<ReduceKind> reduce;
     /// Routes by group rank; only the schedule's peers need to be filled in.
     std::vector<std::shared_ptr<const Route>> routes;
@@ -43,6 +47,7 @@ class CollectiveOp final : public Op {
   /// Finalizers copy into user tensors that may require grad; that is not autograd's.
   void finalizeOutsideAutograd();
   char* at(std::size_t elementOffset) const;
+  char* sendAt(std::size_t elementOffset) const;
 
   Setup s_;
   at::Tensor scratch_;

@@ -294,8 +294,12 @@ ucp_ep_h Engine::endpoint(const std::string& peerAddress) {
 }
 
 void Engine::queueCompletion(Pending* pending, ucs_status_t status, const RecvInfo& info) {
-  std::lock_guard<std::mutex> lock(completionMutex_);
-  completions_.push_back(Completion{pending, status, info});
+  {
+    std::lock_guard<std::mutex> lock(completionMutex_);
+    completions_.push_back(Completion{pending, status, info});
+  }
+  // A callback on UCX's own async thread: whoever sleeps on the event fd must look again.
+  if (!drivenByThisThread()) worker_.signal();
 }
 
 bool Engine::drainSubmissions() {
@@ -332,7 +336,15 @@ bool Engine::drainCompletions() {
 bool Engine::progressRound() {
   bool active = drainSubmissions();
   while (worker_.progress() != 0) active = true;
-  active |= drainCompletions();
+  // A handler may start the next step of a collective whose requests complete at once and
+  // queue new completions. Drain until none are left: a waiter that parks on the event fd
+  // with completions still queued sleeps until the safety net (this was the ~100 ms
+  // stall of 8-rank collectives).
+  while (drainCompletions()) {
+    active = true;
+    while (worker_.progress() != 0) {
+    }
+  }
   return active;
 }
 
@@ -341,7 +353,11 @@ void Engine::progressOnce() { progressRound(); }
 void Engine::sleep() {
   if (parked_.load(std::memory_order_seq_cst)) {
     // A waiter sleeps on the event fd and drives the worker; stand by until it leaves, so
-    // events wake one thread instead of two.
+    // events wake one thread instead of two. This thread may have taken the event the
+    // waiter armed for (epoll wakes one sleeper) and driven the worker since: UCX's arming
+    // is one-shot, so wake the waiter to re-arm, or it sleeps through its completion until
+    // the safety net (~100 ms stalls at 8 ranks on 2 cores).
+    worker_.signal();
     std::unique_lock<std::mutex> lock(parkMutex_);
     parkCv_.wait(lock, [this] { return !parked_.load() || stopping_.load(); });
     return;
