@@ -56,6 +56,33 @@ def _create_backend(dist_options, backend_options=None):
     )
 
 
+def _skip_torch_flight_recorder() -> None:
+    """Keeps torch's per-op flight-recorder hook off commux groups unless asked for.
+
+    From torch 2.15 on, every group of a third-party backend gets torch's FlightRecorderHook,
+    which captures a Python traceback on every operation: about 5 us per call, more than
+    doubling the latency of a small send. Gloo and the fake backend are exempt (listed as
+    recording themselves). commux joins that list by default; set
+    ``COMMUX_TORCH_FLIGHT_RECORDER=1`` to keep torch's hook (hang forensics, dumps).
+    """
+    import os
+
+    import torch.distributed.distributed_c10d as c10d
+
+    exempt = getattr(c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if exempt is None:
+        return
+    value = os.environ.get("COMMUX_TORCH_FLIGHT_RECORDER", "0").strip().lower()
+    if value in ("1", "true", "on", "yes"):
+        exempt.difference_update(BACKEND_NAMES)
+    elif value in ("0", "false", "off", "no", ""):
+        exempt.update(BACKEND_NAMES)
+    else:
+        raise ValueError(
+            f"COMMUX_TORCH_FLIGHT_RECORDER={value!r} is not a boolean (use 0 or 1)"
+        )
+
+
 def register() -> None:
     """Registers the ``ucx`` and ``commux`` backends with torch.distributed (idempotent)."""
     import torch.distributed as dist
@@ -67,6 +94,7 @@ def register() -> None:
             dist.Backend.register_backend(
                 name, _create_backend, extended_api=True, devices=list(_DEVICES)
             )
+        _skip_torch_flight_recorder()
 
 
 def preferred_backend() -> str:

@@ -181,3 +181,26 @@ print("OK")
     proc = run_python(code, env=AUTOLOAD_ON)
     _check(proc, "autoload with a failing register()")
     assert "OK" in proc.stdout, proc.stdout
+
+
+_FR_PROBE = """
+import torch.distributed.distributed_c10d as c10d
+import commux
+commux.register()
+exempt = getattr(c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+print("none" if exempt is None else ("exempt" if {"ucx", "commux"} <= exempt else "hooked"))
+"""
+
+
+def test_torch_flight_recorder_hook_is_opt_in():
+    """torch >= 2.15 hooks a per-op flight recorder (a Python traceback per call) onto
+    third-party backends; commux opts out by default and back in on request."""
+    default = run_python(_FR_PROBE, env={"COMMUX_TORCH_FLIGHT_RECORDER": None})
+    assert default.returncode == 0, default.stderr
+    if default.stdout.strip() == "none":
+        pytest.skip("this torch has no flight-recorder hook for third-party backends")
+    assert default.stdout.strip() == "exempt"
+    on = run_python(_FR_PROBE, env={"COMMUX_TORCH_FLIGHT_RECORDER": "1"})
+    assert on.returncode == 0 and on.stdout.strip() == "hooked", (on.stdout, on.stderr)
+    bad = run_python(_FR_PROBE, env={"COMMUX_TORCH_FLIGHT_RECORDER": "maybe"})
+    assert bad.returncode != 0 and "COMMUX_TORCH_FLIGHT_RECORDER" in bad.stderr
