@@ -84,7 +84,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
   return launchCollective(
       c10d::OpType::_REDUCE_SCATTER_BASE, seq,
       describe("reduce_scatter_tensor", {outputBuffer}, reduction.label(), "ring", seq),
-      {outputBuffer}, collectives::reduceScatterRing(rank_, size_, equalBlocks(n, size_)), work,
+      {outputBuffer}, collectives::reduceScatterRing(rank_, size_, equalBlocks(n, size_), 0,
+                                                    ringChunk(work.element_size())),
+      work,
       reduction.kind(),
       [work, outputBuffer, n, offset, reduction, contributions] {
         at::Tensor mine = work.narrow(0, offset, static_cast<int64_t>(n));

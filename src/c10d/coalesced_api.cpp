@@ -217,7 +217,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce_scatter_tensor_coalesced(
       c10d::OpType::COALESCED, seq, describe(op, outputs, reduction.label(), "ring", seq),
       outputs,
       collectives::reduceScatterRing(rank_, size_,
-                                     equalBlocks(static_cast<std::size_t>(packing.total), size_)),
+                                     equalBlocks(static_cast<std::size_t>(packing.total), size_),
+                                     0, ringChunk(work.element_size())),
       work, reduction.kind(),
       [work, packing, outputs, reduction, contributions, mine] {
         at::Tensor block = work.narrow(0, mine, packing.total);

@@ -1,5 +1,7 @@
 #include "c10d/staging.hpp"
 
+#include <algorithm>
+
 #include "commux/options.hpp"
 
 namespace commux {
@@ -37,6 +39,10 @@ std::string describe(const char* op, const std::vector<at::Tensor>& tensors,
     s += ", ";
   }
   return s + algorithm + ", collective #" + std::to_string(seq) + ")";
+}
+
+std::size_t ringChunk(std::size_t elementSize) {
+  return std::max<std::size_t>(1, Config::get().pipelineChunkBytes / std::max<std::size_t>(elementSize, 1));
 }
 
 }  // namespace commux

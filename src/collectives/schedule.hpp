@@ -62,14 +62,17 @@ int floorLog2(std::uint64_t x);
 /// rank r contributes blocks[r] and ends with all of them.
 Schedule allgatherRing(int rank, int size, const std::vector<Range>& blocks,
                        std::uint32_t firstRound = 0);
-/// Ring reduce-scatter: rank r ends with the reduction of blocks[r] over all ranks.
+/// Ring reduce-scatter: rank r ends with the reduction of blocks[r] over all ranks. With
+/// `chunk` > 0 each ring step moves and folds its block in pieces of `chunk` elements.
 Schedule reduceScatterRing(int rank, int size, const std::vector<Range>& blocks,
-                           std::uint32_t firstRound = 0);
+                           std::uint32_t firstRound = 0, std::size_t chunk = 0);
+/// The chunks per ring step reduceScatterRing uses (rounds it takes = (p-1) * this).
+std::size_t ringChunks(const std::vector<Range>& blocks, std::size_t chunk);
 /// `count` elements split into `parts` near-equal blocks (see blockRange).
 std::vector<Range> evenBlocks(std::size_t count, int parts);
 
 Schedule allreduceRecursiveDoubling(int rank, int size, std::size_t count);
-Schedule allreduceRing(int rank, int size, std::size_t count);
+Schedule allreduceRing(int rank, int size, std::size_t count, std::size_t chunk = 0);
 Schedule broadcastBinomial(int rank, int size, int root, std::size_t count);
 Schedule broadcastChain(int rank, int size, int root, std::size_t count, std::size_t chunk);
 Schedule reduceBinomial(int rank, int size, int root, std::size_t count);

@@ -15,7 +15,7 @@ Plan planAllreduce(int rank, int size, std::size_t count, std::size_t elementSiz
                    const Thresholds& t) {
   // The ring needs at least one element per rank to beat recursive doubling at all.
   if (count * elementSize >= t.allreduceRingMinBytes && count >= static_cast<std::size_t>(size)) {
-    return {allreduceRing(rank, size, count), "ring"};
+    return {allreduceRing(rank, size, count, chunkElements(t, elementSize)), "ring"};
   }
   return {allreduceRecursiveDoubling(rank, size, count), "recursive_doubling"};
 }

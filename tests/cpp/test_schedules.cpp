@@ -138,7 +138,21 @@ TEST(Schedules, BlockRangeCoversEverythingOnce) {
 
 TEST(Schedules, AllreduceRecursiveDoubling) { checkAllreduce(allreduceRecursiveDoubling); }
 
-TEST(Schedules, AllreduceRing) { checkAllreduce(allreduceRing); }
+TEST(Schedules, AllreduceRing) {
+  checkAllreduce([](int r, int p, std::size_t n) { return allreduceRing(r, p, n); });
+}
+
+TEST(Schedules, AllreduceRingChunked) {
+  for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{64}, std::size_t{100000}}) {
+    checkAllreduce([chunk](int r, int p, std::size_t n) { return allreduceRing(r, p, n, chunk); });
+  }
+}
+
+TEST(Schedules, ChunkedRingScratchIsOneChunk) {
+  const Schedule s = allreduceRing(0, 4, 4000, 100);
+  EXPECT_EQ(s.scratchElements, 100u);
+  EXPECT_EQ(s.steps.size(), 3u * 10u + 3u);  // 10 pieces per reduce-scatter step
+}
 
 TEST(Schedules, RecursiveDoublingIsLogarithmic) {
   // 16 ranks: 4 exchange steps each; 17 ranks: at most 4 + 2 (fold and unfold).
@@ -267,12 +281,15 @@ TEST(Schedules, ReduceScatterRingEvenAndUneven) {
       std::vector<Buffer> in;
       for (int r = 0; r < p; ++r) in.push_back(input(r, total));
       const Buffer sum = sumOfInputs(p, total);
-      auto res = simulate(p, [&](int r) { return reduceScatterRing(r, p, blocks); }, in);
-      expectAllDone(res);
-      for (int r = 0; r < p; ++r) {
-        for (std::size_t i = 0; i < blocks[r].count; ++i) {
-          EXPECT_EQ(res.buffers[r][blocks[r].offset + i], sum[blocks[r].offset + i])
-              << "p=" << p << " rank " << r;
+      for (std::size_t chunk : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{5000}}) {
+        auto res = simulate(
+            p, [&](int r) { return reduceScatterRing(r, p, blocks, 0, chunk); }, in);
+        expectAllDone(res);
+        for (int r = 0; r < p; ++r) {
+          for (std::size_t i = 0; i < blocks[r].count; ++i) {
+            EXPECT_EQ(res.buffers[r][blocks[r].offset + i], sum[blocks[r].offset + i])
+                << "p=" << p << " rank " << r << " chunk " << chunk;
+          }
         }
       }
     }

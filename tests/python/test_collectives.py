@@ -366,3 +366,32 @@ def test_subgroups_do_not_cross():
     all_reduce concurrently with WORLD, plus p2p with the same tag inside the
     subgroup and the world group: results never cross between groups."""
     run_ranks(_subgroups, 4, timeout=90)
+
+
+def _chunked_rings(rank, ws):
+    import commux
+
+    cfg = commux.load_extension().config()
+    assert cfg["COMMUX_PIPELINE_CHUNK_BYTES"] == 4096 and cfg["COMMUX_ALLREDUCE_RING_MIN_BYTES"] == 1024
+    for n in (ws, 1000 * ws + 3, 50_001):  # one element per rank, uneven blocks, many chunks
+        x = torch.arange(n, dtype=torch.float64) * (rank + 1)
+        dist.all_reduce(x)
+        want = torch.arange(n, dtype=torch.float64) * (ws * (ws + 1) / 2)
+        assert torch.equal(x, want), n
+        inp = torch.arange(n * ws, dtype=torch.float32) + rank
+        keep = inp.clone()
+        out = torch.empty(n, dtype=torch.float32)
+        dist.reduce_scatter_tensor(out, inp)
+        full = sum(torch.arange(n * ws, dtype=torch.float32) + r for r in range(ws))
+        assert torch.equal(out, full[rank * n:(rank + 1) * n]), n
+        assert torch.equal(inp, keep)
+    return True
+
+
+@pytest.mark.ucx_only
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_chunked_ring_reduce_scatter_and_allreduce(world_size):
+    """The ring's reduce-scatter steps move and fold their blocks in chunks
+    (COMMUX_PIPELINE_CHUNK_BYTES); tiny chunks make every block take many pieces."""
+    env = {"COMMUX_PIPELINE_CHUNK_BYTES": "4096", "COMMUX_ALLREDUCE_RING_MIN_BYTES": "1024"}
+    assert all(run_ranks(_chunked_rings, world_size, timeout=150, env=env))
