@@ -33,7 +33,8 @@ struct Config {
   /// COMMUX_CHAIN_MIN_BYTES: broadcast and reduce use pipelined chains from this size up
   /// (on 3+ ranks), binomial trees below it.
   std::size_t chainMinBytes = 512 * 1024;
-  /// COMMUX_PIPELINE_CHUNK_BYTES: chunk size of the pipelined chains.
+  /// COMMUX_PIPELINE_CHUNK_BYTES: chunk size of the pipelined chains, and the piece size in
+  /// which ring reduce-scatter steps move and fold their blocks.
   std::size_t pipelineChunkBytes = 512 * 1024;
 
   /// The process-wide configuration, parsed from the environment on first use.
