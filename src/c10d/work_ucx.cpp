@@ -103,9 +103,13 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
     const engine::Engine::DriverScope driving(*engine_);
     const auto spinEnd =
         std::min(std::chrono::steady_clock::now() + Config::get().waitSpin, deadline);
-    while (!done_.load(std::memory_order_acquire)) {
+    // Yield the core every few passes: when the peer rank (or this rank's other threads)
+    // shares the core, a spin that never yields makes it wait out the whole spin before it
+    // can send the reply, a stable ~100 us per message. With the core to itself,
+    // sched_yield returns at once.
+    for (unsigned pass = 1; !done_.load(std::memory_order_acquire); ++pass) {
       if (std::chrono::steady_clock::now() >= spinEnd) break;
-      if (!engine_->tryProgress()) std::this_thread::yield();
+      if (!engine_->tryProgress() || (pass & 15u) == 0) std::this_thread::yield();
     }
   }
   if (done_.load(std::memory_order_acquire)) {
