@@ -16,16 +16,16 @@ CollectiveOp::CollectiveOp(Setup setup, std::string description, Done done)
   }
 }
 
-char* CollectiveOp::at(std::size_t elementOffset) const {
+char* CollectiveOp::addressIn(const at::Tensor& buffer, std::size_t elementOffset) const {
   // An empty tensor may have no storage at all; zero-length transfers need no address.
-  if (s_.work.numel() == 0) return nullptr;
-  return static_cast<char*>(s_.work.data_ptr()) + elementOffset * elementSize_;
+  if (buffer.numel() == 0) return nullptr;
+  return static_cast<char*>(buffer.data_ptr()) + elementOffset * elementSize_;
 }
 
+char* CollectiveOp::at(std::size_t elementOffset) const { return addressIn(s_.work, elementOffset); }
+
 char* CollectiveOp::sendAt(std::size_t elementOffset) const {
-  if (!s_.sendBuffer.defined()) return at(elementOffset);
-  if (s_.sendBuffer.numel() == 0) return nullptr;
-  return static_cast<char*>(s_.sendBuffer.data_ptr()) + elementOffset * elementSize_;
+  return addressIn(s_.sendBuffer.defined() ? s_.sendBuffer : s_.work, elementOffset);
 }
 
 void CollectiveOp::start(Engine& engine) {

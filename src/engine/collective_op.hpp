@@ -46,6 +46,7 @@ class CollectiveOp final : public Op {
   void foldStep();
   /// Finalizers copy into user tensors that may require grad; that is not autograd's.
   void finalizeOutsideAutograd();
+  char* addressIn(const at::Tensor& buffer, std::size_t elementOffset) const;
   char* at(std::size_t elementOffset) const;
   char* sendAt(std::size_t elementOffset) const;
 
