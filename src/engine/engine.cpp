@@ -227,8 +227,9 @@ void Engine::deferHandOff() {
   const std::int64_t now = nowNs();
   const std::int64_t due = handOffDue_.load(std::memory_order_relaxed);
   // Pushing the timer back costs a system call; a loop of short operations does it about
-  // twice per delay, not once per operation.
-  if (due != 0 && due - now > handOffDelayNs_ / 2) return;
+  // twice per delay, not once per operation. A timer that is due already (fired, or fired
+  // at once by handOff) has a wake-up on its way: re-arming it would cancel that.
+  if (due != 0 && (due <= now || due - now > handOffDelayNs_ / 2)) return;
   if (handOffDelayNs_ <= 0) {
     handOff();
     return;
