@@ -37,6 +37,19 @@ struct Config {
   /// which ring reduce-scatter steps move and fold their blocks.
   std::size_t pipelineChunkBytes = 512 * 1024;
 
+  /// COMMUX_SHM: allreduce between ranks that all run on one host goes through a shared-
+  /// memory segment instead of UCX. The ranks agree on it when the group first
+  /// allreduces: it is used only if every rank has it on and could map the segment.
+  bool shm = true;
+  /// COMMUX_SHM_SLOT_BYTES: bytes each rank stages per step of a shared-memory allreduce
+  /// (rounded up to 4 KiB); the segment holds two of these per rank.
+  std::size_t shmSlotBytes = 1024 * 1024;
+  /// COMMUX_SHM_SMALL_BYTES: up to this size a shared-memory allreduce takes one step, with
+  /// every rank folding the whole buffer; above it, each rank folds its own block.
+  std::size_t shmSmallBytes = 16 * 1024;
+  /// COMMUX_SHM_SPIN_US: how long a shared-memory wait polls before it sleeps (futex).
+  std::chrono::microseconds shmSpin{50};
+
   /// The process-wide configuration, parsed from the environment on first use.
   /// Throws std::invalid_argument naming the variable if a value does not parse.
   static const Config& get();

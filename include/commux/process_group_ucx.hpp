@@ -26,6 +26,9 @@ enum class ReduceKind : std::uint8_t;
 namespace collectives {
 struct Schedule;
 }  // namespace collectives
+namespace shm {
+class Channel;
+}  // namespace shm
 class PeerTable;
 class WorkUCX;
 
@@ -149,6 +152,9 @@ class ProcessGroupUCX : public c10d::Backend {
       std::chrono::milliseconds timeout, at::Tensor sendBuffer = {});
   void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op);
   std::uint32_t nextSequence() { return sequence_++; }
+  /// The group's shared-memory channel, or null when the group cannot use one (or it
+  /// broke). The first call is collective: every rank must make it at the same point.
+  std::shared_ptr<shm::Channel> shmChannel();
   /// Raises once the group was aborted or shut down.
   void checkUsable() const;
   /// all_to_all_single between contiguous tensors, with no staging.
@@ -165,6 +171,7 @@ class ProcessGroupUCX : public c10d::Backend {
                                               std::chrono::milliseconds timeout);
 
   std::shared_ptr<engine::Engine> engine_;
+  c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<PeerTable> peers_;
   std::uint32_t context_;
   std::chrono::milliseconds timeout_;
@@ -182,6 +189,11 @@ class ProcessGroupUCX : public c10d::Backend {
   // Operations abort() must cancel; completed entries are pruned as the list grows.
   std::vector<c10::weak_intrusive_ptr<WorkUCX>> inflight_;
   std::size_t pruneAt_ = 64;
+
+  std::mutex shmMutex_;
+  bool shmDecided_ = false;
+  // Declared last: destroyed first, so its lane stops while the engine still runs.
+  std::shared_ptr<shm::Channel> shm_;
 };
 
 }  // namespace commux

@@ -11,6 +11,7 @@
 #include "commux/process_group_ucx.hpp"
 #include "engine/collective_op.hpp"
 #include "engine/engine.hpp"
+#include "shm/allreduce_op.hpp"
 
 namespace commux {
 namespace {
@@ -59,21 +60,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
   }
   checkTensors("allreduce", tensors, true);
   const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
+  auto channel = shmChannel();
   at::Tensor work = localReduce(tensors, reduction.kind(), false);
   reduction.prepare(work);
+  const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
+  auto finalize = [work, tensors, reduction, contributions] {
+    reduction.finish(work, contributions);
+    scatterBack(work, tensors);
+  };
+  if (channel && work.is_cpu()) {
+    const std::uint32_t seq = nextSequence();
+    auto w = makeWork(c10d::OpType::ALLREDUCE, tensors,
+                      describe("allreduce", tensors, reduction.label(), "shared memory", seq),
+                      opts.timeout);
+    launch(w, std::make_shared<shm::AllreduceOp>(channel, work, reduction.kind(),
+                                                 std::move(finalize), w->description(),
+                                                 w->completer()));
+    return w;
+  }
   auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
                                          thresholds());
-  const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::ALLREDUCE, seq,
       describe("allreduce", tensors, reduction.label(), plan.algorithm, seq), tensors,
-      std::move(plan.schedule), work, reduction.kind(),
-      [work, tensors, reduction, contributions] {
-        reduction.finish(work, contributions);
-        scatterBack(work, tensors);
-      },
-      opts.timeout);
+      std::move(plan.schedule), work, reduction.kind(), std::move(finalize), opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& tensors,

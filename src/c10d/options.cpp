@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
@@ -53,6 +54,12 @@ Config Config::fromEnvironment() {
   readUnsigned("COMMUX_ALLREDUCE_RING_MIN_BYTES", c.allreduceRingMinBytes);
   readUnsigned("COMMUX_CHAIN_MIN_BYTES", c.chainMinBytes);
   readUnsigned("COMMUX_PIPELINE_CHUNK_BYTES", c.pipelineChunkBytes);
+  readBool("COMMUX_SHM", c.shm);
+  readUnsigned("COMMUX_SHM_SLOT_BYTES", c.shmSlotBytes);
+  readUnsigned("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes);
+  readMicros("COMMUX_SHM_SPIN_US", c.shmSpin);
+  c.shmSlotBytes = (std::max<std::size_t>(c.shmSlotBytes, 1) + 4095) / 4096 * 4096;
+  c.shmSmallBytes = std::min(c.shmSmallBytes, c.shmSlotBytes);
   if (c.pipelineChunkBytes == 0) throw std::invalid_argument("COMMUX_PIPELINE_CHUNK_BYTES must be > 0");
   return c;
 }

@@ -6,6 +6,8 @@
 #include <algorithm>
 
 #include "c10d/peer_table.hpp"
+#include "c10d/shm_setup.hpp"
+#include "shm/channel.hpp"
 #include "commux/options.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
@@ -46,6 +48,7 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
   TORCH_CHECK_VALUE(rank >= 0 && rank < size, "commux: rank ", rank,
                     " is outside a group of size ", size);
   engine_ = engine::Engine::instance();
+  store_ = store;
   context_ = engine_->acquireContext();
   peers_ = std::make_unique<PeerTable>(store, rank, size);
   try {
@@ -56,7 +59,21 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
   }
 }
 
-ProcessGroupUCX::~ProcessGroupUCX() { engine_->releaseContext(context_); }
+ProcessGroupUCX::~ProcessGroupUCX() {
+  shm_.reset();
+  engine_->releaseContext(context_);
+}
+
+std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
+  if (size_ < 2) return nullptr;
+  std::lock_guard<std::mutex> lock(shmMutex_);
+  if (!shmDecided_) {
+    shm_ = connectShm(store_, rank_, size_, engine_);
+    shmDecided_ = true;
+  }
+  if (shm_ && shm_->broken()) return nullptr;
+  return shm_;
+}
 
 c10::intrusive_ptr<WorkUCX> ProcessGroupUCX::makeWork(c10d::OpType type,
                                                       std::vector<at::Tensor> outputs,

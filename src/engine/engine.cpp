@@ -286,6 +286,29 @@ void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error) {
   post([op = std::move(op), error](Engine& engine) { op->fail(engine, error); });
 }
 
+void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error) {
+  if (stopping_.load()) {
+    throw std::runtime_error("commux: the communication engine has shut down");
+  }
+  {
+    std::lock_guard<std::mutex> lock(submitMutex_);
+    submissions_.push_back([op = std::move(op), error](Engine& engine) {
+      if (error) {
+        op->fail(engine, error);
+      } else {
+        op->succeed();
+      }
+    });
+  }
+  submitted_.fetch_add(1, std::memory_order_seq_cst);
+  // Whoever drives the worker drains submissions each round; only a sleeper needs waking
+  // (the pairing with sleep() is as in post()).
+  if (sleeping_.load(std::memory_order_seq_cst) || parked_.load(std::memory_order_seq_cst)) {
+    worker_.signal();
+  }
+  if (resting_.load(std::memory_order_seq_cst)) fireTimer();
+}
+
 ucp_ep_h Engine::endpoint(const std::string& peerAddress) {
   auto it = endpoints_.find(peerAddress);
   if (it == endpoints_.end()) {

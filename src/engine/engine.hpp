@@ -65,6 +65,10 @@ class Engine {
   void submit(std::vector<std::shared_ptr<Op>> ops);
   /// Any thread: fail `op` with `error` (used for timeouts and aborts).
   void cancel(std::shared_ptr<Op> op, std::exception_ptr error);
+  /// Any thread that does not drive the worker (the shared-memory lane): report `op` done,
+  /// successfully when `error` is null. The report runs, with the Work's callbacks, on
+  /// whichever thread drives the worker next; the caller only wakes that thread.
+  void finish(std::shared_ptr<Op> op, std::exception_ptr error);
 
   bool onProgressThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
   /// Drives the worker once if its lock is free; false if another thread holds it.

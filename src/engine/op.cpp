@@ -112,6 +112,7 @@ void Op::fail(Engine& engine, std::exception_ptr error) {
     }
   }
   engine.opFinished(this);
+  onFailed();
   Done done = std::move(done_);
   done_ = nullptr;
   if (done) done(error, -1);

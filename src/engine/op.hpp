@@ -59,6 +59,8 @@ class Op : public std::enable_shared_from_this<Op> {
  protected:
   /// Completion of a request in `slot` that finished with UCS_OK.
   virtual void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) = 0;
+  /// Called once when the operation fails (error, timeout, abort), before its callback.
+  virtual void onFailed() {}
   /// Describes a failed request of `slot` for the error message.
   virtual std::string describeFailure(std::uint32_t slot, ucs_status_t status,
                                       const RecvInfo& info) const;

@@ -79,6 +79,10 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_ALLREDUCE_RING_MIN_BYTES"] = c.allreduceRingMinBytes;
     d["COMMUX_CHAIN_MIN_BYTES"] = c.chainMinBytes;
     d["COMMUX_PIPELINE_CHUNK_BYTES"] = c.pipelineChunkBytes;
+    d["COMMUX_SHM"] = c.shm;
+    d["COMMUX_SHM_SLOT_BYTES"] = c.shmSlotBytes;
+    d["COMMUX_SHM_SMALL_BYTES"] = c.shmSmallBytes;
+    d["COMMUX_SHM_SPIN_US"] = c.shmSpin.count();
     return d;
   });
   m.def("_shutdown", &commux::engine::Engine::shutdownInstance,

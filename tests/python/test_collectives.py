@@ -254,15 +254,20 @@ def _all_collectives(rank, ws):
     return timings
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
-def test_collectives(world_size):
+@pytest.mark.parametrize(
+    "world_size,shm",
+    [(1, "1"), (2, "1"), (3, "1"), (4, "1"), (5, "1"),
+     # all_reduce over UCX (recursive doubling, ring) when shared memory is off
+     pytest.param(3, "0", marks=pytest.mark.ucx_only), pytest.param(4, "0", marks=pytest.mark.ucx_only)],
+    ids=lambda v: f"shm{v}" if isinstance(v, str) else str(v))
+def test_collectives(world_size, shm):
     """All collective checks at one world size in one job: all_reduce for
     SUM/AVG/PRODUCT/MIN/MAX/BAND/BOR/BXOR over fitting dtypes at sizes 0, 1,
     1000 (+1_000_003 for a subset) against a local reference; BAND on float
     raises and the group survives; reduce to every root; broadcast from every
     root (small and 4 MiB); barrier ordering (sync/async); async variants; 20
     back-to-back async all_reduces; collectives interleaved with p2p on tag 0."""
-    res = run_ranks(_all_collectives, world_size, timeout=150)
+    res = run_ranks(_all_collectives, world_size, timeout=150, env={"COMMUX_SHM": shm})
     print(f"ws={world_size} timings (rank 0): {res[0]}")
 
 
@@ -393,5 +398,6 @@ def _chunked_rings(rank, ws):
 def test_chunked_ring_reduce_scatter_and_allreduce(world_size):
     """The ring's reduce-scatter steps move and fold their blocks in chunks
     (COMMUX_PIPELINE_CHUNK_BYTES); tiny chunks make every block take many pieces."""
-    env = {"COMMUX_PIPELINE_CHUNK_BYTES": "4096", "COMMUX_ALLREDUCE_RING_MIN_BYTES": "1024"}
+    env = {"COMMUX_PIPELINE_CHUNK_BYTES": "4096", "COMMUX_ALLREDUCE_RING_MIN_BYTES": "1024",
+           "COMMUX_SHM": "0"}
     assert all(run_ranks(_chunked_rings, world_size, timeout=150, env=env))

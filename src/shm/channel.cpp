@@ -1,0 +1,293 @@
+#include "shm/channel.hpp"
+
+#include <pthread.h>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+#include "collectives/schedule.hpp"
+#include "engine/engine.hpp"
+#include "engine/errors.hpp"
+#include "shm/allreduce_op.hpp"
+
+namespace commux::shm {
+namespace {
+
+constexpr std::uint32_t kMagic = 0x4d48534d;  // "MSHM"
+constexpr std::size_t kLine = 64;
+constexpr std::size_t kPage = 4096;
+
+std::size_t roundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+// Wrap-safe "a is at or past b" for step numbers.
+bool reached(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) >= 0; }
+
+}  // namespace
+
+struct alignas(kLine) Channel::Header {
+  std::uint32_t magic;
+  std::uint32_t size;
+  std::uint64_t slotBytes;
+  std::uint32_t brokenBy;  // 0, or 1 + the rank that abandoned a collective
+  alignas(kLine) BellWords bell;
+};
+
+// One per rank, on its own cache line. Steps a rank has reached in each phase, and what it
+// brought to the step (per parity, so a fast rank's next step never overwrites a
+// descriptor a slow rank still compares).
+struct alignas(kLine) Channel::Control {
+  std::uint32_t arrived;
+  std::uint32_t reduced;
+  std::uint32_t departed;
+  std::uint32_t kind[2];
+  std::uint32_t dtype[2];
+  std::uint64_t count[2];
+};
+
+std::size_t Channel::controlsOffset() { return roundUp(sizeof(Header), kLine); }
+
+std::size_t Channel::slotsOffset(int size) {
+  return roundUp(controlsOffset() + static_cast<std::size_t>(size) * sizeof(Control), kPage);
+}
+
+std::size_t Channel::segmentBytes(const ChannelShape& shape) {
+  return slotsOffset(shape.size) + 2 * static_cast<std::size_t>(shape.size) * shape.slotBytes;
+}
+
+Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape& shape,
+                 bool initialise, std::shared_ptr<engine::Engine> engine)
+    : segment_(std::move(segment)),
+      rank_(rank),
+      shape_(shape),
+      header_(reinterpret_cast<Header*>(segment_->data())),
+      controls_(reinterpret_cast<Control*>(segment_->data() + controlsOffset())),
+      slots_(segment_->data() + slotsOffset(shape.size)),
+      bell_(&header_->bell, shape.spin),
+      engine_(std::move(engine)) {
+  TORCH_CHECK(segment_->size() >= segmentBytes(shape), "commux: shared-memory segment ",
+              segment_->name(), " is too small for ", shape.size, " ranks");
+  if (initialise) {
+    header_->size = static_cast<std::uint32_t>(shape.size);
+    header_->slotBytes = shape.slotBytes;
+    __atomic_store_n(&header_->magic, kMagic, __ATOMIC_RELEASE);
+  } else {
+    TORCH_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == kMagic &&
+                    header_->size == static_cast<std::uint32_t>(shape.size) &&
+                    header_->slotBytes == shape.slotBytes,
+                "commux: shared-memory segment ", segment_->name(),
+                " does not match this rank's layout (", shape.size, " ranks, ", shape.slotBytes,
+                "-byte slots); do all ranks run the same commux with the same COMMUX_SHM_* "
+                "settings?");
+  }
+  lane_ = std::thread([this] { runLane(); });
+}
+
+Channel::~Channel() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  stopFlag_.store(true);
+  cv_.notify_all();
+  bell_.ring();  // a lane asleep on the bell re-checks and sees the stop
+  lane_.join();
+}
+
+bool Channel::broken() const noexcept {
+  return __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE) != 0;
+}
+
+void Channel::abandon() {
+  std::uint32_t none = 0;
+  __atomic_compare_exchange_n(&header_->brokenBy, &none, static_cast<std::uint32_t>(rank_) + 1,
+                              false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  bell_.ring();
+}
+
+void Channel::enqueue(std::shared_ptr<AllreduceOp> op) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_one();
+}
+
+void Channel::runLane() {
+  pthread_setname_np(pthread_self(), "commux-shm");
+  for (;;) {
+    std::shared_ptr<AllreduceOp> op;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    // Queued operations still run when the group goes away: their waits end at once
+    // (stopFlag_), which marks the channel broken for the peers.
+    std::exception_ptr error;
+    try {
+      allreduce(*op);
+      op->markRan();
+      if (!op->finished()) op->finalize();
+    } catch (...) {
+      op->markRan();
+      error = std::current_exception();
+    }
+    try {
+      engine_->finish(op, error);
+    } catch (...) {
+      // The engine has shut down; it failed the operation already.
+    }
+  }
+}
+
+char* Channel::slot(std::uint32_t s, int rank) const noexcept {
+  return slots_ + ((s & 1u) * shape_.size + static_cast<std::size_t>(rank)) * shape_.slotBytes;
+}
+
+void Channel::mark(std::uint32_t Control::*field, std::uint32_t s) {
+  __atomic_store_n(&(controls_[rank_].*field), s, __ATOMIC_SEQ_CST);
+  bell_.ring();
+}
+
+void Channel::arrive(std::uint32_t s, const AllreduceOp& op) {
+  Control& mine = controls_[rank_];
+  const unsigned parity = s & 1u;
+  mine.count[parity] = static_cast<std::uint64_t>(op.work().numel());
+  mine.dtype[parity] = static_cast<std::uint32_t>(op.work().scalar_type());
+  mine.kind[parity] = static_cast<std::uint32_t>(op.kind());
+  mark(&Control::arrived, s);
+}
+
+void Channel::waitAll(std::uint32_t Control::*field, std::uint32_t s, AllreduceOp& op) {
+  int next = 0;  // ranks before this one are known to be there
+  const bool ok = bell_.waitFor(
+      [&] {
+        for (; next < shape_.size; ++next) {
+          if (!reached(__atomic_load_n(&(controls_[next].*field), __ATOMIC_ACQUIRE), s)) {
+            return false;
+          }
+        }
+        return true;
+      },
+      [&] { return op.finished() || stopFlag_.load() || broken(); });
+  if (ok) return;
+  const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
+  if (by != 0 && by != static_cast<std::uint32_t>(rank_) + 1) {
+    C10_THROW_ERROR(DistBackendError,
+                    "commux: " + op.description() + ": rank " + std::to_string(by - 1) +
+                        " left the shared-memory channel half way (its operation timed out or "
+                        "was aborted, or its group was destroyed); this group's allreduces use "
+                        "UCX from now on");
+  }
+  // This rank leaves: the others must not wait for it any longer.
+  abandon();
+  C10_THROW_ERROR(DistBackendError, "commux: " + op.description() +
+                                        ": abandoned half way (timed out, aborted or group "
+                                        "destroyed); this group's allreduces use UCX from now on");
+}
+
+void Channel::checkAgreement(std::uint32_t s, AllreduceOp& op) {
+  const unsigned parity = s & 1u;
+  const Control& first = controls_[0];
+  bool agree = true;
+  for (int r = 1; r < shape_.size && agree; ++r) {
+    const Control& c = controls_[r];
+    agree = c.count[parity] == first.count[parity] && c.dtype[parity] == first.dtype[parity] &&
+            c.kind[parity] == first.kind[parity];
+  }
+  if (agree) return;
+  // Every rank sees the same descriptors and fails the same step, so the channel stays in
+  // step and the group keeps working.
+  std::string ranks;
+  for (int r = 0; r < shape_.size; ++r) {
+    const Control& c = controls_[r];
+    ranks += (r ? ", rank " : "rank ") + std::to_string(r) + ": " +
+             std::to_string(c.count[parity]) + " x " +
+             c10::toString(static_cast<c10::ScalarType>(c.dtype[parity])) + " " +
+             engine::reduceKindName(static_cast<engine::ReduceKind>(c.kind[parity]));
+  }
+  mark(&Control::reduced, s);
+  mark(&Control::departed, s);
+  C10_THROW_ERROR(ValueError, "commux: " + op.description() +
+                                  ": the ranks passed different tensors or operations (" + ranks +
+                                  "); every rank must allreduce the same number of elements of "
+                                  "the same dtype with the same op");
+}
+
+void Channel::allreduce(AllreduceOp& op) {
+  if (broken()) {
+    C10_THROW_ERROR(DistBackendError,
+                    "commux: " + op.description() +
+                        ": the group's shared-memory channel broke in an earlier collective "
+                        "(a rank timed out or was aborted half way); issued before that was "
+                        "known, so it cannot run");
+  }
+  const std::size_t bytes = static_cast<std::size_t>(op.work().numel()) * op.work().element_size();
+  if (bytes <= shape_.smallBytes) {
+    allreduceSmall(op);
+  } else {
+    allreduceChunked(op);
+  }
+}
+
+namespace {
+
+at::Tensor view(char* data, std::size_t count, const at::Tensor& like) {
+  return at::from_blob(data, {static_cast<int64_t>(count)}, like.options());
+}
+
+}  // namespace
+
+void Channel::allreduceSmall(AllreduceOp& op) {
+  const at::Tensor& work = op.work();
+  const std::size_t count = static_cast<std::size_t>(work.numel());
+  const std::size_t bytes = count * work.element_size();
+  const std::uint32_t s = ++step_;
+  waitAll(&Control::departed, s - 2, op);
+  if (bytes != 0) std::memcpy(slot(s, rank_), work.data_ptr(), bytes);
+  arrive(s, op);
+  waitAll(&Control::arrived, s, op);
+  checkAgreement(s, op);
+  if (count != 0) {
+    work.copy_(view(slot(s, 0), count, work));
+    for (int q = 1; q < shape_.size; ++q) {
+      engine::reduceInto(work, view(slot(s, q), count, work), op.kind());
+    }
+  }
+  mark(&Control::departed, s);
+}
+
+void Channel::allreduceChunked(AllreduceOp& op) {
+  const at::Tensor& work = op.work();
+  const std::size_t count = static_cast<std::size_t>(work.numel());
+  const std::size_t elementSize = work.element_size();
+  const std::size_t chunk = shape_.slotBytes / elementSize;
+  char* const base = static_cast<char*>(work.data_ptr());
+  for (std::size_t offset = 0; offset < count; offset += chunk) {
+    const std::size_t len = std::min(chunk, count - offset);
+    const std::uint32_t s = ++step_;
+    waitAll(&Control::departed, s - 2, op);
+    std::memcpy(slot(s, rank_), base + offset * elementSize, len * elementSize);
+    arrive(s, op);
+    waitAll(&Control::arrived, s, op);
+    if (offset == 0) checkAgreement(s, op);
+    const auto block = collectives::blockRange(len, shape_.size, rank_);
+    if (block.count != 0) {
+      const at::Tensor acc = view(slot(s, 0) + block.offset * elementSize, block.count, work);
+      for (int q = 1; q < shape_.size; ++q) {
+        engine::reduceInto(acc, view(slot(s, q) + block.offset * elementSize, block.count, work),
+                           op.kind());
+      }
+    }
+    mark(&Control::reduced, s);
+    waitAll(&Control::reduced, s, op);
+    std::memcpy(base + offset * elementSize, slot(s, 0), len * elementSize);
+    mark(&Control::departed, s);
+  }
+}
+
+}  // namespace commux::shm

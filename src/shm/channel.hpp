@@ -1,0 +1,106 @@
+#pragma once
+// The shared-memory path for collectives between the ranks of a group that all run on one
+// host (the way MPI and UCC do it): one segment per group, mapped by every rank, with two
+// sets ("parities") of one slot per rank, so step s+1 can fill slots while slower ranks
+// still read those of step s.
+//
+// Every chunk of an allreduce is one step, numbered alike on every rank:
+//  - small buffers (<= COMMUX_SHM_SMALL_BYTES): each rank copies its data into its slot and
+//    arrives; then every rank folds all slots itself, in rank order, so the results agree
+//    bit for bit. One synchronisation per allreduce.
+//  - larger ones, in chunks of COMMUX_SHM_SLOT_BYTES: each rank copies its chunk in and
+//    arrives; rank r folds block r of every slot into slot 0 and reports; every rank copies
+//    slot 0 out. Each byte is reduced once, by one rank, and the copies run in parallel.
+// A rank refills its slot of a parity only after every rank has left the step that last
+// used it. Waits spin briefly and then sleep on a futex (shm/bell.hpp).
+//
+// The collectives run on a lane thread of the channel, one after another in issue order,
+// which is the order every rank issues collectives in. If a rank abandons a collective
+// half way (its Work timed out or was aborted, or the group was destroyed), the channel is
+// marked broken: what the other ranks wait on fails with an error naming that rank, and
+// the group's later allreduces go over UCX.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "shm/bell.hpp"
+#include "shm/segment.hpp"
+
+namespace commux::engine {
+class Engine;
+}
+
+namespace commux::shm {
+
+class AllreduceOp;
+
+struct ChannelShape {
+  int size = 0;
+  std::size_t slotBytes = 0;   // per rank and parity; a multiple of 4096
+  std::size_t smallBytes = 0;  // one-step algorithm up to here
+  std::chrono::microseconds spin{0};
+};
+
+class Channel {
+ public:
+  /// Bytes the segment must hold for `shape`.
+  static std::size_t segmentBytes(const ChannelShape& shape);
+  /// Lays the channel out over `segment`; the creator (`initialise`) writes the header
+  /// that the others check.
+  Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape& shape,
+          bool initialise, std::shared_ptr<engine::Engine> engine);
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  Segment& segment() noexcept { return *segment_; }
+  /// True once some rank abandoned a collective half way.
+  bool broken() const noexcept;
+  /// Any thread: marks the channel broken by this rank and wakes every waiter.
+  void abandon();
+  /// Any thread: run `op` after those queued before it.
+  void enqueue(std::shared_ptr<AllreduceOp> op);
+
+ private:
+  struct Control;
+  struct Header;
+  static std::size_t controlsOffset();
+  static std::size_t slotsOffset(int size);
+
+  void runLane();
+  void allreduce(AllreduceOp& op);
+  void allreduceSmall(AllreduceOp& op);
+  void allreduceChunked(AllreduceOp& op);
+  /// Waits until every rank's `field` reached step `s`; throws when interrupted.
+  void waitAll(std::uint32_t Control::*field, std::uint32_t s, AllreduceOp& op);
+  void arrive(std::uint32_t s, const AllreduceOp& op);
+  void mark(std::uint32_t Control::*field, std::uint32_t s);
+  /// Throws (on every rank alike) when the ranks' descriptors of step `s` differ.
+  void checkAgreement(std::uint32_t s, AllreduceOp& op);
+  char* slot(std::uint32_t s, int rank) const noexcept;
+
+  std::unique_ptr<Segment> segment_;
+  const int rank_;
+  const ChannelShape shape_;
+  Header* header_;
+  Control* controls_;
+  char* slots_;
+  Bell bell_;
+  std::shared_ptr<engine::Engine> engine_;
+  std::uint32_t step_ = 0;  // lane thread only
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<AllreduceOp>> queue_;
+  bool stopping_ = false;
+  std::atomic<bool> stopFlag_{false};
+  std::thread lane_;
+};
+
+}  // namespace commux::shm

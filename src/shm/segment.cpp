@@ -1,0 +1,98 @@
+#include "shm/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+namespace commux::shm {
+namespace {
+
+std::runtime_error systemError(const std::string& what, const std::string& name) {
+  return std::runtime_error("commux: " + what + " shared-memory segment " + name + ": " +
+                            std::strerror(errno));
+}
+
+// pid, a per-process counter and the clock: unique on the host even across containers
+// that share /dev/shm, since O_EXCL turns a clash into a retry, never into sharing.
+std::string freshName() {
+  static std::atomic<unsigned> counter{0};
+  const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
+  return "/commux-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+         std::to_string(static_cast<unsigned long long>(ticks) % 1000000007ULL);
+}
+
+void* mapShared(int fd, std::size_t bytes, const std::string& name) {
+  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) {
+    const auto error = systemError("cannot map", name);
+    ::close(fd);
+    throw error;
+  }
+  ::close(fd);
+  return data;
+}
+
+}  // namespace
+
+Segment::Segment(std::string name, void* data, std::size_t size, bool owner)
+    : name_(std::move(name)), data_(data), size_(size), linked_(owner) {}
+
+Segment::~Segment() {
+  unlink();
+  ::munmap(data_, size_);
+}
+
+void Segment::unlink() {
+  if (!linked_) return;
+  linked_ = false;
+  ::shm_unlink(name_.c_str());
+}
+
+std::unique_ptr<Segment> Segment::create(std::size_t bytes) {
+  for (int attempt = 0;; ++attempt) {
+    const std::string name = freshName();
+    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+      if (errno == EEXIST && attempt < 8) continue;
+      throw systemError("cannot create", name);
+    }
+    // posix_fallocate reserves the pages now: on a full /dev/shm, ftruncate alone would
+    // succeed and the first touch of a page would kill the process with SIGBUS.
+    const int rc = ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno
+                   : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (rc != 0) {
+      errno = rc;
+      const auto error = systemError("cannot size (" + std::to_string(bytes) + " bytes)", name);
+      ::close(fd);
+      ::shm_unlink(name.c_str());
+      throw error;
+    }
+    try {
+      return std::unique_ptr<Segment>(new Segment(name, mapShared(fd, bytes, name), bytes, true));
+    } catch (...) {
+      ::shm_unlink(name.c_str());
+      throw;
+    }
+  }
+}
+
+std::unique_ptr<Segment> Segment::open(const std::string& name, std::size_t bytes) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) throw systemError("cannot open", name);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < bytes) {
+    ::close(fd);
+    throw std::runtime_error("commux: shared-memory segment " + name + " is smaller than the " +
+                             std::to_string(bytes) + " bytes its creator announced");
+  }
+  return std::unique_ptr<Segment>(new Segment(name, mapShared(fd, bytes, name), bytes, false));
+}
+
+}  // namespace commux::shm

@@ -1,0 +1,91 @@
+// Shared-memory segment and cross-process bell, exercised across fork().
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "shm/bell.hpp"
+#include "shm/segment.hpp"
+
+using commux::shm::Bell;
+using commux::shm::BellWords;
+using commux::shm::Segment;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Runs `child` in a forked process; returns its exit status (or -1 if it did not exit).
+template <typename F>
+int inChild(F child) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    alarm(20);  // a hang fails the test instead of blocking it
+    ::_exit(child());
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST(ShmSegment, OpenedMappingSharesTheCreatorsBytes) {
+  auto created = Segment::create(1 << 16);
+  ASSERT_EQ(created->size(), 1u << 16);
+  EXPECT_EQ(created->data()[12345], 0) << "a fresh segment is zero-filled";
+  auto opened = Segment::open(created->name(), 1 << 16);
+  std::strcpy(created->data() + 100, "halo");
+  EXPECT_STREQ(opened->data() + 100, "halo");
+  EXPECT_EQ(inChild([&] { return std::strcmp(opened->data() + 100, "halo") == 0 ? 0 : 1; }), 0);
+}
+
+TEST(ShmSegment, UnlinkedNameCannotBeOpenedButMappingLives) {
+  auto created = Segment::create(4096);
+  const std::string name = created->name();
+  created->unlink();
+  created->data()[0] = 7;
+  EXPECT_THROW(Segment::open(name, 4096), std::runtime_error);
+  EXPECT_EQ(created->data()[0], 7);
+}
+
+TEST(ShmSegment, OpenRejectsASegmentSmallerThanAnnounced) {
+  auto created = Segment::create(4096);
+  EXPECT_THROW(Segment::open(created->name(), 8192), std::runtime_error);
+}
+
+TEST(ShmBell, RingFromAnotherProcessWakesAWaiter) {
+  auto seg = Segment::create(4096);
+  auto* words = reinterpret_cast<BellWords*>(seg->data());
+  auto* flag = reinterpret_cast<std::uint32_t*>(seg->data() + 64);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::this_thread::sleep_for(50ms);
+    __atomic_store_n(flag, 1, __ATOMIC_SEQ_CST);
+    Bell(words, 0us).ring();
+    ::_exit(0);
+  }
+  Bell bell(words, 0us);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(bell.waitFor([&] { return __atomic_load_n(flag, __ATOMIC_ACQUIRE) == 1; },
+                           [] { return false; }));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_GE(words->rings, 1u);
+  EXPECT_EQ(words->sleepers, 0u) << "a waiter that woke must uncount itself";
+}
+
+TEST(ShmBell, InterruptEndsAWaitThatWouldNeverFinish) {
+  auto seg = Segment::create(4096);
+  Bell bell(reinterpret_cast<BellWords*>(seg->data()), 10us);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(bell.waitFor([] { return false; },
+                            [&] { return std::chrono::steady_clock::now() - start > 100ms; }));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, 100ms);
+  EXPECT_LT(waited, 2s) << "the sleeper re-checks its interrupt every few ms";
+}

@@ -1,0 +1,179 @@
+"""The shared-memory allreduce path (ranks on one host): selection, results over sizes,
+dtypes and ops, bad input, timeouts and the fall-back to UCX, group teardown."""
+
+import datetime
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import assert_group_works, expect_error, get_backend_obj, run_ranks, side_barrier
+
+pytestmark = pytest.mark.ucx_only
+
+
+def _shm_threads():
+    """Threads named commux-shm in this process (one per group that uses the channel)."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().strip() == "commux-shm"
+        except OSError:
+            pass
+    return n
+
+
+def _reference(ws, n, dtype, op, salt):
+    xs = [_input(r, n, dtype, salt) for r in range(ws)]
+    out = xs[0].clone()
+    for x in xs[1:]:
+        if op == dist.ReduceOp.SUM:
+            out += x
+        elif op == dist.ReduceOp.MAX:
+            out = torch.maximum(out, x)
+        elif op == dist.ReduceOp.PRODUCT:
+            out *= x
+    return out
+
+
+def _input(rank, n, dtype, salt):
+    g = torch.Generator().manual_seed(7919 * salt + 31 * rank + n)
+    if dtype.is_floating_point:
+        return torch.randint(-8, 8, (n,), generator=g).to(dtype) / 4  # exact sums
+    return torch.randint(-100, 100, (n,), generator=g).to(dtype)
+
+
+def _results(rank, ws):
+    import commux
+
+    cfg = commux.load_extension().config()
+    assert cfg["COMMUX_SHM_SLOT_BYTES"] == 8192 and cfg["COMMUX_SHM_SMALL_BYTES"] == 1024, cfg
+    # Empty, one element, one step, exactly one slot, many uneven chunks.
+    sizes = [0, 1, 3, 255, 256, 257, 2048, 2049, 100_003]
+    ops = [(dist.ReduceOp.SUM, torch.float32), (dist.ReduceOp.SUM, torch.int64),
+           (dist.ReduceOp.MAX, torch.float64), (dist.ReduceOp.PRODUCT, torch.int32),
+           (dist.ReduceOp.SUM, torch.bfloat16)]
+    salt = 0
+    for n in sizes:
+        for op, dtype in ops:
+            salt += 1
+            if op == dist.ReduceOp.PRODUCT:
+                x = (torch.arange(n) % 3 + 1).to(dtype) * (1 if rank % 2 else -1)
+                want = (torch.arange(n) % 3 + 1).to(dtype) ** ws * (-1) ** ((ws + 1) // 2)
+            else:
+                x = _input(rank, n, dtype, salt)
+                want = _reference(ws, n, dtype, op, salt)
+            dist.all_reduce(x, op=op)
+            assert torch.equal(x, want), (n, op, dtype)
+    assert _shm_threads() == 1, "the shared-memory path was not used"
+    # AVG, a strided tensor and a list of several tensors (reduced together).
+    y = torch.full((6, 4), float(rank + 1)).t()
+    dist.all_reduce(y, op=dist.ReduceOp.AVG)
+    assert torch.allclose(y, torch.full((4, 6), (ws + 1) / 2))
+    backend = get_backend_obj()
+    ts = [torch.full((700,), float(rank)), torch.full((700,), 1.0)]
+    backend.allreduce(ts).wait()
+    for t in ts:
+        assert torch.equal(t, torch.full((700,), float(sum(range(ws)) + ws))), t[:3]
+    # Many allreduces in flight at once (the lane runs them in issue order), mixed with
+    # collectives over UCX and point-to-point.
+    xs = [torch.full((50 * i + 1,), float(rank * i)) for i in range(40)]
+    works = [dist.all_reduce(x, async_op=True) for x in xs[:20]]
+    b = torch.full((10,), float(rank))
+    works.append(dist.broadcast(b, src=ws - 1, async_op=True))
+    works += [dist.all_reduce(x, async_op=True) for x in xs[20:]]
+    for w in works:
+        w.wait()
+    for i, x in enumerate(xs):
+        assert torch.equal(x, torch.full_like(x, float(i * sum(range(ws))))), i
+    assert torch.equal(b, torch.full((10,), float(ws - 1)))
+    # A future chained on the result (as DDP's comm hooks do).
+    f = dist.all_reduce(torch.ones(5), async_op=True).get_future()
+    assert torch.equal(f.then(lambda fut: fut.value()[0] * 2).wait(), torch.full((5,), 2.0 * ws))
+    return True
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_shm_allreduce_results(world_size):
+    env = {"COMMUX_SHM_SLOT_BYTES": "8192", "COMMUX_SHM_SMALL_BYTES": "1024"}
+    assert all(run_ranks(_results, world_size, timeout=150, env=env))
+
+
+def _mismatch(rank, ws):
+    # Different sizes, then different dtypes: every rank gets the same clear error, and the
+    # channel stays in step.
+    expect_error(lambda: dist.all_reduce(torch.ones(10 + 10 * rank)),
+                 ("different tensors",), "allreduce with per-rank sizes")
+    expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.float64 if rank else torch.float32)),
+                 ("different tensors",), "allreduce with per-rank dtypes")
+    big = torch.ones(300_000)  # the chunked algorithm checks too
+    expect_error(lambda: dist.all_reduce(big if rank == 0 else torch.ones(300_001)),
+                 ("different tensors",), "large allreduce with per-rank sizes")
+    assert_group_works(ws)
+    assert _shm_threads() == 1
+    return True
+
+
+def test_shm_allreduce_mismatch_is_a_clear_error():
+    assert all(run_ranks(_mismatch, 3, timeout=90))
+
+
+def _timeout_then_fallback(rank, ws):
+    x = torch.ones(8)
+    dist.all_reduce(x)  # the channel is set up and works
+    if rank == 0:
+        w = dist.all_reduce(torch.ones(8), async_op=True)
+        expect_error(lambda: w.wait(timeout=datetime.timedelta(milliseconds=500)),
+                     ("timed out",), "shm allreduce that a peer never joins")
+    side_barrier("late", 60)
+    if rank != 0:
+        # Joins after rank 0 gave up, and finds the channel broken: this rank's copy goes
+        # over UCX, where nobody answers it, and must fail in bounded time, not hang.
+        w = dist.all_reduce(torch.ones(8), async_op=True)
+        expect_error(lambda: w.wait(timeout=datetime.timedelta(milliseconds=500)),
+                     ("timed out",), "late allreduce after the channel broke")
+    side_barrier("resume", 60)
+    # Later allreduces use UCX and give right answers on every rank.
+    assert _shm_threads() == 1
+    for n in (3, 100_000):
+        y = torch.full((n,), float(rank))
+        dist.all_reduce(y)
+        assert torch.equal(y, torch.full((n,), float(sum(range(ws)))))
+    return True
+
+
+def test_shm_timeout_breaks_channel_and_group_falls_back_to_ucx():
+    assert all(run_ranks(_timeout_then_fallback, 2, timeout=90))
+
+
+def _disagree(rank, ws):
+    x = torch.full((1000,), float(rank))
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.full((1000,), float(sum(range(ws)))))
+    assert _shm_threads() == 0, "a rank with COMMUX_SHM=0 must keep every rank off it"
+    return True
+
+
+def test_shm_used_only_when_every_rank_allows_it():
+    assert all(run_ranks(_disagree, 3, timeout=60, env={"COMMUX_SHM": ["1", "0", "1"]}))
+
+
+def _teardown(rank, ws):
+    for i in range(3):
+        g = dist.new_group(list(range(ws)))
+        x = torch.full((20_000,), float(rank))
+        dist.all_reduce(x, group=g)
+        assert torch.equal(x, torch.full((20_000,), float(sum(range(ws)))))
+        dist.destroy_process_group(g)
+    # Segments are unlinked once mapped, so nothing is left in /dev/shm.
+    side_barrier("done", 60)
+    left = [f for f in os.listdir("/dev/shm") if f.startswith(f"commux-{os.getpid()}-")]
+    assert not left, left
+    return True
+
+
+def test_shm_groups_come_and_go():
+    assert all(run_ranks(_teardown, 2, timeout=90))
