@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <cstring>
@@ -116,6 +117,9 @@ void Channel::enqueue(std::shared_ptr<AllreduceOp> op) {
 
 void Channel::runLane() {
   pthread_setname_np(pthread_self(), "commux-shm");
+  // Buffers may be views of tensors that require grad; communication is not autograd's
+  // business (grad mode is per thread, and on by default on a new one).
+  const at::NoGradGuard noGrad;
   for (;;) {
     std::shared_ptr<AllreduceOp> op;
     {
