@@ -96,6 +96,12 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
     }
     return true;
   }
+  // An operation this thread can run itself (a shared-memory collective) runs here, saving
+  // two thread hand-offs.
+  if (auto op = std::atomic_load(&op_)) {
+    op->assist(deadline);
+    if (done_.load(std::memory_order_acquire)) return true;
+  }
   // Drive the worker ourselves for a short while: a reply that arrives within the spin is
   // picked up with no thread hand-off at all.
   {

@@ -286,19 +286,24 @@ void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error) {
   post([op = std::move(op), error](Engine& engine) { op->fail(engine, error); });
 }
 
-void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error) {
+void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error, bool drive) {
+  auto report = [op = std::move(op), error](Engine& engine) {
+    if (error) {
+      op->fail(engine, error);
+    } else {
+      op->succeed();
+    }
+  };
+  if (drive) {
+    post(std::move(report));
+    return;
+  }
   if (stopping_.load()) {
     throw std::runtime_error("commux: the communication engine has shut down");
   }
   {
     std::lock_guard<std::mutex> lock(submitMutex_);
-    submissions_.push_back([op = std::move(op), error](Engine& engine) {
-      if (error) {
-        op->fail(engine, error);
-      } else {
-        op->succeed();
-      }
-    });
+    submissions_.push_back(std::move(report));
   }
   submitted_.fetch_add(1, std::memory_order_seq_cst);
   // Whoever drives the worker drains submissions each round; only a sleeper needs waking
@@ -307,6 +312,26 @@ void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error) {
     worker_.signal();
   }
   if (resting_.load(std::memory_order_seq_cst)) fireTimer();
+}
+
+std::uint64_t Engine::addHandOffHook(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(hooksMutex_);
+  const std::uint64_t id = nextHook_++;
+  hooks_.emplace(id, std::move(hook));
+  haveHooks_.store(true);
+  return id;
+}
+
+void Engine::removeHandOffHook(std::uint64_t id) {
+  std::lock_guard<std::mutex> lock(hooksMutex_);
+  hooks_.erase(id);
+  haveHooks_.store(!hooks_.empty());
+}
+
+void Engine::runHandOffHooks() {
+  if (!haveHooks_.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(hooksMutex_);
+  for (auto& entry : hooks_) entry.second();
 }
 
 ucp_ep_h Engine::endpoint(const std::string& peerAddress) {
@@ -461,6 +486,7 @@ void Engine::wakeParked() {
 void Engine::run() {
   pthread_setname_np(pthread_self(), "commux-progress");
   auto lastActive = std::chrono::steady_clock::now();
+  auto lastHooks = lastActive;
   while (!stopping_.load(std::memory_order_relaxed)) {
     bool active;
     {
@@ -469,6 +495,10 @@ void Engine::run() {
     }
     if (active) {
       lastActive = std::chrono::steady_clock::now();
+      if (lastActive - lastHooks > std::chrono::milliseconds(2)) {
+        runHandOffHooks();
+        lastHooks = lastActive;
+      }
       continue;
     }
     if (std::chrono::steady_clock::now() - lastActive < progressSpin_) {
@@ -476,7 +506,8 @@ void Engine::run() {
       continue;
     }
     sleep();
-    lastActive = std::chrono::steady_clock::now();
+    runHandOffHooks();
+    lastActive = lastHooks = std::chrono::steady_clock::now();
   }
   teardown();
 }

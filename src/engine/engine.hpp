@@ -65,10 +65,17 @@ class Engine {
   void submit(std::vector<std::shared_ptr<Op>> ops);
   /// Any thread: fail `op` with `error` (used for timeouts and aborts).
   void cancel(std::shared_ptr<Op> op, std::exception_ptr error);
-  /// Any thread that does not drive the worker (the shared-memory lane): report `op` done,
-  /// successfully when `error` is null. The report runs, with the Work's callbacks, on
-  /// whichever thread drives the worker next; the caller only wakes that thread.
-  void finish(std::shared_ptr<Op> op, std::exception_ptr error);
+  /// Any thread: report `op` done, successfully when `error` is null. With `drive`, this
+  /// thread runs the report (and the Work's callbacks) itself when the worker is free, as
+  /// a waiter that did the operation's work wants; without, it only wakes whoever drives
+  /// the worker next (the shared-memory lane, which must never run user callbacks).
+  void finish(std::shared_ptr<Op> op, std::exception_ptr error, bool drive);
+  /// Work that is not UCX's (a shared-memory lane) waits to be handed off like UCX
+  /// operations: the progress thread calls every hook each time it takes over (after a
+  /// hand-off, and every few ms while busy). A hook must be quick and must not block.
+  std::uint64_t addHandOffHook(std::function<void()> hook);
+  /// After this returns, the hook is not running and will not run again.
+  void removeHandOffHook(std::uint64_t id);
 
   bool onProgressThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
   /// Drives the worker once if its lock is free; false if another thread holds it.
@@ -134,6 +141,7 @@ class Engine {
   /// Makes the hand-off timer fire now (wakes a resting progress thread).
   void fireTimer();
   void post(std::function<void(Engine&)> command);
+  void runHandOffHooks();
   void stop();
   void teardown();
 
@@ -162,6 +170,11 @@ class Engine {
   std::atomic<bool> parked_{false};
   std::mutex parkMutex_;
   std::condition_variable parkCv_;
+
+  std::mutex hooksMutex_;
+  std::map<std::uint64_t, std::function<void()>> hooks_;
+  std::uint64_t nextHook_ = 0;
+  std::atomic<bool> haveHooks_{false};
 
   std::mutex contextMutex_;
   std::vector<bool> contextsInUse_;

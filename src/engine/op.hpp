@@ -6,6 +6,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -51,6 +52,10 @@ class Op : public std::enable_shared_from_this<Op> {
 
   /// Progress thread: post the first requests.
   virtual void start(Engine& engine) = 0;
+  /// A thread about to wait for this operation (not one that drives the worker) may do the
+  /// operation's work itself instead of waking another thread to do it; `deadline` is its
+  /// wait's. Most operations have nothing to do here.
+  virtual void assist(std::chrono::steady_clock::time_point deadline) {}
   /// Progress thread: fail the operation now and cancel its outstanding requests.
   void fail(Engine& engine, std::exception_ptr error);
   /// Progress thread: route one request's completion.

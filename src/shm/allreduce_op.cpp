@@ -23,6 +23,12 @@ void AllreduceOp::start(engine::Engine& engine) {
   channel->enqueue(std::static_pointer_cast<AllreduceOp>(shared_from_this()));
 }
 
+void AllreduceOp::assist(std::chrono::steady_clock::time_point deadline) {
+  if (auto channel = channel_.lock()) {
+    channel->runFromWaiter(std::static_pointer_cast<AllreduceOp>(shared_from_this()), deadline);
+  }
+}
+
 void AllreduceOp::onFailed() {
   if (ran_.load(std::memory_order_acquire)) return;
   if (auto channel = channel_.lock()) channel->abandon();

@@ -23,6 +23,8 @@ class AllreduceOp final : public engine::Op {
               std::function<void()> finalize, std::string description, Done done);
 
   void start(engine::Engine& engine) override;
+  /// Runs the allreduce on the waiting thread when it is next in line and the lane idles.
+  void assist(std::chrono::steady_clock::time_point deadline) override;
 
   /// 1-D contiguous CPU buffer, reduced in place.
   const at::Tensor& work() const noexcept { return work_; }

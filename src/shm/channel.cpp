@@ -6,6 +6,7 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/schedule.hpp"
@@ -19,6 +20,8 @@ namespace {
 constexpr std::uint32_t kMagic = 0x4d48534d;  // "MSHM"
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kPage = 4096;
+
+struct DeadlineReached {};
 
 std::size_t roundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
@@ -83,9 +86,11 @@ Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape&
                 "settings?");
   }
   lane_ = std::thread([this] { runLane(); });
+  hook_ = engine_->addHandOffHook([this] { kick(); });
 }
 
 Channel::~Channel() {
+  engine_->removeHandOffHook(hook_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -108,11 +113,41 @@ void Channel::abandon() {
 }
 
 void Channel::enqueue(std::shared_ptr<AllreduceOp> op) {
+  // No wake-up here: a caller that waits right away runs the operation itself (assist),
+  // which saves waking the lane and handing the result back. The engine's hand-off (kick)
+  // wakes the lane for operations nobody waits on, as it does for UCX operations.
+  std::lock_guard<std::mutex> lock(mutex_);
+  queue_.push_back(std::move(op));
+}
+
+void Channel::kick() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(op));
+    if (queue_.empty() || busy_ || kicked_) return;
+    kicked_ = true;
   }
   cv_.notify_one();
+}
+
+void Channel::runFromWaiter(std::shared_ptr<AllreduceOp> op,
+                            std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (busy_ || stopping_ || std::find(queue_.begin(), queue_.end(), op) == queue_.end()) return;
+  busy_ = true;
+  // Grad mode is per thread: the caller's may be on.
+  const at::NoGradGuard noGrad;
+  for (bool mine = false; !mine;) {
+    auto next = std::move(queue_.front());
+    queue_.pop_front();
+    mine = next == op;
+    lock.unlock();
+    runOne(next, deadline, mine, /*drive=*/true);
+    lock.lock();
+  }
+  busy_ = false;
+  const bool more = !queue_.empty() && kicked_;
+  lock.unlock();
+  if (more) cv_.notify_one();
 }
 
 void Channel::runLane() {
@@ -120,32 +155,51 @@ void Channel::runLane() {
   // Buffers may be views of tensors that require grad; communication is not autograd's
   // business (grad mode is per thread, and on by default on a new one).
   const at::NoGradGuard noGrad;
+  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    std::shared_ptr<AllreduceOp> op;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      op = std::move(queue_.front());
+    if (!busy_ && !queue_.empty() && (kicked_ || stopping_)) {
+      auto op = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      // Queued operations still run when the group goes away: their waits end at once
+      // (stopFlag_), which marks the channel broken for the peers.
+      runOne(op, std::chrono::steady_clock::time_point::max(), false, /*drive=*/false);
+      op.reset();
+      lock.lock();
+      busy_ = false;
+      continue;
     }
-    // Queued operations still run when the group goes away: their waits end at once
-    // (stopFlag_), which marks the channel broken for the peers.
-    std::exception_ptr error;
-    try {
-      allreduce(*op);
-      op->markRan();
-      if (!op->finished()) op->finalize();
-    } catch (...) {
-      op->markRan();
-      error = std::current_exception();
-    }
-    try {
-      engine_->finish(op, error);
-    } catch (...) {
-      // The engine has shut down; it failed the operation already.
-    }
+    if (queue_.empty()) kicked_ = false;
+    if (stopping_ && queue_.empty() && !busy_) return;
+    cv_.wait(lock);
   }
+}
+
+bool Channel::runOne(const std::shared_ptr<AllreduceOp>& op,
+                     std::chrono::steady_clock::time_point deadline, bool mine, bool drive) {
+  deadline_ = deadline;
+  std::exception_ptr error;
+  try {
+    allreduce(*op);
+    op->markRan();
+    if (!op->finished()) op->finalize();
+  } catch (const DeadlineReached&) {
+    if (mine) return false;  // the waiter's own timeout reports it
+    op->markRan();
+    error = engine::commError("commux: " + op->description() +
+                              ": abandoned half way: a later allreduce ran it on a waiting thread "
+                              "whose wait timed out");
+  } catch (...) {
+    op->markRan();
+    error = std::current_exception();
+  }
+  try {
+    engine_->finish(op, error, drive);
+  } catch (...) {
+    // The engine has shut down; it failed the operation already.
+  }
+  return true;
 }
 
 char* Channel::slot(std::uint32_t s, int rank) const noexcept {
@@ -177,7 +231,10 @@ void Channel::waitAll(std::uint32_t Control::*field, std::uint32_t s, AllreduceO
         }
         return true;
       },
-      [&] { return op.finished() || stopFlag_.load() || broken(); });
+      [&] {
+        return op.finished() || stopFlag_.load() || broken() ||
+               std::chrono::steady_clock::now() >= deadline_;
+      });
   if (ok) return;
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
   if (by != 0 && by != static_cast<std::uint32_t>(rank_) + 1) {
@@ -189,6 +246,9 @@ void Channel::waitAll(std::uint32_t Control::*field, std::uint32_t s, AllreduceO
   }
   // This rank leaves: the others must not wait for it any longer.
   abandon();
+  if (!op.finished() && !stopFlag_.load() && std::chrono::steady_clock::now() >= deadline_) {
+    throw DeadlineReached{};
+  }
   C10_THROW_ERROR(DistBackendError, "commux: " + op.description() +
                                         ": abandoned half way (timed out, aborted or group "
                                         "destroyed); this group's allreduces use UCX from now on");

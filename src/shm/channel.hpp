@@ -66,6 +66,10 @@ class Channel {
   void abandon();
   /// Any thread: run `op` after those queued before it.
   void enqueue(std::shared_ptr<AllreduceOp> op);
+  /// A thread about to wait for `op`: runs it here, with the operations queued before it,
+  /// unless the lane is at work. Past `deadline` it gives up (abandoning the channel) and
+  /// leaves `op` unfinished, for the caller's wait to time out as usual.
+  void runFromWaiter(std::shared_ptr<AllreduceOp> op, std::chrono::steady_clock::time_point deadline);
 
  private:
   struct Control;
@@ -74,6 +78,12 @@ class Channel {
   static std::size_t slotsOffset(int size);
 
   void runLane();
+  /// Runs `op` and reports it to the engine (`drive`: see Engine::finish). False when it
+  /// stopped at `deadline` and, being the waiter's own (`mine`), was left unreported.
+  bool runOne(const std::shared_ptr<AllreduceOp>& op, std::chrono::steady_clock::time_point deadline,
+              bool mine, bool drive);
+  /// The engine's hand-off: the lane takes over what no waiter ran.
+  void kick();
   void allreduce(AllreduceOp& op);
   void allreduceSmall(AllreduceOp& op);
   void allreduceChunked(AllreduceOp& op);
@@ -98,7 +108,12 @@ class Channel {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<AllreduceOp>> queue_;
+  bool busy_ = false;    // a thread (the lane or a waiter) runs operations
+  bool kicked_ = false;  // the lane may run what is queued
   bool stopping_ = false;
+  std::uint64_t hook_ = 0;
+  // Deadline of what the running operation waits on (lane thread: none).
+  std::chrono::steady_clock::time_point deadline_;
   std::atomic<bool> stopFlag_{false};
   std::thread lane_;
 };
