@@ -43,7 +43,7 @@ struct Config {
   bool shm = true;
   /// COMMUX_SHM_SLOT_BYTES: bytes each rank stages per step of a shared-memory allreduce
   /// (rounded up to 4 KiB); the segment holds two of these per rank.
-  std::size_t shmSlotBytes = 1024 * 1024;
+  std::size_t shmSlotBytes = 256 * 1024;
   /// COMMUX_SHM_SMALL_BYTES: up to this size a shared-memory allreduce takes one step, with
   /// every rank folding the whole buffer; above it, each rank folds its own block.
   std::size_t shmSmallBytes = 16 * 1024;
