@@ -137,6 +137,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
                     "commux: all_to_all takes world size (", size_, ") input and output tensors");
   checkTensors("all_to_all", inputTensors, false);
   checkTensors("all_to_all", outputTensors, false);
+  checkSameDevice("all_to_all", inputTensors[0], outputTensors[0]);
   std::vector<std::size_t> sendCounts, recvCounts;
   std::vector<at::Tensor> flatInputs;
   for (int r = 0; r < size_; ++r) {

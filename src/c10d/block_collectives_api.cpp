@@ -107,6 +107,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce_scatter(
                     "the input list has ", inputs.size(), " tensors; it needs world size (",
                     size_, ")");
   checkTensors("reduce_scatter", inputs, true);
+  checkSameDevice("reduce_scatter", inputs[0], outputTensors[0]);
   at::Tensor flatInput = at::cat(c10::fmap(inputs, [](const at::Tensor& t) { return t.reshape({-1}); }));
   return _reduce_scatter_base(outputTensors[0], flatInput, opts);
 }

@@ -117,6 +117,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_coalesced(
                       inputTensors.size(), " inputs");
     checkTensors(op, list, false);
     for (std::size_t i = 0; i < list.size(); ++i) {
+      checkSameDevice(op, inputTensors[i], list[i]);
       TORCH_CHECK_VALUE(list[i].numel() == inputTensors[i].numel() &&
                             list[i].scalar_type() == inputTensors[i].scalar_type(),
                         "commux: ", op, ": output ", r, "/", i, " (", list[i].sizes(), " ",

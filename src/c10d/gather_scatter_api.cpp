@@ -24,6 +24,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
                       "commux: gather: the root needs a list of world size (", size_, ") output tensors");
     outputs = outputTensors[0];
     checkTensors("gather", outputs, true);
+    checkSameDevice("gather", input, outputs[0]);
     TORCH_CHECK_VALUE(outputs[0].numel() == input.numel() && outputs[0].scalar_type() == input.scalar_type(),
                       "commux: gather: output tensors must match the input's size and dtype");
   } else {
@@ -66,6 +67,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
                       "commux: scatter: the root needs a list of world size (", size_, ") input tensors");
     const auto& inputs = inputTensors[0];
     checkTensors("scatter", inputs, true);
+    checkSameDevice("scatter", inputs[0], output);
     TORCH_CHECK_VALUE(inputs[0].numel() == n && inputs[0].scalar_type() == output.scalar_type(),
                       "commux: scatter: input tensors must match the output's size and dtype");
     for (int v = 0; v < size_; ++v) {

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include "c10d/peer_table.hpp"
+#include "cuda/cuda_support.hpp"
 #include "c10d/shm_setup.hpp"
 #include "shm/channel.hpp"
 #include "commux/options.hpp"
@@ -88,6 +91,16 @@ c10::intrusive_ptr<WorkUCX> ProcessGroupUCX::makeWork(c10d::OpType type,
 void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
                              std::shared_ptr<engine::Op> op) {
   work->attach(op);
+  // CUDA tensors: the operation starts once the caller's current stream has produced its
+  // inputs, and whatever it does for the caller afterwards goes on that stream.
+  std::optional<c10::Device> device = op->cudaDevice();
+  if (!device) device = work->cudaDevice();
+  std::optional<c10::Stream> stream;
+  if (device) {
+    stream = c10::impl::getDeviceGuardImpl(device->type())->getStream(*device);
+    op->setUserStream(*stream);
+    work->setStream(*stream);
+  }
   {
     std::lock_guard<std::mutex> lock(trackMutex_);
     bool defer = false;
@@ -105,12 +118,19 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
       pruneAt_ = std::max<std::size_t>(64, 2 * inflight_.size());
     }
     inflight_.emplace_back(work);
-    if (defer) {
+    // COMMUX_GROUP defers host operations only: a CUDA one waits for its stream instead.
+    if (defer && !stream) {
       work->setDeferred(true);
       deferredWorks_.push_back(work);
       deferredOps_.push_back(std::move(op));
       return;
     }
+  }
+  if (stream) {
+    cuda::whenStreamReaches(*stream, [engine = engine_, op = std::move(op)]() mutable {
+      engine->submitQuietly(std::move(op));
+    });
+    return;
   }
   engine_->submit(std::move(op));
 }

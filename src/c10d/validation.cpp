@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "cuda/cuda_support.hpp"
 #include "wire/tag.hpp"
 
 namespace commux {
@@ -20,8 +21,10 @@ void checkTensors(const char* op, const std::vector<at::Tensor>& tensors, bool s
     TORCH_CHECK_VALUE(t.device() == first.device(), "commux: ", op,
                       ": all tensors must be on one device, got ", first.device(), " and ",
                       t.device());
-    TORCH_CHECK_NOT_IMPLEMENTED(t.device().is_cpu(), "commux: ", op, ": tensor ", i, " is on ",
-                                t.device(), "; this build of commux moves CPU tensors only");
+    TORCH_CHECK_NOT_IMPLEMENTED(t.device().is_cpu() || (t.device().is_cuda() && cuda::compiled()),
+                                "commux: ", op, ": tensor ", i, " is on ", t.device(),
+                                "; commux moves CPU", cuda::compiled() ? " and CUDA" : "",
+                                " tensors only");
     if (sameShape) {
       TORCH_CHECK_VALUE(t.sizes() == first.sizes() && t.scalar_type() == first.scalar_type(),
                         "commux: ", op, ": all tensors in the list must have the same size "
@@ -31,7 +34,14 @@ void checkTensors(const char* op, const std::vector<at::Tensor>& tensors, bool s
   }
 }
 
+void checkSameDevice(const char* op, const at::Tensor& input, const at::Tensor& output) {
+  TORCH_CHECK_VALUE(input.device() == output.device(), "commux: ", op,
+                    ": input and output tensors must be on one device, got ", input.device(),
+                    " and ", output.device());
+}
+
 void checkSameKind(const char* op, const at::Tensor& input, const at::Tensor& output) {
+  checkSameDevice(op, input, output);
   TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "commux: ", op,
                     ": input and output dtypes differ (", input.scalar_type(), " vs ",
                     output.scalar_type(), ")");

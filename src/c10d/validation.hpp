@@ -11,7 +11,9 @@ namespace commux {
 
 /// Tensors must be defined, dense, on one supported device, and (if `sameShape`) alike.
 void checkTensors(const char* op, const std::vector<at::Tensor>& tensors, bool sameShape);
-/// Input and output of one operation must share a dtype.
+/// Input and output on one device (CPU and CUDA tensors never mix in one operation).
+void checkSameDevice(const char* op, const at::Tensor& input, const at::Tensor& output);
+/// Input and output of one operation must share a device and a dtype.
 void checkSameKind(const char* op, const at::Tensor& input, const at::Tensor& output);
 void checkTag(const char* op, int tag);
 void checkPeer(const char* op, const char* role, int peer, int size);

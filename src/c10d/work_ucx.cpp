@@ -1,6 +1,11 @@
 #include "c10d/work_ucx.hpp"
 
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+
+#include <algorithm>
 
 #include "engine/errors.hpp"
 
@@ -18,6 +23,19 @@ const c10::TypePtr& tensorListType() {
   return type;
 }
 
+// A future holding CUDA tensors must name their devices (torch checks it), and then
+// orders its users after the stream it is completed on (see WorkUCX::complete).
+std::vector<c10::Device> cudaDevicesOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<c10::Device> devices;
+  for (const auto& t : tensors) {
+    if (t.defined() && t.is_cuda() &&
+        std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
+      devices.push_back(t.device());
+    }
+  }
+  return devices;
+}
+
 }  // namespace
 
 WorkUCX::WorkUCX(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -28,9 +46,16 @@ WorkUCX::WorkUCX(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
       timeout_(timeout),
       description_(std::move(description)),
       engine_(std::move(engine)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType(), cudaDevicesOf(outputs_))) {}
 
 WorkUCX::~WorkUCX() = default;
+
+std::optional<c10::Device> WorkUCX::cudaDevice() const {
+  for (const auto& t : outputs_) {
+    if (t.defined() && t.is_cuda()) return t.device();
+  }
+  return std::nullopt;
+}
 
 void WorkUCX::attach(std::shared_ptr<engine::Op> op) { std::atomic_store(&op_, std::move(op)); }
 
@@ -54,6 +79,9 @@ void WorkUCX::complete(std::exception_ptr error, int sourceRank) {
   // The op holds buffers and, through its completion callback, this Work; drop the link
   // so nothing outlives its use.
   std::atomic_store(&op_, std::shared_ptr<engine::Op>());
+  // The future records its completion on the current stream: make that the caller's, on
+  // which the operation's last copies were queued.
+  const c10::OptionalStreamGuard onCallersStream(stream_);
   if (error) {
     future_->setError(error);
   } else {
@@ -83,7 +111,17 @@ int WorkUCX::sourceRank() const {
 
 std::vector<at::Tensor> WorkUCX::result() { return outputs_; }
 
-void WorkUCX::synchronize() {}
+void WorkUCX::synchronize() {
+  // CUDA: the last copies for the caller were queued on the stream current at launch; a
+  // caller that waits from another stream must not overtake them.
+  if (!stream_ || !done_.load(std::memory_order_acquire)) return;
+  const auto* impl = c10::impl::getDeviceGuardImpl(stream_->device_type());
+  const c10::Stream current = impl->getStream(stream_->device());
+  if (current == *stream_) return;
+  c10::Event event(stream_->device_type());
+  event.record(*stream_);
+  event.block(current);
+}
 
 bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   if (done_.load(std::memory_order_acquire)) return true;
@@ -153,6 +191,7 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
     C10_THROW_ERROR(DistBackendError, message);
   }
   if (auto error = exception()) std::rethrow_exception(error);
+  synchronize();
   return true;
 }
 

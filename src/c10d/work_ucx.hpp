@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/op.hpp"
@@ -53,6 +54,10 @@ class WorkUCX : public c10d::Work {
   /// Set while the operation waits for endCoalescing to be posted (COMMUX_GROUP): waiting
   /// then could never finish, so wait() raises instead.
   void setDeferred(bool deferred) { deferred_.store(deferred, std::memory_order_release); }
+  /// The GPU of its output tensors, if they are on one.
+  std::optional<c10::Device> cudaDevice() const;
+  /// The caller's CUDA stream, for operations on CUDA tensors (set before launch).
+  void setStream(c10::Stream stream) { stream_ = stream; }
 
  private:
   void complete(std::exception_ptr error, int sourceRank);
@@ -67,6 +72,7 @@ class WorkUCX : public c10d::Work {
   std::atomic<bool> waiterParked_{false};
   std::atomic<bool> deferred_{false};  // a waiter sleeps in Engine::parkUntil
   std::atomic<int> sourceRank_{-1};
+  std::optional<c10::Stream> stream_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 

@@ -1,11 +1,47 @@
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "cuda/cuda_support.hpp"
 
 namespace commux::cuda {
+namespace {
+
+void runReady(void* arg) {
+  std::unique_ptr<std::function<void()>> ready(static_cast<std::function<void()>*>(arg));
+  try {
+    (*ready)();
+  } catch (...) {
+    // Nothing can be reported from a driver thread; the engine fails the operation when
+    // it shuts down, and a wait on it times out.
+  }
+}
+
+}  // namespace
 
 bool compiled() { return true; }
 
 int deviceCount() { return static_cast<int>(c10::cuda::device_count()); }
+
+void whenStreamReaches(const c10::Stream& stream, std::function<void()> ready) {
+  const c10::cuda::CUDAStream cudaStream(stream);
+  const c10::cuda::CUDAGuard device(stream.device_index());
+  // A host function on the stream runs when the stream reaches it: the operation starts
+  // after the kernels that produce its inputs, with no device-wide synchronisation and
+  // without blocking the caller (a recorded event would need polling instead).
+  auto* arg = new std::function<void()>(std::move(ready));
+  const cudaError_t rc = cudaLaunchHostFunc(cudaStream.stream(), runReady, arg);
+  if (rc != cudaSuccess) {
+    delete arg;
+    throw std::runtime_error(std::string("commux: cannot order the operation after its CUDA "
+                                         "stream (cudaLaunchHostFunc: ") +
+                             cudaGetErrorString(rc) + ")");
+  }
+}
 
 }  // namespace commux::cuda

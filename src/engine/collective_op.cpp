@@ -3,14 +3,20 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include "engine/engine.hpp"
+#include "engine/memory.hpp"
 
 namespace commux::engine {
 
 CollectiveOp::CollectiveOp(Setup setup, std::string description, Done done)
     : Op(std::move(description), std::move(done)),
       s_(std::move(setup)),
-      elementSize_(static_cast<std::size_t>(s_.work.element_size())) {
+      elementSize_(static_cast<std::size_t>(s_.work.element_size())),
+      memory_(memoryTypeOf(s_.work)) {
+  if (memory_ == UCS_MEMORY_TYPE_CUDA) cudaDevice_ = s_.work.device();
   if (s_.schedule.scratchElements > 0) {
     scratch_ = at::empty({static_cast<int64_t>(s_.schedule.scratchElements)}, s_.work.options());
   }
@@ -44,7 +50,7 @@ void CollectiveOp::postStep(Engine& engine) {
     const auto& t = step.sends[i];
     const Route& route = *s_.routes.at(t.peer);
     postSend(engine, engine.endpoint(route.address), sendAt(t.offset), t.count * elementSize_,
-             wire::collectiveTag(route.context, s_.myRank, s_.sequence, t.round), i);
+             wire::collectiveTag(route.context, s_.myRank, s_.sequence, t.round), i, memory_);
   }
   scratchOffsets_.clear();
   std::size_t scratchOffset = 0;
@@ -60,7 +66,7 @@ void CollectiveOp::postStep(Engine& engine) {
     }
     postRecv(engine, dest, t.count * elementSize_,
              wire::collectiveTag(s_.myContext, static_cast<std::uint32_t>(t.peer), s_.sequence, t.round),
-             wire::kCollectiveMask, sends + j);
+             wire::kCollectiveMask, sends + j, memory_);
   }
 }
 
@@ -85,12 +91,24 @@ void CollectiveOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo
 
 void CollectiveOp::finalizeOutsideAutograd() {
   const at::NoGradGuard noGrad;
+  const c10::OptionalStreamGuard onCallersStream(userStream());
   s_.finalize();
 }
 
 void CollectiveOp::foldStep() {
   const collectives::Step& step = s_.schedule.steps[step_];
   if (step.recvMode != collectives::RecvMode::Reduce) return;
+  // On a GPU the folds run on a stream of their own, and finish before the next step's
+  // sends read the buffer (UCX copies on its own streams). The caller's stream would also
+  // order them, but would make this thread wait for whatever the caller queued since.
+  std::optional<c10::StreamGuard> onFoldStream;
+  if (s_.work.is_cuda()) {
+    if (!foldStream_) {
+      foldStream_ = c10::impl::getDeviceGuardImpl(s_.work.device().type())
+                        ->getStreamFromGlobalPool(s_.work.device());
+    }
+    onFoldStream.emplace(*foldStream_);
+  }
   for (std::size_t j = 0; j < step.recvs.size(); ++j) {
     const auto& t = step.recvs[j];
     if (t.count == 0) continue;
@@ -98,6 +116,7 @@ void CollectiveOp::foldStep() {
     reduceInto(s_.work.narrow(0, static_cast<int64_t>(t.offset), count),
                scratch_.narrow(0, static_cast<int64_t>(scratchOffsets_[j]), count), *s_.reduce);
   }
+  if (foldStream_) foldStream_->synchronize();
 }
 
 }  // namespace commux::engine

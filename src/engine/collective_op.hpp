@@ -53,6 +53,8 @@ class CollectiveOp final : public Op {
   Setup s_;
   at::Tensor scratch_;
   std::size_t elementSize_;
+  ucs_memory_type_t memory_;
+  std::optional<c10::Stream> foldStream_;  // CUDA work buffers only
   std::size_t step_ = 0;
   std::vector<std::size_t> scratchOffsets_;  // per receive of the current step
 };

@@ -296,14 +296,22 @@ void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error, bool drive
   };
   if (drive) {
     post(std::move(report));
-    return;
+  } else {
+    postQuietly(std::move(report));
   }
+}
+
+void Engine::submitQuietly(std::shared_ptr<Op> op) {
+  postQuietly([op = std::move(op)](Engine& engine) { engine.startOp(op); });
+}
+
+void Engine::postQuietly(std::function<void(Engine&)> command) {
   if (stopping_.load()) {
     throw std::runtime_error("commux: the communication engine has shut down");
   }
   {
     std::lock_guard<std::mutex> lock(submitMutex_);
-    submissions_.push_back(std::move(report));
+    submissions_.push_back(std::move(command));
   }
   submitted_.fetch_add(1, std::memory_order_seq_cst);
   // Whoever drives the worker drains submissions each round; only a sleeper needs waking

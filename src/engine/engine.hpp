@@ -61,6 +61,9 @@ class Engine {
 
   /// Any thread: start `op` on the progress thread.
   void submit(std::shared_ptr<Op> op);
+  /// Any thread, including one that must not call into UCX (a CUDA host function): start
+  /// `op` on whichever thread drives the worker next; this thread only wakes it.
+  void submitQuietly(std::shared_ptr<Op> op);
   /// Any thread: start `ops` in order, in one pass (a coalescing window's operations).
   void submit(std::vector<std::shared_ptr<Op>> ops);
   /// Any thread: fail `op` with `error` (used for timeouts and aborts).
@@ -141,6 +144,8 @@ class Engine {
   /// Makes the hand-off timer fire now (wakes a resting progress thread).
   void fireTimer();
   void post(std::function<void(Engine&)> command);
+  /// Queues `command` for the next driver and wakes a sleeper; never drives the worker.
+  void postQuietly(std::function<void(Engine&)> command);
   void runHandOffHooks();
   void stop();
   void teardown();

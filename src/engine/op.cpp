@@ -33,7 +33,8 @@ Op::Op(std::string description, Done done)
 Op::~Op() = default;
 
 void Op::postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t count,
-                  wire::Tag tag, std::uint32_t slot, ucp_datatype_t datatype) {
+                  wire::Tag tag, std::uint32_t slot, ucs_memory_type_t memory,
+                  ucp_datatype_t datatype) {
   auto* pending = new Pending{shared_from_this(), &engine, slot, nullptr};
   ucp_request_param_t params{};
   // FAST_CMPL lets UCX pick the protocol that completes soonest: on shared memory that is
@@ -45,13 +46,13 @@ void Op::postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t cou
   params.cb.send = onSend;
   params.user_data = pending;
   params.datatype = datatype;
-  params.memory_type = UCS_MEMORY_TYPE_HOST;
+  params.memory_type = memory;
   void* request = ucp_tag_send_nbx(ep, data, count, tag, &params);
   track(engine, pending, request);
 }
 
 void Op::postRecv(Engine& engine, void* data, std::size_t count, wire::Tag tag, wire::Tag mask,
-                  std::uint32_t slot, ucp_datatype_t datatype) {
+                  std::uint32_t slot, ucs_memory_type_t memory, ucp_datatype_t datatype) {
   auto* pending = new Pending{shared_from_this(), &engine, slot, nullptr};
   ucp_request_param_t params{};
   // Always complete through the callback: UCX 1.13 reports no length for a receive that
@@ -62,7 +63,7 @@ void Op::postRecv(Engine& engine, void* data, std::size_t count, wire::Tag tag, 
   params.cb.recv = onRecv;
   params.user_data = pending;
   params.datatype = datatype;
-  params.memory_type = UCS_MEMORY_TYPE_HOST;
+  params.memory_type = memory;
   void* request = ucp_tag_recv_nbx(engine.worker(), data, count, tag, mask, &params);
   track(engine, pending, request);
 }

@@ -3,6 +3,7 @@
 // It is created on the caller's thread, then lives on the progress thread: it posts UCX
 // requests, reacts to their completions, and reports success or failure exactly once
 // through its Done callback.
+#include <c10/core/Stream.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,13 @@ class Op : public std::enable_shared_from_this<Op> {
   Op& operator=(const Op&) = delete;
 
   const std::string& description() const noexcept { return description_; }
+  /// The caller's CUDA stream (set for operations on CUDA tensors): work done for the
+  /// caller after the transfer (copies back, AVG division) is queued on it, so the
+  /// caller's later kernels see the result without a host synchronisation.
+  void setUserStream(c10::Stream stream) { userStream_ = stream; }
+  const std::optional<c10::Stream>& userStream() const noexcept { return userStream_; }
+  /// The GPU its buffers are on; empty for host memory.
+  const std::optional<c10::Device>& cudaDevice() const noexcept { return cudaDevice_; }
   bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
 
   /// Progress thread: post the first requests.
@@ -72,10 +81,13 @@ class Op : public std::enable_shared_from_this<Op> {
 
   /// `count` is in units of `datatype`: bytes for the default contiguous type, entries of
   /// a ucp_dt_iov_t array (which must live until completion) for ucp_dt_make_iov().
+  /// `memory` tells UCX where the buffer lives, so it need not look it up per call.
   void postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t count,
-                wire::Tag tag, std::uint32_t slot, ucp_datatype_t datatype = ucp_dt_make_contig(1));
+                wire::Tag tag, std::uint32_t slot, ucs_memory_type_t memory,
+                ucp_datatype_t datatype = ucp_dt_make_contig(1));
   void postRecv(Engine& engine, void* data, std::size_t count, wire::Tag tag, wire::Tag mask,
-                std::uint32_t slot, ucp_datatype_t datatype = ucp_dt_make_contig(1));
+                std::uint32_t slot, ucs_memory_type_t memory,
+                ucp_datatype_t datatype = ucp_dt_make_contig(1));
   void succeed(int sourceRank = -1);
   std::size_t outstanding() const noexcept { return outstanding_; }
 
@@ -84,6 +96,12 @@ class Op : public std::enable_shared_from_this<Op> {
   void track(Engine& engine, Pending* pending, void* request);
 
   std::string description_;
+  std::optional<c10::Stream> userStream_;
+
+ protected:
+  std::optional<c10::Device> cudaDevice_;
+
+ private:
   Engine* engine_ = nullptr;  // set by Engine before start()
   Done done_;
   std::atomic<bool> finished_{false};

@@ -3,7 +3,10 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
+#include <c10/core/StreamGuard.h>
+
 #include "engine/engine.hpp"
+#include "engine/memory.hpp"
 
 namespace commux::engine {
 
@@ -14,7 +17,9 @@ P2POp::P2POp(Kind kind, std::vector<at::Tensor> tensors, Route route, wire::Tag 
       route_(std::move(route)),
       tag_(tag),
       mask_(mask),
-      pack_(pack) {
+      pack_(pack),
+      memory_(tensors.empty() ? UCS_MEMORY_TYPE_HOST : memoryTypeOf(tensors.front())) {
+  if (memory_ == UCS_MEMORY_TYPE_CUDA) cudaDevice_ = tensors.front().device();
   buffers_.reserve(tensors.size());
   for (auto& t : tensors) {
     at::Tensor staged = t.is_contiguous() ? t : (kind == Kind::Send ? t.contiguous() : at::empty_like(t, at::MemoryFormat::Contiguous));
@@ -39,20 +44,20 @@ void P2POp::start(Engine& engine) {
   if (pack_) {
     if (kind_ == Kind::Send) {
       postSend(engine, engine.endpoint(route_.address), iov_.data(), iov_.size(), tag_, 0,
-               ucp_dt_make_iov());
+               memory_, ucp_dt_make_iov());
     } else {
-      postRecv(engine, iov_.data(), iov_.size(), tag_, mask_, 0, ucp_dt_make_iov());
+      postRecv(engine, iov_.data(), iov_.size(), tag_, mask_, 0, memory_, ucp_dt_make_iov());
     }
     return;
   }
   if (kind_ == Kind::Send) {
     ucp_ep_h ep = engine.endpoint(route_.address);
     for (std::uint32_t i = 0; i < buffers_.size(); ++i) {
-      postSend(engine, ep, address(buffers_[i]), buffers_[i].bytes, tag_, i);
+      postSend(engine, ep, address(buffers_[i]), buffers_[i].bytes, tag_, i, memory_);
     }
   } else {
     for (std::uint32_t i = 0; i < buffers_.size(); ++i) {
-      postRecv(engine, address(buffers_[i]), buffers_[i].bytes, tag_, mask_, i);
+      postRecv(engine, address(buffers_[i]), buffers_[i].bytes, tag_, mask_, i, memory_);
     }
   }
   if (buffers_.empty()) succeed();
@@ -71,6 +76,7 @@ std::string P2POp::formatMismatch(const RecvInfo& info) const {
 void P2POp::finishRecv(const Buffer& b) {
   if (!b.staged.is_same(b.target)) {
     const at::NoGradGuard noGrad;  // the target may require grad; the copy is not autograd's
+    const c10::OptionalStreamGuard onCallersStream(userStream());
     b.target.copy_(b.staged);
   }
 }

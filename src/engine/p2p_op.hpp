@@ -50,6 +50,7 @@ class P2POp final : public Op {
   wire::Tag tag_;
   wire::Tag mask_;
   bool pack_;
+  ucs_memory_type_t memory_;
   std::size_t packedBytes_ = 0;
   std::vector<ucp_dt_iov_t> iov_;  // the packed message's pieces; UCX reads it until done
   int sourceRank_ = -1;

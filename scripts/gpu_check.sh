@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with an NVIDIA GPU, a CUDA torch already installed and no
+# internet, install the missing Python packages from wheel files (gpu-wheels/, made by
+# scripts/gpu_wheels.sh), build commux, run the CUDA tests (2 ranks sharing the GPU) and the
+# CUDA benchmark. Everything goes to $OUT/gpu_check.log (OUT defaults to ./gpu-check).
+# Budget: under 8 minutes; each stage has its own time limit so a hang cannot eat the rest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${OUT:-gpu-check}
+WHEELS=${COMMUX_WHEELS:-gpu-wheels}
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.log"
+exec > >(tee "$LOG") 2>&1
+start=$(date +%s)
+stage() { echo; echo "== $1 ($(( $(date +%s) - start )) s)"; }
+status=0
+
+stage "machine"
+nvidia-smi || echo "nvidia-smi: not available"
+"$PY" - <<'PY'
+import sys, torch
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "gpus", torch.cuda.device_count())
+PY
+
+stage "python packages (offline, from $WHEELS)"
+need=()
+"$PY" -c "import libucx" 2>/dev/null || need+=("libucx-cu$("$PY" -c 'import torch; print((torch.version.cuda or "13").split(".")[0])')")
+"$PY" -c "import scikit_build_core" 2>/dev/null || need+=(scikit-build-core)
+"$PY" -c "import pybind11" 2>/dev/null || need+=(pybind11)
+"$PY" -c "import pytest, pytest_timeout" 2>/dev/null || need+=(pytest pytest-timeout)
+command -v cmake >/dev/null || need+=(cmake)
+command -v ninja >/dev/null || "$PY" -c "import ninja" 2>/dev/null || need+=(ninja)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  "$PY" -m pip install --disable-pip-version-check -q --no-index --find-links "$WHEELS" "${need[@]}" \
+    || { echo "FAILED: could not install ${need[*]} from $WHEELS"; exit 1; }
+fi
+
+stage "build commux"
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+if ! timeout 300 "$PY" -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps .; then
+  echo "FAILED: build"
+  exit 1
+fi
+(cd / && "$PY" -c "import commux; e = commux.load_extension(); print('commux', commux.__version__, 'cuda compiled', e.cuda_compiled(), 'devices', e.cuda_device_count(), 'ucx', e.ucx_version())")
+
+stage "CUDA tests"
+timeout 240 "$PY" -m pytest tests/python/test_cuda.py -v -rs -p no:cacheprovider || status=1
+
+stage "CUDA benchmark"
+timeout 150 "$PY" benchmarks/cuda_bench.py --out "$OUT" --max-bytes 256M --iters 10 || status=1
+
+stage "done: status $status"
+exit $status

@@ -1,0 +1,223 @@
+"""CUDA tensors through commux: every operation, stream ordering, futures and DDP, with
+2 ranks sharing one GPU (processes on one device talk through cuda_ipc) or one GPU each.
+Without a GPU every multi-rank test here skips; the build check runs everywhere."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import expect_error, get_backend_obj, run_ranks
+
+pytestmark = pytest.mark.ucx_only
+
+HAVE_GPU = torch.cuda.is_available() and torch.cuda.device_count() > 0
+needs_gpu = pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU (none visible here)")
+R = dist.ReduceOp
+
+
+def test_cuda_unit_is_compiled_with_a_cuda_torch():
+    """The CUDA code is built whenever torch has CUDA, GPU or not, so it cannot rot."""
+    import commux
+
+    ext = commux.load_extension()
+    assert ext.cuda_compiled() == (torch.version.cuda is not None)
+    assert ext.cuda_device_count() == (torch.cuda.device_count() if HAVE_GPU else 0)
+
+
+def _device(rank):
+    return torch.device("cuda", rank % torch.cuda.device_count())
+
+
+def _p2p(rank, ws):
+    dev = _device(rank)
+    torch.cuda.set_device(dev)
+    peer = 1 - rank
+    # Tags match exactly, in any order of posting.
+    if rank == 0:
+        for tag in (7, 3, 11):
+            dist.send(torch.full((1000,), float(tag), device=dev), peer, tag=tag)
+    else:
+        got = {t: torch.empty(1000, device=dev) for t in (11, 7, 3)}
+        works = [dist.irecv(got[t], peer, tag=t) for t in (11, 7, 3)]
+        for w in works:
+            w.wait()
+        for t, x in got.items():
+            assert torch.equal(x.cpu(), torch.full((1000,), float(t))), t
+    # Large (rendezvous), non-contiguous, several tensors in one call, empty.
+    big = torch.arange(4 << 20, device=dev, dtype=torch.float32) + rank
+    back = torch.empty_like(big)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, big, peer), dist.P2POp(dist.irecv, back, peer)])
+    for r in reqs:
+        r.wait()
+    assert torch.equal(back, torch.arange(4 << 20, device=dev, dtype=torch.float32) + peer)
+    strided = (torch.arange(24, device=dev, dtype=torch.float64) + 100 * rank).reshape(4, 6).t()
+    into = torch.empty(6, 4, device=dev, dtype=torch.float64)
+    backend = get_backend_obj()
+    ws_ = backend.send([strided, torch.empty(0, device=dev)], peer, 5)
+    wr = backend.recv([into, torch.empty(0, device=dev)], peer, 5)
+    ws_.wait()
+    wr.wait()
+    assert torch.equal(into.cpu(), (torch.arange(24, dtype=torch.float64) + 100 * peer).reshape(4, 6).t())
+    return True
+
+
+@needs_gpu
+def test_cuda_point_to_point():
+    assert all(run_ranks(_p2p, 2, timeout=180))
+
+
+def _stream_order(rank, ws):
+    """A send on a busy side stream must carry what that stream computes, not what was in
+    the buffer when send() was called; results are visible on the receiver's stream."""
+    dev = _device(rank)
+    torch.cuda.set_device(dev)
+    side = torch.cuda.Stream(dev)
+    x = torch.zeros(1 << 20, device=dev)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the fill
+        x.fill_(rank + 1.0)
+        if rank == 0:
+            w = dist.isend(x, 1, tag=1)
+        else:
+            w = dist.irecv(x, 0, tag=1)
+        w.wait()
+        total = x.sum()  # queued on the side stream after the receive
+        y = torch.full((1000,), float(rank + 1), device=dev)
+        torch.cuda._sleep(50_000_000)
+        y.mul_(2)
+        dist.all_reduce(y)
+        ysum = y.sum()
+    torch.cuda.synchronize()
+    if rank == 1:
+        assert total.item() == float(1 << 20), total.item()  # rank 0's 1.0s
+    assert torch.equal(y.cpu(), torch.full((1000,), float(2 * sum(range(1, ws + 1)))))
+    assert ysum.item() == 1000 * 2 * sum(range(1, ws + 1))
+    return True
+
+
+@needs_gpu
+def test_cuda_stream_ordering():
+    assert all(run_ranks(_stream_order, 2, timeout=180))
+
+
+def _collectives(rank, ws):
+    dev = _device(rank)
+    torch.cuda.set_device(dev)
+    for n in (1, 1000, 1 << 20):  # recursive doubling, and the chunked ring past 256 KiB
+        for op, dtype in ((R.SUM, torch.float32), (R.MAX, torch.int64), (R.AVG, torch.float64),
+                          (R.PRODUCT, torch.float32), (R.BXOR, torch.int32)):
+            base = torch.arange(n, dtype=torch.float64) % 7 + 1
+            x = (base * (rank + 1)).to(dtype)
+            cpu = [(base * (r + 1)).to(dtype) for r in range(ws)]
+            want = cpu[0].clone()
+            for c in cpu[1:]:
+                if op in (R.SUM, R.AVG):
+                    want = want + c
+                elif op == R.MAX:
+                    want = torch.maximum(want, c)
+                elif op == R.PRODUCT:
+                    want = want * c
+                else:
+                    want = want ^ c
+            if op == R.AVG:
+                want = want / ws
+            g = x.to(dev)
+            dist.all_reduce(g, op=op)
+            assert torch.allclose(g.cpu(), want), (n, op, dtype)
+        t = torch.full((n,), float(rank), device=dev)
+        dist.reduce(t, dst=ws - 1)
+        if rank == ws - 1:
+            assert torch.equal(t.cpu(), torch.full((n,), float(sum(range(ws)))))
+        b = torch.full((n,), float(rank), device=dev)
+        dist.broadcast(b, src=0)
+        assert torch.equal(b.cpu(), torch.zeros(n))
+        outs = [torch.empty(n, device=dev) for _ in range(ws)]
+        dist.all_gather(outs, torch.full((n,), float(rank), device=dev))
+        assert all(torch.equal(o.cpu(), torch.full((n,), float(r))) for r, o in enumerate(outs))
+        flat = torch.empty(n * ws, device=dev)
+        dist.all_gather_into_tensor(flat, torch.full((n,), float(rank), device=dev))
+        assert torch.equal(flat.cpu(), torch.arange(ws).repeat_interleave(n).float())
+        rs = torch.empty(n, device=dev)
+        dist.reduce_scatter_tensor(rs, torch.arange(n * ws, device=dev, dtype=torch.float32))
+        assert torch.equal(rs.cpu(), ws * torch.arange(rank * n, (rank + 1) * n, dtype=torch.float32))
+        rl = torch.empty(n, device=dev)
+        dist.reduce_scatter(rl, [torch.full((n,), float(r + rank), device=dev) for r in range(ws)])
+        assert torch.equal(rl.cpu(), torch.full((n,), float(ws * rank + sum(range(ws)))))
+        a2a = torch.empty(n * ws, device=dev)
+        dist.all_to_all_single(a2a, torch.full((n * ws,), float(rank), device=dev))
+        assert torch.equal(a2a.cpu(), torch.arange(ws).repeat_interleave(n).float())
+        outl = [torch.empty(n, device=dev) for _ in range(ws)]
+        dist.all_to_all(outl, [torch.full((n,), float(10 * rank + r), device=dev) for r in range(ws)])
+        assert all(torch.equal(o.cpu(), torch.full((n,), float(10 * r + rank))) for r, o in enumerate(outl))
+        gl = [torch.empty(n, device=dev) for _ in range(ws)] if rank == 0 else None
+        dist.gather(torch.full((n,), float(rank), device=dev), gl, dst=0)
+        if rank == 0:
+            assert all(torch.equal(o.cpu(), torch.full((n,), float(r))) for r, o in enumerate(gl))
+        sc = torch.empty(n, device=dev)
+        dist.scatter(sc, [torch.full((n,), float(r), device=dev) for r in range(ws)] if rank == 0 else None, src=0)
+        assert torch.equal(sc.cpu(), torch.full((n,), float(rank)))
+        dist.barrier()
+    # Uneven all_to_all_single splits: rank r sends j + 1 elements to rank j.
+    send_splits = [j + 1 for j in range(ws)]
+    inp = torch.cat([torch.full((j + 1,), float(10 * rank + j)) for j in range(ws)]).to(dev)
+    out = torch.empty(ws * (rank + 1), device=dev)
+    dist.all_to_all_single(out, inp, [rank + 1] * ws, send_splits)
+    want = torch.cat([torch.full((rank + 1,), float(10 * i + rank)) for i in range(ws)])
+    assert torch.equal(out.cpu(), want)
+    pieces = [torch.ones(5, device=dev) * rank, torch.ones(3, device=dev, dtype=torch.float64)]
+    get_backend_obj().allreduce_coalesced(pieces).wait()
+    assert torch.equal(pieces[0].cpu(), torch.full((5,), float(sum(range(ws)))))
+    assert torch.equal(pieces[1].cpu(), torch.full((3,), float(ws), dtype=torch.float64))
+    return True
+
+
+@needs_gpu
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_cuda_every_collective(world_size):
+    assert all(run_ranks(_collectives, world_size, timeout=300))
+
+
+def _errors_and_futures(rank, ws):
+    dev = _device(rank)
+    torch.cuda.set_device(dev)
+    backend = get_backend_obj()
+    expect_error(lambda: backend.allreduce([torch.ones(3, device=dev), torch.ones(3)]).wait(),
+                 ("one device",), "allreduce with a CUDA and a CPU tensor")
+    expect_error(lambda: dist.all_gather_into_tensor(torch.empty(6), torch.ones(3, device=dev)),
+                 ("one device",), "all_gather_into_tensor CUDA input, CPU output")
+    # The group still works, and futures carry CUDA tensors (as DDP's comm hooks need).
+    x = torch.ones(4, device=dev)
+    fut = dist.all_reduce(x, async_op=True).get_future()
+    doubled = fut.then(lambda f: f.value()[0] * 2).wait()
+    assert torch.equal(doubled.cpu(), torch.full((4,), 2.0 * ws))
+    return True
+
+
+@needs_gpu
+def test_cuda_mixed_devices_error_and_futures():
+    assert all(run_ranks(_errors_and_futures, 2, timeout=120))
+
+
+def _ddp(rank, ws):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dev = _device(rank)
+    torch.cuda.set_device(dev)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(dev)
+    ref = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    ref.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
+    ddp = DDP(model, device_ids=[dev.index] if torch.cuda.device_count() > 1 else None, bucket_cap_mb=0.001)
+    inputs = [torch.randn(8, 32, generator=torch.Generator().manual_seed(r)) for r in range(ws)]
+    ddp(inputs[rank].to(dev)).sum().backward()
+    sum(ref(i).sum() for i in inputs).backward()
+    for p, q in zip(ddp.module.parameters(), ref.parameters()):
+        assert torch.allclose(p.grad.cpu(), q.grad / ws, atol=1e-5), (p.grad, q.grad / ws)
+    return True
+
+
+@needs_gpu
+def test_cuda_ddp_matches_single_process():
+    assert all(run_ranks(_ddp, 2, timeout=240))
