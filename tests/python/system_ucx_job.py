@@ -30,6 +30,7 @@ def rank_main(rank, world, path, queue):
         wb.wait()
         assert a.eq(3).all() and b.eq(7).all(), (a, b)
     C = commux.load_extension()
+    assert C.cuda_compiled() is False and C.cuda_device_count() == 0
     queue.put((rank, C.ucx_version(), C.ucx_library_path()))
     dist.destroy_process_group()
 

@@ -1,5 +1,6 @@
 """The system-UCX build option (COMMUX_UCX_PROVIDER=system) builds, loads that UCX rather
-than the wheel's, and passes a 2-rank exchange. Uses pkg-config's `ucx` (Debian's
+than the wheel's, and passes a 2-rank exchange. The same build leaves the CUDA unit out
+(COMMUX_CUDA=OFF, as with a CPU-only torch): it must load and run on CPU tensors alone. Uses pkg-config's `ucx` (Debian's
 libucx-dev, UCX 1.13: the oldest version commux supports)."""
 
 import os
@@ -32,7 +33,9 @@ def test_build_and_run_against_system_ucx(tmp_path):
     build = REPO / "build" / "system-ucx"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), *generator,
-                    "-DCOMMUX_UCX_PROVIDER=system", f"-DPython3_EXECUTABLE={sys.executable}"],
+                    "-DCOMMUX_UCX_PROVIDER=system", f"-DPython3_EXECUTABLE={sys.executable}",
+                    # Also the build a CPU-only torch gets: the CUDA stub instead of the unit.
+                    "-DCOMMUX_CUDA=OFF"],
                    check=True, capture_output=True, timeout=300)
     subprocess.run(["cmake", "--build", str(build), "-j2"], check=True, timeout=1200)
 
