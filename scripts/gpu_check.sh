@@ -28,10 +28,10 @@ stage "python packages (offline, from $WHEELS)"
 need=()
 "$PY" -c "import libucx" 2>/dev/null || need+=("libucx-cu$("$PY" -c 'import torch; print((torch.version.cuda or "13").split(".")[0])')")
 "$PY" -c "import scikit_build_core" 2>/dev/null || need+=(scikit-build-core)
-"$PY" -c "import pybind11" 2>/dev/null || need+=(pybind11)
 "$PY" -c "import pytest, pytest_timeout" 2>/dev/null || need+=(pytest pytest-timeout)
-command -v cmake >/dev/null || need+=(cmake)
-command -v ninja >/dev/null || "$PY" -c "import ninja" 2>/dev/null || need+=(ninja)
+# cmake and ninja only if the wheels are there (COMMUX_GPU_BUILD_TOOLS=1 gpu_wheels.sh).
+command -v cmake >/dev/null || ! ls "$WHEELS"/cmake-*.whl >/dev/null 2>&1 || need+=(cmake)
+command -v ninja >/dev/null || "$PY" -c "import ninja" 2>/dev/null || ! ls "$WHEELS"/ninja-*.whl >/dev/null 2>&1 || need+=(ninja)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   "$PY" -m pip install --disable-pip-version-check -q --no-index --find-links "$WHEELS" "${need[@]}" \
@@ -40,9 +40,14 @@ fi
 
 stage "build commux"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-if ! timeout 300 "$PY" -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps .; then
-  echo "FAILED: build"
-  exit 1
+if command -v g++ >/dev/null && command -v cmake >/dev/null; then
+  timeout 300 "$PY" -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps . \
+    || { echo "FAILED: build"; exit 1; }
+else
+  # No compiler here: the wheel gpu_wheels.sh built (for the torch named beside it).
+  echo "no g++/cmake: installing the prebuilt commux wheel (built against torch $(cat "$WHEELS/built-against-torch.txt" 2>/dev/null || echo '?'))"
+  "$PY" -m pip install --disable-pip-version-check -q --no-index --no-deps --find-links "$WHEELS" commux \
+    || { echo "FAILED: no compiler and no prebuilt commux wheel in $WHEELS"; exit 1; }
 fi
 (cd / && "$PY" -c "import commux; e = commux.load_extension(); print('commux', commux.__version__, 'cuda compiled', e.cuda_compiled(), 'devices', e.cuda_device_count(), 'ucx', e.ucx_version())")
 

@@ -19,13 +19,19 @@ __all__ = ["register", "preferred_backend", "load_extension", "BACKEND_NAMES", "
 BACKEND_NAMES = ("ucx", "commux")
 _DEVICES = ["cpu", "cuda"]
 
-_lock = threading.Lock()
+# Re-entrant: importing torch.distributed runs torch's backend autoload, which calls
+# register() on this thread (see load_extension).
+_lock = threading.RLock()
 _extension = None
 
 
 def load_extension():
     """Loads UCX and the compiled extension ``commux._C`` (once) and returns it."""
     global _extension
+    # torch.distributed first, outside the lock: its import runs the torch.backends entry
+    # point, which registers commux (register() takes the lock too).
+    import torch.distributed  # noqa: F401  (the Backend base class lives there)
+
     with _lock:
         if _extension is None:
             from . import _build_config
@@ -36,8 +42,6 @@ def load_extension():
                 import libucx
 
                 libucx.load_library()
-            import torch.distributed  # noqa: F401  (the Backend base class lives there)
-
             from . import _C
 
             atexit.register(_C._shutdown)

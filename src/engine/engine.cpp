@@ -6,6 +6,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
 #include "engine/errors.hpp"
@@ -255,6 +256,11 @@ void Engine::startOp(const std::shared_ptr<Op>& op) {
   op->engine_ = this;
   opStarted(op.get());
   try {
+    // UCX's CUDA transports work in the current device's context; the thread that starts
+    // the operation (often the progress thread) may never have touched that device.
+    if (const auto& device = op->cudaDevice()) {
+      c10::impl::getDeviceGuardImpl(device->type())->setDevice(*device);
+    }
     op->start(*this);
   } catch (...) {
     op->fail(*this, std::current_exception());

@@ -221,3 +221,64 @@ def _ddp(rank, ws):
 @needs_gpu
 def test_cuda_ddp_matches_single_process():
     assert all(run_ranks(_ddp, 2, timeout=240))
+
+
+def _lifetime_and_more_ops(rank, ws):
+    import datetime
+
+    dev = _device(rank)
+    torch.cuda.set_device(dev)
+    peer = 1 - rank
+    # The caller drops its send buffers at once and the caching allocator hands the memory
+    # to new tensors: the transfers must still carry the original values.
+    if rank == 0:
+        works = [dist.isend(torch.full((1 << 18,), float(i), device=dev), peer, tag=i) for i in range(8)]
+        junk = [torch.full((1 << 18,), -1.0, device=dev) for _ in range(8)]
+        for w in works:
+            w.wait()
+        del junk
+    else:
+        for i in range(8):
+            x = torch.empty(1 << 18, device=dev)
+            dist.recv(x, peer, tag=i)
+            assert torch.equal(x.cpu(), torch.full((1 << 18,), float(i))), i
+    # Receive from any source.
+    if rank == 0:
+        y = torch.empty(10, device=dev)
+        src = dist.recv(y, tag=77)
+        assert src == 1 and torch.equal(y.cpu(), torch.full((10,), 5.0))
+    else:
+        dist.send(torch.full((10,), 5.0, device=dev), 0, tag=77)
+    # Coalesced all_gather / reduce_scatter over CUDA tensors (the coalescing manager).
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    ins = [torch.full((3,), float(rank), device=dev), torch.full((5,), float(rank + 10), device=dev)]
+    outs = [torch.empty(3 * ws, device=dev), torch.empty(5 * ws, device=dev)]
+    with _coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    assert torch.equal(outs[0].cpu(), torch.arange(ws).repeat_interleave(3).float())
+    assert torch.equal(outs[1].cpu(), (torch.arange(ws) + 10).repeat_interleave(5).float())
+    rs_in = [torch.ones(4 * ws, device=dev), torch.full((2 * ws,), 2.0, device=dev)]
+    rs_out = [torch.empty(4, device=dev), torch.empty(2, device=dev)]
+    with _coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(rs_out, rs_in):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    assert torch.equal(rs_out[0].cpu(), torch.full((4,), float(ws)))
+    assert torch.equal(rs_out[1].cpu(), torch.full((2,), 2.0 * ws))
+    # A receive nobody answers times out, and the group keeps working.
+    if rank == 0:
+        w = dist.irecv(torch.empty(4, device=dev), peer, tag=999)
+        expect_error(lambda: w.wait(timeout=datetime.timedelta(milliseconds=300)),
+                     ("timed out",), "CUDA receive that never matches")
+    z = torch.ones(3, device=dev)
+    dist.all_reduce(z)
+    assert torch.equal(z.cpu(), torch.full((3,), float(ws)))
+    return True
+
+
+@needs_gpu
+def test_cuda_buffer_lifetime_any_source_coalesced_and_timeout():
+    assert all(run_ranks(_lifetime_and_more_ops, 2, timeout=180))

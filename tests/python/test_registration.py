@@ -145,6 +145,16 @@ def test_import_torch_prints_no_errors():
     assert not bad, f"`import torch` printed to stderr:\n{proc.stderr}"
 
 
+def test_load_extension_first_thing_in_a_fresh_interpreter():
+    """``commux.load_extension()`` before anything imported torch: torch's import runs
+    commux's autoload hook, which registers commux while load_extension is loading it.
+    This once deadlocked on commux's own lock."""
+    proc = run_python("import commux; e = commux.load_extension(); print('CUDA', e.cuda_compiled())",
+                      env=AUTOLOAD_ON, timeout=60)
+    _check(proc, "commux.load_extension() in a fresh interpreter")
+    assert "CUDA" in proc.stdout
+
+
 def test_info_module():
     """``python -m commux.info`` exits 0 and reports commux, torch, UCX, CUDA
     and transport information."""
