@@ -268,6 +268,13 @@ def _lifetime_and_more_ops(rank, ws):
     cm.wait()
     assert torch.equal(rs_out[0].cpu(), torch.full((4,), float(ws)))
     assert torch.equal(rs_out[1].cpu(), torch.full((2,), 2.0 * ws))
+    # all_gather_coalesced (lists of lists, mixed dtypes) on the backend.
+    backend = get_backend_obj()
+    inputs = [torch.full((2,), float(rank), device=dev), torch.full((3,), rank, device=dev, dtype=torch.int32)]
+    lists = [[torch.empty(2, device=dev), torch.empty(3, device=dev, dtype=torch.int32)] for _ in range(ws)]
+    backend.allgather_coalesced(lists, inputs).wait()
+    for r, (f, i) in enumerate(lists):
+        assert torch.equal(f.cpu(), torch.full((2,), float(r))) and torch.equal(i.cpu(), torch.full((3,), r, dtype=torch.int32))
     # A receive nobody answers times out, and the group keeps working.
     if rank == 0:
         w = dist.irecv(torch.empty(4, device=dev), peer, tag=999)
