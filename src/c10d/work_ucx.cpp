@@ -165,6 +165,9 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   // Then sleep on the worker's event fd, still driving it, so our completion wakes us
   // directly. If another waiter is parked already, sleep on our condition variable; the
   // parked waiter or the progress thread completes us.
+  // About to block: operations this thread queued but did not run (shared-memory ones
+  // behind a UCX wait) must not wait for a hand-off while it sleeps.
+  engine_->runHandOffHooks();
   waiterParked_.store(true, std::memory_order_seq_cst);
   const bool parked = engine_->parkUntil(done_, deadline);
   waiterParked_.store(false, std::memory_order_relaxed);

@@ -422,7 +422,18 @@ void Engine::sleep() {
     // the safety net (~100 ms stalls at 8 ranks on 2 cores).
     worker_.signal();
     std::unique_lock<std::mutex> lock(parkMutex_);
-    parkCv_.wait(lock, [this] { return !parked_.load() || stopping_.load(); });
+    const auto leftPark = [this] { return !parked_.load() || stopping_.load(); };
+    if (!haveHooks_.load()) {
+      parkCv_.wait(lock, leftPark);
+      return;
+    }
+    // Standing by must not stop hand-offs of work that is not UCX's (a shared-memory
+    // lane): the parked waiter may be waiting for a peer that waits for that work.
+    while (!parkCv_.wait_for(lock, std::chrono::milliseconds(5), leftPark)) {
+      lock.unlock();
+      runHandOffHooks();
+      lock.lock();
+    }
     return;
   }
   sleeping_.store(true, std::memory_order_seq_cst);

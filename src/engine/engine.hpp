@@ -79,6 +79,10 @@ class Engine {
   std::uint64_t addHandOffHook(std::function<void()> hook);
   /// After this returns, the hook is not running and will not run again.
   void removeHandOffHook(std::uint64_t id);
+  /// Runs every hand-off hook now: the progress thread does it when it takes over, and a
+  /// waiter before it blocks (what it queued must not wait for a hand-off that its own
+  /// blocking holds back).
+  void runHandOffHooks();
 
   bool onProgressThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
   /// Drives the worker once if its lock is free; false if another thread holds it.
@@ -146,7 +150,6 @@ class Engine {
   void post(std::function<void(Engine&)> command);
   /// Queues `command` for the next driver and wakes a sleeper; never drives the worker.
   void postQuietly(std::function<void(Engine&)> command);
-  void runHandOffHooks();
   void stop();
   void teardown();
 

@@ -123,8 +123,11 @@ void Channel::enqueue(std::shared_ptr<AllreduceOp> op) {
 void Channel::kick() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (queue_.empty() || busy_ || kicked_) return;
+    if (queue_.empty() || kicked_) return;
     kicked_ = true;
+    // A waiter running operations inline hands the rest to the lane when it stops (see
+    // runFromWaiter); a kick it did not see would otherwise be lost.
+    if (busy_) return;
   }
   cv_.notify_one();
 }
