@@ -189,7 +189,7 @@ bool Engine::tryProgress() {
   return true;
 }
 
-void Engine::post(std::function<void(Engine&)> command) {
+void Engine::enqueue(std::function<void(Engine&)> command) {
   if (stopping_.load()) {
     throw std::runtime_error("commux: the communication engine has shut down");
   }
@@ -198,6 +198,10 @@ void Engine::post(std::function<void(Engine&)> command) {
     submissions_.push_back(std::move(command));
   }
   submitted_.fetch_add(1, std::memory_order_seq_cst);
+}
+
+void Engine::post(std::function<void(Engine&)> command) {
+  enqueue(std::move(command));
   if (tryProgress()) return;
   // Someone else drives the worker. Pairs with the store to sleeping_ in sleep(): either
   // the progress thread sees our submission before it sleeps, or we see it asleep and
@@ -312,20 +316,10 @@ void Engine::submitQuietly(std::shared_ptr<Op> op) {
 }
 
 void Engine::postQuietly(std::function<void(Engine&)> command) {
-  if (stopping_.load()) {
-    throw std::runtime_error("commux: the communication engine has shut down");
-  }
-  {
-    std::lock_guard<std::mutex> lock(submitMutex_);
-    submissions_.push_back(std::move(command));
-  }
-  submitted_.fetch_add(1, std::memory_order_seq_cst);
-  // Whoever drives the worker drains submissions each round; only a sleeper needs waking
-  // (the pairing with sleep() is as in post()).
-  if (sleeping_.load(std::memory_order_seq_cst) || parked_.load(std::memory_order_seq_cst)) {
-    worker_.signal();
-  }
-  if (resting_.load(std::memory_order_seq_cst)) fireTimer();
+  enqueue(std::move(command));
+  // Whoever drives the worker drains submissions each round; only a sleeper needs waking,
+  // which is what a hand-off does (the pairing with sleep() is as in post()).
+  handOff();
 }
 
 std::uint64_t Engine::addHandOffHook(std::function<void()> hook) {

@@ -147,6 +147,8 @@ class Engine {
   void consumeWake(const epoll_event& event, int ready);
   /// Makes the hand-off timer fire now (wakes a resting progress thread).
   void fireTimer();
+  /// Appends `command` to the submissions (throws once the engine stops).
+  void enqueue(std::function<void(Engine&)> command);
   void post(std::function<void(Engine&)> command);
   /// Queues `command` for the next driver and wakes a sleeper; never drives the worker.
   void postQuietly(std::function<void(Engine&)> command);

@@ -26,13 +26,15 @@ def test_cuda_unit_is_compiled_with_a_cuda_torch():
     assert ext.cuda_device_count() == (torch.cuda.device_count() if HAVE_GPU else 0)
 
 
-def _device(rank):
-    return torch.device("cuda", rank % torch.cuda.device_count())
+def _use_gpu(rank):
+    """This rank's GPU (ranks share the GPUs round robin), made current."""
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
 
 
 def _p2p(rank, ws):
-    dev = _device(rank)
-    torch.cuda.set_device(dev)
+    dev = _use_gpu(rank)
     peer = 1 - rank
     # Tags match exactly, in any order of posting.
     if rank == 0:
@@ -71,8 +73,7 @@ def test_cuda_point_to_point():
 def _stream_order(rank, ws):
     """A send on a busy side stream must carry what that stream computes, not what was in
     the buffer when send() was called; results are visible on the receiver's stream."""
-    dev = _device(rank)
-    torch.cuda.set_device(dev)
+    dev = _use_gpu(rank)
     side = torch.cuda.Stream(dev)
     x = torch.zeros(1 << 20, device=dev)
     with torch.cuda.stream(side):
@@ -103,8 +104,7 @@ def test_cuda_stream_ordering():
 
 
 def _collectives(rank, ws):
-    dev = _device(rank)
-    torch.cuda.set_device(dev)
+    dev = _use_gpu(rank)
     for n in (1, 1000, 1 << 20):  # recursive doubling, and the chunked ring past 256 KiB
         for op, dtype in ((R.SUM, torch.float32), (R.MAX, torch.int64), (R.AVG, torch.float64),
                           (R.PRODUCT, torch.float32), (R.BXOR, torch.int32)):
@@ -180,8 +180,7 @@ def test_cuda_every_collective(world_size):
 
 
 def _errors_and_futures(rank, ws):
-    dev = _device(rank)
-    torch.cuda.set_device(dev)
+    dev = _use_gpu(rank)
     backend = get_backend_obj()
     expect_error(lambda: backend.allreduce([torch.ones(3, device=dev), torch.ones(3)]).wait(),
                  ("one device",), "allreduce with a CUDA and a CPU tensor")
@@ -203,8 +202,7 @@ def test_cuda_mixed_devices_error_and_futures():
 def _ddp(rank, ws):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dev = _device(rank)
-    torch.cuda.set_device(dev)
+    dev = _use_gpu(rank)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(dev)
     ref = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
@@ -226,8 +224,7 @@ def test_cuda_ddp_matches_single_process():
 def _lifetime_and_more_ops(rank, ws):
     import datetime
 
-    dev = _device(rank)
-    torch.cuda.set_device(dev)
+    dev = _use_gpu(rank)
     peer = 1 - rank
     # The caller drops its send buffers at once and the caching allocator hands the memory
     # to new tensors: the transfers must still carry the original values.
