@@ -4,8 +4,20 @@
 // through to UCX untouched.
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 
 namespace commux {
+
+/// How peer deaths are found (COMMUX_FAILURE_DETECTION).
+enum class FailureDetection {
+  /// A peer on this host (same kernel and PID namespace) is watched through a pidfd;
+  /// any other through UCX's peer error handling on its endpoint.
+  Auto,
+  /// Every peer through UCX's peer error handling (also on this host).
+  Ucx,
+  /// Not at all: a dead peer shows as a timeout.
+  Off,
+};
 
 struct Config {
   /// COMMUX_PROGRESS_SPIN_US: how long the progress thread keeps polling UCX after its last
@@ -49,6 +61,13 @@ struct Config {
   std::size_t shmSmallBytes = 16 * 1024;
   /// COMMUX_SHM_SPIN_US: how long a shared-memory wait polls before it sleeps (futex).
   std::chrono::microseconds shmSpin{50};
+
+  /// COMMUX_FAILURE_DETECTION: auto, ucx or off (see FailureDetection).
+  FailureDetection failureDetection = FailureDetection::Auto;
+  /// COMMUX_SEQUENCE_WRAP: collective sequence numbers in the tag wrap at this power of
+  /// two (at most and by default 2^20, the tag's field). Smaller only for tests, which must
+  /// cross the wrap without running a million collectives.
+  std::uint32_t sequenceWrap = 1u << 20;
 
   /// The process-wide configuration, parsed from the environment on first use.
   /// Throws std::invalid_argument naming the variable if a value does not parse.

@@ -29,6 +29,7 @@ struct Schedule;
 namespace shm {
 class Channel;
 }  // namespace shm
+class GroupHealth;
 class PeerTable;
 class WorkUCX;
 
@@ -73,6 +74,19 @@ class ProcessGroupUCX : public c10d::Backend {
   void abort();
   /// Later calls raise; operations in flight still finish.
   void shutdown();
+
+  /// What this rank knows of the group's health (see README, "Failures").
+  struct Health {
+    /// False once the group cannot run collectives: a member died, a collective failed on
+    /// this rank, or the group was aborted or shut down. Point-to-point operations with
+    /// live peers still work unless the group was aborted or shut down.
+    bool healthy = true;
+    /// Members known to be dead.
+    std::vector<int> deadRanks;
+    /// Why it is not healthy; empty when it is.
+    std::string reason;
+  };
+  Health health() const;
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
                                       int tag) override;
@@ -149,7 +163,7 @@ class ProcessGroupUCX : public c10d::Backend {
       c10d::OpType type, std::uint32_t sequence, std::string description,
       std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
       std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
-      std::chrono::milliseconds timeout, at::Tensor sendBuffer = {});
+      std::chrono::milliseconds timeout, at::Tensor sendBuffer = {}, int onlyPeer = -1);
   void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op);
   std::uint32_t nextSequence() { return sequence_++; }
   /// The group's shared-memory channel, or null when the group cannot use one (or it
@@ -157,6 +171,20 @@ class ProcessGroupUCX : public c10d::Backend {
   std::shared_ptr<shm::Channel> shmChannel();
   /// Raises once the group was aborted or shut down.
   void checkUsable() const;
+  /// Raises when `work` cannot run: a send to a dead peer, a collective after an earlier
+  /// one failed. Returns the error for an operation that involves a dead peer but may
+  /// still complete from what already arrived (receives, collectives): it is posted, then
+  /// failed unless that completes it. Called under trackMutex_ (see markDead).
+  std::string checkHealthy(const WorkUCX& work);
+  /// Raises before a collective is staged when an earlier collective failed here (or the
+  /// shared-memory channel broke): the ranks may be out of step.
+  void checkCollectivesAllowed(const char* what);
+  /// Watch thread: the peer process at `address` died.
+  void onPeerFailed(const std::string& address, const std::string& why);
+  /// `rank` died: fail what waits on it, refuse what would.
+  void markDead(int rank, const std::string& why);
+  /// Fails the receives still in flight (nothing can complete them once the group is gone).
+  void failOrphans(const std::string& why);
   /// all_to_all_single between contiguous tensors, with no staging.
   c10::intrusive_ptr<c10d::Work> alltoallDirect(const at::Tensor& input, const at::Tensor& output,
                                                 std::vector<std::size_t> sendCounts,
@@ -171,6 +199,8 @@ class ProcessGroupUCX : public c10d::Backend {
                                               std::chrono::milliseconds timeout);
 
   std::shared_ptr<engine::Engine> engine_;
+  std::shared_ptr<GroupHealth> health_;
+  std::uint64_t failureListener_ = 0;
   c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<PeerTable> peers_;
   std::uint32_t context_;
@@ -192,7 +222,9 @@ class ProcessGroupUCX : public c10d::Backend {
 
   std::mutex shmMutex_;
   bool shmDecided_ = false;
-  // Declared last: destroyed first, so its lane stops while the engine still runs.
+  // Declared last: destroyed first, so its lane stops while the engine still runs. Read
+  // and written with std::atomic_load/store: the watch thread reads it without shmMutex_,
+  // which a first allreduce holds through the (blocking) shared-memory set-up.
   std::shared_ptr<shm::Channel> shm_;
 };
 

@@ -13,7 +13,14 @@ import atexit
 import threading
 
 __version__ = "0.1.0"
-__all__ = ["register", "preferred_backend", "load_extension", "BACKEND_NAMES", "__version__"]
+__all__ = [
+    "register",
+    "preferred_backend",
+    "load_extension",
+    "health",
+    "BACKEND_NAMES",
+    "__version__",
+]
 
 #: Names under which the backend is registered with torch.distributed.
 BACKEND_NAMES = ("ucx", "commux")
@@ -105,3 +112,33 @@ def preferred_backend() -> str:
     """Registers commux and returns the backend name to pass to init_process_group."""
     register()
     return "ucx"
+
+
+def health(group=None) -> dict:
+    """What this rank knows of a commux group's health (the default group when None).
+
+    Returns ``{"healthy": bool, "dead_ranks": [int], "reason": str}``. ``healthy`` turns
+    False once the group can run no more collectives: a member died, a collective failed
+    on this rank (a timeout, an abort), or the group was aborted or shut down. The way back
+    is a new group: ``destroy_process_group()`` and ``init_process_group()`` again (or
+    torchrun's restart). Raises ValueError for a group that is not a commux group.
+    """
+    import torch
+    import torch.distributed as dist
+
+    _C = load_extension()
+    if group is None:
+        group = dist.group.WORLD
+        if group is None:
+            raise ValueError("commux.health: no default process group; call init_process_group first")
+    backend = None
+    for device in ("cpu", "cuda"):
+        try:
+            backend = group._get_backend(torch.device(device))
+        except (RuntimeError, ValueError):
+            continue
+        if isinstance(backend, _C.ProcessGroupUCX):
+            return backend.health()
+    raise ValueError(
+        f"commux.health: this group's backend is {type(backend).__name__}, not commux's ucx"
+    )

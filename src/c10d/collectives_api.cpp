@@ -2,7 +2,9 @@
 // contiguous buffer (in place when it can), picks a schedule and hands it to the engine.
 #include <c10/util/Exception.h>
 
+#include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
+#include "commux/options.hpp"
 #include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
@@ -33,10 +35,18 @@ at::Tensor localReduce(const std::vector<at::Tensor>& tensors, engine::ReduceKin
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     c10d::OpType type, std::uint32_t sequence, std::string description,
     std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work, std::optional<engine::ReduceKind> reduce,
-    std::function<void()> finalize, std::chrono::milliseconds timeout, at::Tensor sendBuffer) {
+    std::function<void()> finalize, std::chrono::milliseconds timeout, at::Tensor sendBuffer,
+    int onlyPeer) {
   const NoAutograd noAutograd;
+  // Every member is watched: a collective fails when any of them dies, also one this rank
+  // does not talk to directly (its partners would wait for it).
+  if (onlyPeer < 0) peers_->resolveAll();
   auto routes = peers_->get(schedule.peers());
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
+  w->setPeer(onlyPeer);
+  if (onlyPeer < 0) {
+    w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
+  }
   engine::CollectiveOp::Setup setup;
   setup.schedule = std::move(schedule);
   setup.work = std::move(work);
@@ -45,7 +55,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
   setup.routes = std::move(routes);
   setup.myContext = context_;
   setup.myRank = rank_;
-  setup.sequence = sequence;
+  // The tag keeps the sequence modulo the wrap (COMMUX_SEQUENCE_WRAP, 2^20 by default).
+  setup.sequence = sequence & (Config::get().sequenceWrap - 1);
   setup.finalize = std::move(finalize);
   launch(w, std::make_shared<engine::CollectiveOp>(std::move(setup), w->description(),
                                                    w->completer()));
@@ -60,6 +71,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
   }
   checkTensors("allreduce", tensors, true);
   const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
+  // Before the shared-memory set-up, which waits for every rank in the store.
+  checkCollectivesAllowed("allreduce");
   auto channel = shmChannel();
   at::Tensor work = localReduce(tensors, reduction.kind(), false);
   reduction.prepare(work);
@@ -70,9 +83,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
   };
   if (channel && work.is_cpu()) {
     const std::uint32_t seq = nextSequence();
+    peers_->resolveAll();
     auto w = makeWork(c10d::OpType::ALLREDUCE, tensors,
                       describe("allreduce", tensors, reduction.label(), "shared memory", seq),
                       opts.timeout);
+    w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
     launch(w, std::make_shared<shm::AllreduceOp>(channel, work, reduction.kind(),
                                                  std::move(finalize), w->description(),
                                                  w->completer()));

@@ -1,7 +1,8 @@
 // ProcessGroupUCX::monitoredBarrier: every rank reports to rank 0, which waits for each
 // with the barrier's timeout, names the ranks that did not come, and only then releases
 // the others. Unlike the dissemination barrier it can say WHO is missing, at the cost of
-// rank 0 talking to everyone.
+// rank 0 talking to everyone. Its transfers count as point-to-point for failure handling:
+// a missing rank is what it reports, not a reason to refuse the group's collectives.
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -48,7 +49,7 @@ void ProcessGroupUCX::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
     return launchCollective(c10d::OpType::BARRIER, seq, what + " (collective #" +
                                                             std::to_string(seq) + ")",
                             {}, oneTransfer(peer, round, send), at::empty({0}, at::kByte),
-                            std::nullopt, nullptr, spentAsTiny(timeout));
+                            std::nullopt, nullptr, spentAsTiny(timeout), {}, peer);
   };
 
   if (rank_ != 0) {

@@ -58,6 +58,23 @@ Config Config::fromEnvironment() {
   readUnsigned("COMMUX_SHM_SLOT_BYTES", c.shmSlotBytes);
   readUnsigned("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes);
   readMicros("COMMUX_SHM_SPIN_US", c.shmSpin);
+  if (const char* raw = std::getenv("COMMUX_FAILURE_DETECTION"); raw != nullptr && *raw != '\0') {
+    const std::string v(raw);
+    if (v == "auto") {
+      c.failureDetection = FailureDetection::Auto;
+    } else if (v == "ucx") {
+      c.failureDetection = FailureDetection::Ucx;
+    } else if (v == "off" || v == "0") {
+      c.failureDetection = FailureDetection::Off;
+    } else {
+      throw std::invalid_argument("COMMUX_FAILURE_DETECTION='" + v + "' is not auto, ucx or off");
+    }
+  }
+  readUnsigned("COMMUX_SEQUENCE_WRAP", c.sequenceWrap);
+  if (c.sequenceWrap < 2 || c.sequenceWrap > (1u << 20) ||
+      (c.sequenceWrap & (c.sequenceWrap - 1)) != 0) {
+    throw std::invalid_argument("COMMUX_SEQUENCE_WRAP must be a power of two in [2, 2^20]");
+  }
   c.shmSlotBytes = (std::max<std::size_t>(c.shmSlotBytes, 1) + 4095) / 4096 * 4096;
   c.shmSmallBytes = std::min(c.shmSmallBytes, c.shmSlotBytes);
   if (c.pipelineChunkBytes == 0) throw std::invalid_argument("COMMUX_PIPELINE_CHUNK_BYTES must be > 0");

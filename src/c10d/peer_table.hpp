@@ -1,33 +1,55 @@
 #pragma once
-// Who the other ranks of a group are. Each rank publishes its worker address and its
-// local context id for the group under "commux/peer/<rank>" in the group's store; the
-// others read it the first time they talk to that rank, so connecting is lazy and a
-// group of p ranks costs nothing for pairs that never communicate.
+// Who the other ranks of a group are. Each rank publishes its worker address, its local
+// context id for the group and who its process is (for the death watch) under
+// "commux/<incarnation>/peer/<rank>" in the group's store; the others read it the first
+// time they talk to that rank, so connecting is lazy and a group of p ranks costs nothing
+// for pairs that never communicate. Collectives and receives from any source resolve every
+// rank (a member's death must fail them).
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
+#include "engine/process_id.hpp"
 #include "engine/route.hpp"
 
 namespace commux {
 
+/// The prefix of every store key commux writes. torchrun keeps one rendezvous store across
+/// restarts of a job, so keys carry the restart count (TORCHELASTIC_RESTART_COUNT): a
+/// restarted rank must never read the address of the previous attempt's process.
+std::string storeKeyPrefix();
+
 class PeerTable {
  public:
-  PeerTable(c10::intrusive_ptr<c10d::Store> store, int rank, int size);
+  /// `onResolved(rank, route, process)` runs on the caller's thread the first time a rank's
+  /// record is read (the group starts watching that process).
+  using OnResolved =
+      std::function<void(int rank, const engine::Route& route, const engine::ProcessId& process)>;
+
+  PeerTable(c10::intrusive_ptr<c10d::Store> store, int rank, int size, OnResolved onResolved);
 
   void publish(const std::string& address, std::uint32_t context);
   /// The route to `rank`; blocks on the store the first time (caller threads only).
   std::shared_ptr<const engine::Route> get(int rank);
   /// Routes for a set of ranks, indexed by rank (others left empty).
   std::vector<std::shared_ptr<const engine::Route>> get(const std::vector<int>& ranks);
+  /// Reads every rank's record (once): a collective's failure depends on every member.
+  void resolveAll();
+  /// The ranks resolved so far whose process listens at `address`.
+  std::vector<int> ranksAt(const std::string& address) const;
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
-  std::mutex mutex_;
+  OnResolved onResolved_;
+  const std::string prefix_;
+  mutable std::mutex mutex_;
   std::vector<std::shared_ptr<const engine::Route>> routes_;
+  bool allResolved_ = false;
 };
 
 }  // namespace commux

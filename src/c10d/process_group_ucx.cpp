@@ -7,7 +7,9 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
+#include "engine/errors.hpp"
 #include "cuda/cuda_support.hpp"
 #include "c10d/shm_setup.hpp"
 #include "shm/channel.hpp"
@@ -51,31 +53,155 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
   TORCH_CHECK_VALUE(rank >= 0 && rank < size, "commux: rank ", rank,
                     " is outside a group of size ", size);
   engine_ = engine::Engine::instance();
+  health_ = std::make_shared<GroupHealth>(size);
   store_ = store;
   context_ = engine_->acquireContext();
-  peers_ = std::make_unique<PeerTable>(store, rank, size);
+  // Messages for an earlier group with this id that arrived after it was destroyed.
+  engine_->purgeContext(context_);
+  peers_ = std::make_unique<PeerTable>(
+      store, rank, size,
+      [this](int peer, const engine::Route& route, const engine::ProcessId& process) {
+        if (peer == rank_) return;
+        engine_->watchPeer(route.address, process);
+        // Found dead before this group listened (another group saw it, or at once).
+        if (engine_->peerFailed(route.address)) markDead(peer, "its process is gone");
+      });
+  failureListener_ = engine_->addFailureListener(
+      [this](const std::string& address, const std::string& why) { onPeerFailed(address, why); });
   try {
     peers_->publish(engine_->address(), context_);
   } catch (...) {
+    engine_->removeFailureListener(failureListener_);
     engine_->releaseContext(context_);
     throw;
   }
 }
 
 ProcessGroupUCX::~ProcessGroupUCX() {
-  shm_.reset();
+  engine_->removeFailureListener(failureListener_);
+  std::atomic_store(&shm_, std::shared_ptr<shm::Channel>());
+  failOrphans("the process group was destroyed with this receive in flight");
+  engine_->purgeContext(context_);
   engine_->releaseContext(context_);
+}
+
+void ProcessGroupUCX::failOrphans(const std::string& why) {
+  std::vector<c10::intrusive_ptr<WorkUCX>> orphans;
+  {
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    for (const auto& weak : inflight_) {
+      auto work = weak.lock();
+      if (work && !work->isCompleted() &&
+          (work->retrieveOpType() == c10d::OpType::RECV ||
+           work->retrieveOpType() == c10d::OpType::RECVANYSOURCE)) {
+        orphans.push_back(std::move(work));
+      }
+    }
+  }
+  for (auto& work : orphans) {
+    work->failQuietly(engine::commError("commux: " + work->description() + ": " + why));
+  }
+}
+
+void ProcessGroupUCX::onPeerFailed(const std::string& address, const std::string& why) {
+  for (int peer : peers_->ranksAt(address)) {
+    if (peer != rank_) markDead(peer, why);
+  }
+}
+
+void ProcessGroupUCX::markDead(int peer, const std::string& why) {
+  std::vector<c10::intrusive_ptr<WorkUCX>> victims;
+  {
+    // Under trackMutex_, as launch() checks: an operation is either refused there or found
+    // in flight here.
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    if (!health_->markDead(peer, why)) return;
+    for (const auto& weak : inflight_) {
+      auto work = weak.lock();
+      if (work && !work->isCompleted() && work->involves(peer)) victims.push_back(std::move(work));
+    }
+  }
+  if (auto channel = std::atomic_load(&shm_)) channel->peerDied(peer);
+  const std::string died = "rank " + std::to_string(peer) + " died (" + why + ")";
+  for (auto& work : victims) {
+    work->failAfterDraining(engine::commError("commux: " + work->description() + ": " + died));
+  }
+}
+
+std::string ProcessGroupUCX::checkHealthy(const WorkUCX& work) {
+  if (work.collective()) {
+    if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
+      health_->collectiveFailed(channel->brokenReason());
+    }
+    const std::string failure = health_->collectiveFailure();
+    if (!failure.empty()) checkCollectivesAllowed(work.description().c_str());
+  }
+  if (!health_->anyDead()) return "";
+  std::string why;
+  int dead = -1;
+  if (work.peer() >= 0) {
+    why = health_->deadWhy(work.peer());
+    if (!why.empty()) dead = work.peer();
+  } else {
+    dead = health_->firstDead(&why);
+  }
+  if (dead < 0) return "";
+  std::string message = "commux: " + work.description() + ": rank " + std::to_string(dead) +
+                        " died (" + why + ")";
+  // A dead peer receives nothing: a send fails now. Receives and collectives may still
+  // complete from messages it sent before it died.
+  if (work.retrieveOpType() == c10d::OpType::SEND) {
+    C10_THROW_ERROR(DistBackendError, message + "; operations with it fail from now on");
+  }
+  return message;
+}
+
+void ProcessGroupUCX::checkCollectivesAllowed(const char* what) {
+  if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
+    health_->collectiveFailed(channel->brokenReason());
+  }
+  const std::string failure = health_->collectiveFailure();
+  if (failure.empty()) return;
+  C10_THROW_ERROR(DistBackendError,
+                  std::string("commux: ") + what +
+                      ": refused, because an earlier collective of this group failed here (" +
+                      failure +
+                      "). The ranks may be out of step (others may have finished collectives "
+                      "this rank abandoned, and their messages may still arrive), so the group "
+                      "runs no more collectives; point-to-point operations still work. Destroy "
+                      "the group and create a new one to go on");
+}
+
+ProcessGroupUCX::Health ProcessGroupUCX::health() const {
+  Health h;
+  h.deadRanks = health_->deadRanks();
+  const State s = state_.load(std::memory_order_acquire);
+  std::string why;
+  if (s != State::Running) {
+    h.reason = std::string("the group was ") + (s == State::Aborted ? "aborted" : "shut down");
+  } else if (const int dead = health_->firstDead(&why); dead >= 0) {
+    h.reason = "rank " + std::to_string(dead) + " died (" + why + ")";
+  } else if (auto failure = health_->collectiveFailure(); !failure.empty()) {
+    h.reason = "a collective failed: " + failure;
+  } else if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
+    h.reason = channel->brokenReason();
+  }
+  h.healthy = h.reason.empty();
+  return h;
 }
 
 std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   if (size_ < 2) return nullptr;
   std::lock_guard<std::mutex> lock(shmMutex_);
+  // The set-up waits for every rank in the store, which a dead one never reaches.
+  if (!shmDecided_ && health_->anyDead()) return nullptr;
   if (!shmDecided_) {
-    shm_ = connectShm(store_, rank_, size_, engine_);
+    std::atomic_store(&shm_, connectShm(store_, rank_, size_, engine_));
     shmDecided_ = true;
   }
-  if (shm_ && shm_->broken()) return nullptr;
-  return shm_;
+  // A broken channel refuses the collective (checkCollectivesAllowed) rather than sending it
+  // over UCX: every rank must take the same path for the same collective.
+  return std::atomic_load(&shm_);
 }
 
 c10::intrusive_ptr<WorkUCX> ProcessGroupUCX::makeWork(c10d::OpType type,
@@ -96,6 +222,7 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
   std::optional<c10::Device> device = op->cudaDevice();
   if (!device) device = work->cudaDevice();
   std::optional<c10::Stream> stream;
+  std::string doomed;  // it involves a dead peer: fail it unless what arrived completes it
   if (device) {
     stream = c10::impl::getDeviceGuardImpl(device->type())->getStream(*device);
     op->setUserStream(*stream);
@@ -103,6 +230,7 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
   }
   {
     std::lock_guard<std::mutex> lock(trackMutex_);
+    doomed = checkHealthy(*work);
     bool defer = false;
     if (coalescing_.load(std::memory_order_relaxed)) {
       coalesced_.push_back(work);
@@ -123,6 +251,7 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
       work->setDeferred(true);
       deferredWorks_.push_back(work);
       deferredOps_.push_back(std::move(op));
+      if (!doomed.empty()) work->failAfterDraining(engine::commError(doomed));
       return;
     }
   }
@@ -130,9 +259,10 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
     cuda::whenStreamReaches(*stream, [engine = engine_, op = std::move(op)]() mutable {
       engine->submitQuietly(std::move(op));
     });
-    return;
+  } else {
+    engine_->submit(std::move(op));
   }
-  engine_->submit(std::move(op));
+  if (!doomed.empty()) work->failAfterDraining(engine::commError(doomed));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& tensors,
@@ -145,6 +275,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
   auto work = makeWork(c10d::OpType::SEND, tensors,
                        describeP2P("send", "to", "rank " + std::to_string(dstRank), tag, tensors),
                        c10d::kUnsetTimeout);
+  work->setPeer(dstRank);
   const bool pack = packs(tensors);
   launch(work, std::make_shared<engine::P2POp>(
                    engine::P2POp::Kind::Send, tensors, *route,
@@ -160,9 +291,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
   checkTensors("recv", tensors, false);
   checkTag("recv", tag);
   checkPeer("recv", "source", srcRank, size_);
+  peers_->get(srcRank);  // watched from now on
   auto work = makeWork(c10d::OpType::RECV, tensors,
                        describeP2P("recv", "from", "rank " + std::to_string(srcRank), tag, tensors),
                        c10d::kUnsetTimeout);
+  work->setPeer(srcRank);
   launch(work, std::make_shared<engine::P2POp>(
                    engine::P2POp::Kind::Recv, tensors, engine::Route{},
                    wire::p2pTag(context_, static_cast<std::uint32_t>(srcRank),
@@ -181,6 +314,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recvAnysource(std::vector<at::Te
   TORCH_CHECK_VALUE(tensors.size() == 1,
                     "commux: a receive from any source takes exactly one tensor, got ",
                     tensors.size());
+  peers_->resolveAll();  // any member's death fails it
   auto work = makeWork(c10d::OpType::RECVANYSOURCE, tensors,
                        describeP2P("recv", "from", "any rank", tag, tensors), c10d::kUnsetTimeout);
   launch(work, std::make_shared<engine::P2POp>(

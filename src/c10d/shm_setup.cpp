@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "c10d/peer_table.hpp"
 #include "commux/options.hpp"
 #include "shm/channel.hpp"
 
@@ -15,7 +16,7 @@ namespace commux {
 namespace {
 
 std::string key(const char* what, int rank) {
-  return std::string("commux/shm/") + what + "/" + std::to_string(rank);
+  return storeKeyPrefix() + "shm/" + what + "/" + std::to_string(rank);
 }
 
 void put(c10d::Store& store, const std::string& k, const std::string& value) {

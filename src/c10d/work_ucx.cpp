@@ -66,7 +66,22 @@ engine::Op::Done WorkUCX::completer() {
   };
 }
 
+bool WorkUCX::collective() const noexcept {
+  return peer_ == kAllRanks && opType_ != c10d::OpType::RECVANYSOURCE;
+}
+
+void WorkUCX::failQuietly(std::exception_ptr error) {
+  if (done_.load(std::memory_order_acquire)) return;
+  if (auto op = std::atomic_load(&op_)) engine_->cancelQuietly(std::move(op), std::move(error));
+}
+
+void WorkUCX::failAfterDraining(std::exception_ptr error) {
+  if (done_.load(std::memory_order_acquire)) return;
+  if (auto op = std::atomic_load(&op_)) engine_->failAfterDraining(std::move(op), std::move(error));
+}
+
 void WorkUCX::complete(std::exception_ptr error, int sourceRank) {
+  if (error && onFailure_) onFailure_(error);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     exception_ = error;
@@ -186,9 +201,12 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   if (!waitUntil(deadline)) {
     // "Timed out" in Gloo's words: torch's own tests and users' scripts match on it.
-    const std::string message = "commux: " + description_ + ": Timed out after " +
-                                std::to_string(limit.count()) +
-                                " ms; the operation was cancelled and the group stays usable";
+    const std::string message =
+        "commux: " + description_ + ": Timed out after " + std::to_string(limit.count()) +
+        " ms; the operation was cancelled" +
+        (collective() ? "; the group runs no more collectives (the ranks may be out of step), "
+                        "point-to-point operations still work"
+                      : " and the group stays usable");
     auto error = engine::commError(message);
     if (auto op = std::atomic_load(&op_)) engine_->cancel(std::move(op), error);
     C10_THROW_ERROR(DistBackendError, message);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,22 @@ class WorkUCX : public c10d::Work {
 
   /// Connects the operation this Work tracks (for cancel on timeout or abort).
   void attach(std::shared_ptr<engine::Op> op);
+  /// The one peer the operation talks to, or kAllRanks (collectives, any-source receives):
+  /// whose death fails it.
+  static constexpr int kAllRanks = -1;
+  void setPeer(int peer) noexcept { peer_ = peer; }
+  int peer() const noexcept { return peer_; }
+  bool involves(int rank) const noexcept { return peer_ == kAllRanks || peer_ == rank; }
+  /// A collective of the group (not a point-to-point or any-source receive).
+  bool collective() const noexcept;
+  /// Runs (on the completing thread) when the operation fails; set before launch.
+  void setOnFailure(std::function<void(std::exception_ptr)> onFailure) {
+    onFailure_ = std::move(onFailure);
+  }
+  /// Any thread: fail the operation with `error` without driving the worker.
+  void failQuietly(std::exception_ptr error);
+  /// Any thread: a peer died; fail the operation unless what already arrived completes it.
+  void failAfterDraining(std::exception_ptr error);
   /// A completion callback for the Op; it keeps this Work alive until it runs.
   engine::Op::Done completer();
 
@@ -72,6 +89,8 @@ class WorkUCX : public c10d::Work {
   std::atomic<bool> waiterParked_{false};
   std::atomic<bool> deferred_{false};  // a waiter sleeps in Engine::parkUntil
   std::atomic<int> sourceRank_{-1};
+  int peer_ = kAllRanks;
+  std::function<void(std::exception_ptr)> onFailure_;
   std::optional<c10::Stream> stream_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

@@ -85,7 +85,10 @@ Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds
     : worker_(context_),
       progressSpin_(progressSpin),
       handOffDelayNs_(std::chrono::duration_cast<std::chrono::nanoseconds>(handOffDelay).count()),
-      contextsInUse_(wire::kMaxContexts, false) {
+      contextsInUse_(wire::kMaxContexts, false),
+      watch_([this](const std::string& address, const std::string& why) {
+        deliverFailure(address, why);
+      }) {
   if (worker_.eventFd() >= 0) {
     epollFd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epollFd_ < 0) throw std::runtime_error("commux: epoll_create1 failed");
@@ -296,6 +299,89 @@ void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error) {
   post([op = std::move(op), error](Engine& engine) { op->fail(engine, error); });
 }
 
+void Engine::cancelQuietly(std::shared_ptr<Op> op, std::exception_ptr error) {
+  postQuietly([op = std::move(op), error](Engine& engine) { op->fail(engine, error); });
+}
+
+void Engine::failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error) {
+  postQuietly([op = std::move(op), error](Engine& engine) {
+    // A collective may need a few rounds: each step's receives match messages already here.
+    for (int round = 0; round < 64 && !op->finished(); ++round) {
+      if (!engine.progressRound()) break;
+    }
+    if (!op->finished()) op->fail(engine, error);
+  });
+}
+
+void Engine::watchPeer(const std::string& address, const ProcessId& id) {
+  const auto mode = Config::get().failureDetection;
+  if (mode == FailureDetection::Off || address == worker_.address()) return;
+  if (mode == FailureDetection::Auto && watch_.watch(address, id)) return;
+  {
+    std::lock_guard<std::mutex> lock(remoteMutex_);
+    if (!remoteWatched_.insert(address).second) return;
+  }
+  // UCX notices a failure only on an endpoint, so make one now, also for a peer this
+  // process only ever receives from.
+  postQuietly([address](Engine& engine) {
+    try {
+      engine.endpoint(address);
+    } catch (const std::exception& e) {
+      engine.watch_.report(address, std::string("cannot connect to it: ") + e.what());
+    }
+  });
+}
+
+std::uint64_t Engine::addFailureListener(FailureListener listener) {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  const std::uint64_t id = nextFailureListener_++;
+  failureListeners_.emplace(id, std::move(listener));
+  return id;
+}
+
+void Engine::removeFailureListener(std::uint64_t id) {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  failureListeners_.erase(id);
+}
+
+void Engine::deliverFailure(const std::string& address, const std::string& why) {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  for (auto& entry : failureListeners_) entry.second(address, why);
+}
+
+std::size_t Engine::purgeContext(std::uint32_t context) {
+  std::size_t dropped = 0;
+  {
+    Driving driving(workerMutex_, driver_, /*locked=*/false);
+    const wire::Tag tag = wire::Tag{context} << wire::kContextShift;
+    for (;;) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h message =
+          ucp_tag_probe_nb(worker_.get(), tag, wire::kContextMask, /*remove=*/1, &info);
+      if (message == nullptr) break;
+      ++dropped;
+      auto sink = std::make_unique<char[]>(std::max<std::size_t>(info.length, 1));
+      ucp_request_param_t params{};
+      void* request = ucp_tag_msg_recv_nbx(worker_.get(), sink.get(), info.length, message, &params);
+      if (!UCS_PTR_IS_PTR(request)) continue;
+      // A rendezvous message fetches its data from the sender, which may be gone: bound it.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+             std::chrono::steady_clock::now() < deadline) {
+        worker_.progress();
+      }
+      if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+        ucp_request_cancel(worker_.get(), request);
+        purgeSinks_.push_back(std::move(sink));  // UCX may still write it; freed at teardown
+      }
+      ucp_request_free(request);
+    }
+  }
+  // Completions of other operations may have queued while this thread drove the worker.
+  handOff();
+  return dropped;
+}
+
 void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error, bool drive) {
   auto report = [op = std::move(op), error](Engine& engine) {
     if (error) {
@@ -345,7 +431,20 @@ void Engine::runHandOffHooks() {
 ucp_ep_h Engine::endpoint(const std::string& peerAddress) {
   auto it = endpoints_.find(peerAddress);
   if (it == endpoints_.end()) {
-    it = endpoints_.emplace(peerAddress, std::make_unique<ucx::Endpoint>(worker_, peerAddress)).first;
+    ucx::Endpoint::OnError onError;
+    {
+      std::lock_guard<std::mutex> lock(remoteMutex_);
+      if (remoteWatched_.count(peerAddress) != 0) {
+        onError = [this, peerAddress](ucs_status_t status) {
+          watch_.report(peerAddress, std::string("UCX reports its connection failed (") +
+                                         ucs_status_string(status) + ")");
+        };
+      }
+    }
+    it = endpoints_
+             .emplace(peerAddress,
+                      std::make_unique<ucx::Endpoint>(worker_, peerAddress, std::move(onError)))
+             .first;
   }
   return it->second->get();
 }
@@ -550,6 +649,7 @@ void Engine::teardown() {
     drainCompletions();
   }
   endpoints_.clear();
+  purgeSinks_.clear();
 }
 
 }  // namespace commux::engine

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "engine/op.hpp"
+#include "engine/peer_watch.hpp"
 #include "ucx/context.hpp"
 #include "ucx/worker.hpp"
 
@@ -68,6 +69,31 @@ class Engine {
   void submit(std::vector<std::shared_ptr<Op>> ops);
   /// Any thread: fail `op` with `error` (used for timeouts and aborts).
   void cancel(std::shared_ptr<Op> op, std::exception_ptr error);
+  /// As cancel(), but this thread never drives the worker (so never runs user callbacks):
+  /// for the peer watch thread, which must not block on anything a callback may hold.
+  void cancelQuietly(std::shared_ptr<Op> op, std::exception_ptr error);
+  /// Any thread, never drives: the driver first moves everything that already arrived
+  /// (a dead peer's last messages may sit in UCX's queues, and an operation that they
+  /// complete must succeed), then fails `op` with `error` if it is still unfinished.
+  void failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error);
+
+  // Peer failures (see peer_watch.hpp and docs/design.md, "When a peer dies").
+  /// Caller threads: start watching the peer at `address` (its process `id`) for death, by
+  /// pidfd on this host and through UCX's peer error handling elsewhere
+  /// (COMMUX_FAILURE_DETECTION). Cheap when already watched.
+  void watchPeer(const std::string& address, const ProcessId& id);
+  /// True once the peer at `address` was found dead.
+  bool peerFailed(const std::string& address) const { return watch_.failed(address); }
+  /// `listener(address, why)` runs on the watch thread when a peer dies. It must be quick
+  /// and must not add or remove listeners; it may cancel operations (cancelQuietly).
+  using FailureListener = std::function<void(const std::string& address, const std::string& why)>;
+  std::uint64_t addFailureListener(FailureListener listener);
+  /// After this returns, the listener is not running and will not run again.
+  void removeFailureListener(std::uint64_t id);
+  /// Caller threads: drop the messages that arrived for communicator `context` and were
+  /// never received (a destroyed group's, a failed collective's), so that they can never
+  /// match a receive of a later group that reuses the id. Returns how many were dropped.
+  std::size_t purgeContext(std::uint32_t context);
   /// Any thread: report `op` done, successfully when `error` is null. With `drive`, this
   /// thread runs the report (and the Work's callbacks) itself when the worker is free, as
   /// a waiter that did the operation's work wants; without, it only wakes whoever drives
@@ -154,6 +180,7 @@ class Engine {
   void postQuietly(std::function<void(Engine&)> command);
   void stop();
   void teardown();
+  void deliverFailure(const std::string& address, const std::string& why);
 
   ucx::Context context_;
   ucx::Worker worker_;
@@ -195,12 +222,22 @@ class Engine {
   std::mutex completionMutex_;
   std::vector<Completion> completions_;
 
+  std::mutex failureMutex_;  // held while listeners run
+  std::map<std::uint64_t, FailureListener> failureListeners_;
+  std::uint64_t nextFailureListener_ = 0;
+  // Peers to reach with UCX's peer error handling (not watchable by pidfd).
+  std::mutex remoteMutex_;
+  std::unordered_set<std::string> remoteWatched_;
+
   // Worker-lock state.
   std::map<std::string, std::unique_ptr<ucx::Endpoint>> endpoints_;
   std::unordered_set<Op*> active_;
+  std::vector<std::unique_ptr<char[]>> purgeSinks_;  // purged messages UCX may still write
   std::size_t inflightRequests_ = 0;  // posted and not yet handled
   friend class Op;
   std::thread thread_;
+  // Declared last: its thread stops first, so no report arrives at a dying engine.
+  PeerWatch watch_;
 };
 
 }  // namespace commux::engine

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
@@ -51,6 +52,17 @@ PYBIND11_MODULE(_C, m) {
            py::arg("timeout") = commux::ProcessGroupUCX::kDefaultTimeout,
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("timeout", &commux::ProcessGroupUCX::timeout)
+      .def(
+          "health",
+          [](const commux::ProcessGroupUCX& pg) {
+            const auto h = pg.health();
+            py::dict d;
+            d["healthy"] = h.healthy;
+            d["dead_ranks"] = h.deadRanks;
+            d["reason"] = h.reason;
+            return d;
+          },
+          "What this rank knows of the group's health: healthy, dead_ranks, reason")
       // torch calls this on ranks left out of a new subgroup of a device-bound group (NCCL's
       // ncclCommSplit needs them). A commux subgroup meets through its own store keys,
       // members only, so there is nothing for the others to do.
@@ -83,6 +95,11 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_SHM_SLOT_BYTES"] = c.shmSlotBytes;
     d["COMMUX_SHM_SMALL_BYTES"] = c.shmSmallBytes;
     d["COMMUX_SHM_SPIN_US"] = c.shmSpin.count();
+    d["COMMUX_FAILURE_DETECTION"] =
+        c.failureDetection == commux::FailureDetection::Auto
+            ? "auto"
+            : (c.failureDetection == commux::FailureDetection::Ucx ? "ucx" : "off");
+    d["COMMUX_SEQUENCE_WRAP"] = c.sequenceWrap;
     return d;
   });
   m.def("_shutdown", &commux::engine::Engine::shutdownInstance,

@@ -35,6 +35,7 @@ struct alignas(kLine) Channel::Header {
   std::uint32_t size;
   std::uint64_t slotBytes;
   std::uint32_t brokenBy;  // 0, or 1 + the rank that abandoned a collective
+  std::uint32_t deadRank;  // 0, or 1 + a rank some survivor found dead
   alignas(kLine) BellWords bell;
 };
 
@@ -101,6 +102,22 @@ Channel::~Channel() {
   lane_.join();
 }
 
+int Channel::deadRank() const noexcept {
+  if (const int dead = dead_.load(); dead >= 0) return dead;
+  return static_cast<int>(__atomic_load_n(&header_->deadRank, __ATOMIC_ACQUIRE)) - 1;
+}
+
+std::string Channel::brokenReason() const {
+  if (const int dead = deadRank(); dead >= 0) {
+    return "rank " + std::to_string(dead) + " died during a shared-memory collective";
+  }
+  const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
+  if (by == 0) return "";
+  return "rank " + std::to_string(by - 1) +
+         " left a shared-memory collective half way (timed out, aborted or group destroyed), so "
+         "the group's collectives are out of step";
+}
+
 bool Channel::broken() const noexcept {
   return __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE) != 0;
 }
@@ -108,6 +125,20 @@ bool Channel::broken() const noexcept {
 void Channel::abandon() {
   std::uint32_t none = 0;
   __atomic_compare_exchange_n(&header_->brokenBy, &none, static_cast<std::uint32_t>(rank_) + 1,
+                              false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  bell_.ring();
+}
+
+void Channel::peerDied(int rank) {
+  int none = -1;
+  dead_.compare_exchange_strong(none, rank);
+  // The dead rank cannot mark the channel itself; break it in its name, and say so to the
+  // survivors whose own watch has not told them yet.
+  std::uint32_t nobody = 0;
+  __atomic_compare_exchange_n(&header_->deadRank, &nobody, static_cast<std::uint32_t>(rank) + 1,
+                              false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  nobody = 0;
+  __atomic_compare_exchange_n(&header_->brokenBy, &nobody, static_cast<std::uint32_t>(rank) + 1,
                               false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   bell_.ring();
 }
@@ -239,13 +270,18 @@ void Channel::waitAll(std::uint32_t Control::*field, std::uint32_t s, AllreduceO
                std::chrono::steady_clock::now() >= deadline_;
       });
   if (ok) return;
+  if (const int dead = deadRank(); dead >= 0) {
+    C10_THROW_ERROR(DistBackendError, "commux: " + op.description() + ": rank " +
+                                          std::to_string(dead) +
+                                          " died during this shared-memory collective");
+  }
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
   if (by != 0 && by != static_cast<std::uint32_t>(rank_) + 1) {
     C10_THROW_ERROR(DistBackendError,
                     "commux: " + op.description() + ": rank " + std::to_string(by - 1) +
                         " left the shared-memory channel half way (its operation timed out or "
-                        "was aborted, or its group was destroyed); this group's allreduces use "
-                        "UCX from now on");
+                        "was aborted, or its group was destroyed), so the group's collectives "
+                        "are out of step; create a new group to go on");
   }
   // This rank leaves: the others must not wait for it any longer.
   abandon();
@@ -254,7 +290,7 @@ void Channel::waitAll(std::uint32_t Control::*field, std::uint32_t s, AllreduceO
   }
   C10_THROW_ERROR(DistBackendError, "commux: " + op.description() +
                                         ": abandoned half way (timed out, aborted or group "
-                                        "destroyed); this group's allreduces use UCX from now on");
+                                        "destroyed)");
 }
 
 void Channel::checkAgreement(std::uint32_t s, AllreduceOp& op) {
@@ -286,13 +322,7 @@ void Channel::checkAgreement(std::uint32_t s, AllreduceOp& op) {
 }
 
 void Channel::allreduce(AllreduceOp& op) {
-  if (broken()) {
-    C10_THROW_ERROR(DistBackendError,
-                    "commux: " + op.description() +
-                        ": the group's shared-memory channel broke in an earlier collective "
-                        "(a rank timed out or was aborted half way); issued before that was "
-                        "known, so it cannot run");
-  }
+  if (broken()) C10_THROW_ERROR(DistBackendError, "commux: " + op.description() + ": " + brokenReason());
   const std::size_t bytes = static_cast<std::size_t>(op.work().numel()) * op.work().element_size();
   if (bytes <= shape_.smallBytes) {
     allreduceSmall(op);

@@ -18,7 +18,7 @@
 // which is the order every rank issues collectives in. If a rank abandons a collective
 // half way (its Work timed out or was aborted, or the group was destroyed), the channel is
 // marked broken: what the other ranks wait on fails with an error naming that rank, and
-// the group's later allreduces go over UCX.
+// the group refuses later collectives (it cannot know which of them the others ran).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -64,6 +64,12 @@ class Channel {
   bool broken() const noexcept;
   /// Any thread: marks the channel broken by this rank and wakes every waiter.
   void abandon();
+  /// Any thread: `rank` died; marks the channel broken in its name and wakes every waiter.
+  void peerDied(int rank);
+  /// A rank found dead (by this rank or another survivor), or -1.
+  int deadRank() const noexcept;
+  /// Why the channel is broken, naming the rank; empty while it is not.
+  std::string brokenReason() const;
   /// Any thread: run `op` after those queued before it.
   void enqueue(std::shared_ptr<AllreduceOp> op);
   /// A thread about to wait for `op`: runs it here, with the operations queued before it,
@@ -115,6 +121,7 @@ class Channel {
   // Deadline of what the running operation waits on (lane thread: none).
   std::chrono::steady_clock::time_point deadline_;
   std::atomic<bool> stopFlag_{false};
+  std::atomic<int> dead_{-1};  // a rank found dead, or -1
   std::thread lane_;
 };
 

@@ -39,14 +39,23 @@ bool Worker::arm() {
 
 void Worker::signal() { ucp_worker_signal(handle_); }
 
-Endpoint::Endpoint(Worker& worker, const std::string& remoteAddress) : worker_(worker) {
+Endpoint::Endpoint(Worker& worker, const std::string& remoteAddress, OnError onError)
+    : worker_(worker), onError_(std::move(onError)) {
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   params.address = reinterpret_cast<const ucp_address_t*>(remoteAddress.data());
-  // Peer-failure handling (UCP_ERR_HANDLING_MODE_PEER) narrows the transports UCX may
-  // use; it belongs to the fault-tolerance work and will be an option here.
-  params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  params.err_mode = onError_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  if (onError_) {
+    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.err_handler.cb = &Endpoint::errorCallback;
+    params.err_handler.arg = this;
+  }
   check(ucp_ep_create(worker.get(), &params, &handle_), "ucp_ep_create");
+}
+
+void Endpoint::errorCallback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* self = static_cast<Endpoint*>(arg);
+  if (self->onError_) self->onError_(status);
 }
 
 Endpoint::~Endpoint() {

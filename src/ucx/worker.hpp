@@ -1,6 +1,7 @@
 #pragma once
 #include <ucp/api/ucp.h>
 
+#include <functional>
 #include <string>
 
 #include "ucx/context.hpp"
@@ -38,7 +39,12 @@ class Worker {
 /// Owns an endpoint to a remote worker. Destroy it on the worker's thread.
 class Endpoint {
  public:
-  Endpoint(Worker& worker, const std::string& remoteAddress);
+  /// Called from inside the worker's progress when UCX finds the peer unreachable.
+  using OnError = std::function<void(ucs_status_t)>;
+  /// With `onError`, the endpoint uses UCX's peer error handling (UCP_ERR_HANDLING_MODE_PEER,
+  /// with keepalive), which limits UCX to transports that can detect a failed peer; without,
+  /// UCX may pick any transport and never reports a dead peer.
+  Endpoint(Worker& worker, const std::string& remoteAddress, OnError onError = nullptr);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -46,7 +52,10 @@ class Endpoint {
   ucp_ep_h get() const noexcept { return handle_; }
 
  private:
+  static void errorCallback(void* arg, ucp_ep_h ep, ucs_status_t status);
+
   Worker& worker_;
+  OnError onError_;
   ucp_ep_h handle_ = nullptr;
 };
 

@@ -61,7 +61,7 @@ from multiprocessing.connection import wait as mp_wait
 
 BACKEND = os.environ.get("COMMUX_TEST_BACKEND", "ucx").strip().lower() or "ucx"
 UCX_NAMES = ("ucx", "commux")
-INIT_METHODS = ("tcp", "file", "env", "store")
+INIT_METHODS = ("tcp", "file", "env", "store", "none")
 
 # Seconds the parent keeps waiting for the other ranks once one rank failed.
 FAILURE_GRACE_S = 5.0
@@ -239,16 +239,21 @@ def _child_main(rank, world_size, fn, kwargs, conn, cfg):
             import commux
 
             commux.register()
-        store = _init_group(
-            rank, world_size, backend, cfg["init"], cfg["init_arg"], cfg["pg_timeout"],
-            cfg.get("device_id"),
-        )
-        assert dist.get_rank() == rank and dist.get_world_size() == world_size, (
-            f"init gave rank/world {dist.get_rank()}/{dist.get_world_size()}, "
-            f"expected {rank}/{world_size}"
-        )
+        managed = cfg["init"] != "none"
+        store = None
+        if managed:
+            store = _init_group(
+                rank, world_size, backend, cfg["init"], cfg["init_arg"], cfg["pg_timeout"],
+                cfg.get("device_id"),
+            )
+            assert dist.get_rank() == rank and dist.get_world_size() == world_size, (
+                f"init gave rank/world {dist.get_rank()}/{dist.get_world_size()}, "
+                f"expected {rank}/{world_size}"
+            )
         result = fn(rank, world_size, **kwargs)
-        dist.destroy_process_group()
+        # torch's _abort_process_group forgets the default group: nothing left to destroy.
+        if managed and dist.is_initialized():
+            dist.destroy_process_group()
         del store
         payload = pickle.dumps(("ok", result))
     except BaseException as e:  # noqa: BLE001 - report everything
@@ -346,9 +351,15 @@ def run_ranks(
     backend: str | None = None,
     pg_timeout: datetime.timedelta | None = None,
     device_id: str | None = None,
+    killed=(),
     **kwargs,
 ):
     """Run ``fn(rank, world_size, **kwargs)`` in ``world_size`` processes.
+
+    ``killed``: ranks that must die by SIGKILL (fault tests kill them for real); their
+    result is None, and the test fails if one of them returns or exits otherwise.
+    With ``init="none"`` the harness neither creates nor destroys a process group: ``fn``
+    manages its own (``init_arg`` is then a fresh scratch folder, passed as ``scratch``).
 
     See the module docstring for the full contract.  Returns the list of
     per-rank return values.
@@ -379,6 +390,9 @@ def run_ranks(
         )
     elif init == "store":
         init_arg = free_port()
+    elif init == "none":
+        init_arg = tmpdir
+        kwargs = dict(kwargs, scratch=tmpdir)
     per_rank = {}
     if env:
         for k, v in env.items():
@@ -457,12 +471,17 @@ def run_ranks(
                 except (EOFError, OSError):
                     # Child closed the pipe without reporting: it died.
                     procs[r].join(2)
+                    del open_conns[c]
+                    if r in killed and procs[r].exitcode == -signal.SIGKILL:
+                        results[r] = ("ok", None)
+                        continue
                     no_report[r] = procs[r].exitcode
                     failure_order.append(r)
-                    del open_conns[c]
                     continue
                 except Exception as e:  # unpicklable result etc.
                     msg = ("err", f"result of rank {r} could not be unpickled: {e!r}", "")
+                if r in killed and msg[0] == "ok":
+                    msg = ("err", f"rank {r} should have been killed (SIGKILL) but returned", "")
                 results[r] = msg
                 if msg[0] == "err":
                     failure_order.append(r)
@@ -511,7 +530,9 @@ def run_ranks(
                 f"process teardown / interpreter shutdown). All children killed."
                 + _format_stacks(stacks)
             )
-        bad_exit = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode != 0}
+        bad_exit = {
+            r: p.exitcode for r, p in enumerate(procs) if p.exitcode != 0 and r not in killed
+        }
         if bad_exit:
             _fail(
                 f"ranks returned successfully but exited with non-zero status "
