@@ -72,6 +72,14 @@ std::shared_ptr<Engine> Engine::instance() {
 
 void Engine::setBlockingWrapper(BlockingWrapper wrapper) { blockingWrapper.store(wrapper); }
 
+void Engine::runBlocking(void (*call)(void*), void* arg) {
+  if (auto wrapper = blockingWrapper.load()) {
+    wrapper(call, arg);
+  } else {
+    call(arg);
+  }
+}
+
 void Engine::shutdownInstance() {
   std::shared_ptr<Engine> engine;
   {
@@ -126,12 +134,7 @@ void Engine::stop() {
     std::lock_guard<std::mutex> lock(parkMutex_);
   }
   parkCv_.notify_all();
-  auto join = [](void* thread) { static_cast<std::thread*>(thread)->join(); };
-  if (auto wrapper = blockingWrapper.load()) {
-    wrapper(join, &thread_);
-  } else {
-    join(&thread_);
-  }
+  runBlocking([](void* thread) { static_cast<std::thread*>(thread)->join(); }, &thread_);
 }
 
 std::uint32_t Engine::acquireContext() {
@@ -208,11 +211,9 @@ void Engine::post(std::function<void(Engine&)> command) {
   if (tryProgress()) return;
   // Someone else drives the worker. Pairs with the store to sleeping_ in sleep(): either
   // the progress thread sees our submission before it sleeps, or we see it asleep and
-  // wake it.
-  if (sleeping_.load(std::memory_order_seq_cst)) {
-    worker_.signal();
-    if (resting_.load(std::memory_order_seq_cst)) fireTimer();
-  }
+  // wake it. A parked waiter (whose round may have drained the queue just before ours
+  // arrived) is woken too, or the command would wait for the 100 ms safety net.
+  handOff();
 }
 
 void Engine::handOff() {
@@ -262,6 +263,11 @@ void Engine::startOp(const std::shared_ptr<Op>& op) {
   if (op->finished()) return;
   op->engine_ = this;
   opStarted(op.get());
+  if (stopping_.load()) {
+    op->fail(*this, commError("commux: " + op->description() +
+                              ": the communication engine shut down before it started"));
+    return;
+  }
   try {
     // UCX's CUDA transports work in the current device's context; the thread that starts
     // the operation (often the progress thread) may never have touched that device.
@@ -349,36 +355,47 @@ void Engine::deliverFailure(const std::string& address, const std::string& why) 
   for (auto& entry : failureListeners_) entry.second(address, why);
 }
 
-std::size_t Engine::purgeContext(std::uint32_t context) {
-  std::size_t dropped = 0;
-  {
-    Driving driving(workerMutex_, driver_, /*locked=*/false);
-    const wire::Tag tag = wire::Tag{context} << wire::kContextShift;
-    for (;;) {
-      ucp_tag_recv_info_t info{};
-      ucp_tag_message_h message =
-          ucp_tag_probe_nb(worker_.get(), tag, wire::kContextMask, /*remove=*/1, &info);
-      if (message == nullptr) break;
-      ++dropped;
-      auto sink = std::make_unique<char[]>(std::max<std::size_t>(info.length, 1));
-      ucp_request_param_t params{};
-      void* request = ucp_tag_msg_recv_nbx(worker_.get(), sink.get(), info.length, message, &params);
-      if (!UCS_PTR_IS_PTR(request)) continue;
-      // A rendezvous message fetches its data from the sender, which may be gone: bound it.
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-      while (ucp_request_check_status(request) == UCS_INPROGRESS &&
-             std::chrono::steady_clock::now() < deadline) {
-        worker_.progress();
-      }
-      if (ucp_request_check_status(request) == UCS_INPROGRESS) {
-        ucp_request_cancel(worker_.get(), request);
-        purgeSinks_.push_back(std::move(sink));  // UCX may still write it; freed at teardown
-      }
-      ucp_request_free(request);
-    }
+Engine::Stats Engine::stats() {
+  Driving driving(workerMutex_, driver_, /*locked=*/false);
+  return Stats{active_.size(), inflightRequests_, endpoints_.size(), purged_};
+}
+
+void Engine::purgeContext(std::uint32_t context) {
+  // Queued for the driver, never done here: the caller may hold the GIL (a group destroyed
+  // from Python), and the thread that holds the worker lock may be waiting for it.
+  try {
+    postQuietly([context](Engine& engine) { engine.dropUnexpected(context); });
+  } catch (const std::exception&) {
+    // The engine is shutting down: its worker and every queued message go with it.
   }
-  // Completions of other operations may have queued while this thread drove the worker.
-  handOff();
+}
+
+std::size_t Engine::dropUnexpected(std::uint32_t context) {
+  std::size_t dropped = 0;
+  const wire::Tag tag = wire::Tag{context} << wire::kContextShift;
+  for (;;) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h message =
+        ucp_tag_probe_nb(worker_.get(), tag, wire::kContextMask, /*remove=*/1, &info);
+    if (message == nullptr) break;
+    ++dropped;
+    auto sink = std::make_unique<char[]>(std::max<std::size_t>(info.length, 1));
+    ucp_request_param_t params{};
+    void* request = ucp_tag_msg_recv_nbx(worker_.get(), sink.get(), info.length, message, &params);
+    if (!UCS_PTR_IS_PTR(request)) continue;
+    // A rendezvous message fetches its data from the sender, which may be gone: bound it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+           std::chrono::steady_clock::now() < deadline) {
+      worker_.progress();
+    }
+    if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+      ucp_request_cancel(worker_.get(), request);
+      purgeSinks_.push_back(std::move(sink));  // UCX may still write it; freed at teardown
+    }
+    ucp_request_free(request);
+  }
+  purged_ += dropped;
   return dropped;
 }
 
@@ -637,9 +654,18 @@ void Engine::teardown() {
   auto error = commError("commux: the process group was shut down with this operation in flight");
   std::vector<Op*> live(active_.begin(), active_.end());
   for (Op* op : live) op->fail(*this, error);
+  // Queued commands still run, so every queued operation reports (startOp fails it now
+  // that the engine stops): a dropped one would leave its Work waiting forever.
+  std::vector<std::function<void(Engine&)>> queued;
   {
     std::lock_guard<std::mutex> lock(submitMutex_);
-    submissions_.clear();
+    queued.swap(submissions_);
+  }
+  for (auto& command : queued) {
+    try {
+      command(*this);
+    } catch (...) {
+    }
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (inflightRequests_ != 0 &&

@@ -46,6 +46,8 @@ class Engine {
   /// destroyed from Python with the GIL held.
   using BlockingWrapper = void (*)(void (*call)(void*), void* arg);
   static void setBlockingWrapper(BlockingWrapper wrapper);
+  /// Runs `call(arg)` through the blocking wrapper (GIL released when Python installed one).
+  static void runBlocking(void (*call)(void*), void* arg);
 
   Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay);
   ~Engine();
@@ -90,10 +92,18 @@ class Engine {
   std::uint64_t addFailureListener(FailureListener listener);
   /// After this returns, the listener is not running and will not run again.
   void removeFailureListener(std::uint64_t id);
-  /// Caller threads: drop the messages that arrived for communicator `context` and were
-  /// never received (a destroyed group's, a failed collective's), so that they can never
-  /// match a receive of a later group that reuses the id. Returns how many were dropped.
-  std::size_t purgeContext(std::uint32_t context);
+  /// Operations and UCX requests in flight (for leak checks in soaks and tests).
+  struct Stats {
+    std::size_t activeOps = 0;
+    std::size_t inflightRequests = 0;
+    std::size_t endpoints = 0;
+    std::size_t purgedMessages = 0;  // dropped by purgeContext so far
+  };
+  Stats stats();
+  /// Any thread: have the driver drop the messages that arrived for communicator `context`
+  /// and were never received (a destroyed group's), so that they can never match a
+  /// receive of a later group that reuses the id.
+  void purgeContext(std::uint32_t context);
   /// Any thread: report `op` done, successfully when `error` is null. With `drive`, this
   /// thread runs the report (and the Work's callbacks) itself when the worker is free, as
   /// a waiter that did the operation's work wants; without, it only wakes whoever drives
@@ -181,6 +191,8 @@ class Engine {
   void stop();
   void teardown();
   void deliverFailure(const std::string& address, const std::string& why);
+  /// Worker-lock holders: the work of purgeContext; returns how many messages it dropped.
+  std::size_t dropUnexpected(std::uint32_t context);
 
   ucx::Context context_;
   ucx::Worker worker_;
@@ -233,6 +245,7 @@ class Engine {
   std::map<std::string, std::unique_ptr<ucx::Endpoint>> endpoints_;
   std::unordered_set<Op*> active_;
   std::vector<std::unique_ptr<char[]>> purgeSinks_;  // purged messages UCX may still write
+  std::size_t purged_ = 0;
   std::size_t inflightRequests_ = 0;  // posted and not yet handled
   friend class Op;
   std::thread thread_;

@@ -102,6 +102,19 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_SEQUENCE_WRAP"] = c.sequenceWrap;
     return d;
   });
+  m.def(
+      "_engine_stats",
+      [] {
+        const auto s = commux::engine::Engine::instance()->stats();
+        py::dict d;
+        d["active_ops"] = s.activeOps;
+        d["inflight_requests"] = s.inflightRequests;
+        d["endpoints"] = s.endpoints;
+        d["purged_messages"] = s.purgedMessages;
+        return d;
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "Operations and UCX requests in flight in this process (leak checks)");
   m.def("_shutdown", &commux::engine::Engine::shutdownInstance,
         py::call_guard<py::gil_scoped_release>(),
         "Stops the progress thread (registered with atexit)");

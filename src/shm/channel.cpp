@@ -99,7 +99,9 @@ Channel::~Channel() {
   stopFlag_.store(true);
   cv_.notify_all();
   bell_.ring();  // a lane asleep on the bell re-checks and sees the stop
-  lane_.join();
+  // The lane may drop the last reference to a tensor owned by a Python object, which needs
+  // the GIL; a group destroyed from Python holds it here.
+  engine::Engine::runBlocking([](void* lane) { static_cast<std::thread*>(lane)->join(); }, &lane_);
 }
 
 int Channel::deadRank() const noexcept {

@@ -1,5 +1,6 @@
 """The shared-memory allreduce path (ranks on one host): selection, results over sizes,
-dtypes and ops, bad input, timeouts and the fall-back to UCX, group teardown."""
+dtypes and ops, bad input, timeouts (after which every rank refuses collectives), group
+teardown."""
 
 import datetime
 import os
@@ -8,6 +9,8 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+
+import commux
 
 from harness import assert_group_works, expect_error, get_backend_obj, run_ranks, side_barrier
 
@@ -121,7 +124,7 @@ def test_shm_allreduce_mismatch_is_a_clear_error():
     assert all(run_ranks(_mismatch, 3, timeout=90))
 
 
-def _timeout_then_fallback(rank, ws):
+def _timeout_then_refusal(rank, ws):
     x = torch.ones(8)
     dist.all_reduce(x)  # the channel is set up and works
     if rank == 0:
@@ -129,24 +132,33 @@ def _timeout_then_fallback(rank, ws):
         expect_error(lambda: w.wait(timeout=datetime.timedelta(milliseconds=500)),
                      ("timed out",), "shm allreduce that a peer never joins")
     side_barrier("late", 60)
-    if rank != 0:
-        # Joins after rank 0 gave up, and finds the channel broken: this rank's copy goes
-        # over UCX, where nobody answers it, and must fail in bounded time, not hang.
-        w = dist.all_reduce(torch.ones(8), async_op=True)
-        expect_error(lambda: w.wait(timeout=datetime.timedelta(milliseconds=500)),
-                     ("timed out",), "late allreduce after the channel broke")
-    side_barrier("resume", 60)
-    # Later allreduces use UCX and give right answers on every rank.
-    assert _shm_threads() == 1
+    # Every rank, the one that timed out and the one that came late, takes the same path:
+    # it refuses the collective at the call, naming why (never UCX on one rank and shared
+    # memory on the other, which hung until the timeout).
+    for what, call in [("all_reduce", lambda: dist.all_reduce(torch.ones(8))),
+                       ("broadcast", lambda: dist.broadcast(torch.ones(8), src=0))]:
+        msg = expect_error(call, ("refused",), f"{what} after the channel broke",
+                           exc_types=(dist.DistBackendError,))
+        assert "rank 0" in msg, msg
+    assert not commux.health()["healthy"]
+    # Point-to-point still works, and a new group runs collectives again.
+    t = torch.full((4,), float(rank))
+    if rank == 0:
+        dist.send(t, dst=1)
+    else:
+        dist.recv(t, src=0)
+        assert t[0].item() == 0.0
+    fresh = dist.new_group([0, 1])
     for n in (3, 100_000):
         y = torch.full((n,), float(rank))
-        dist.all_reduce(y)
+        dist.all_reduce(y, group=fresh)
         assert torch.equal(y, torch.full((n,), float(sum(range(ws)))))
+    side_barrier("resume", 60)
     return True
 
 
-def test_shm_timeout_breaks_channel_and_group_falls_back_to_ucx():
-    assert all(run_ranks(_timeout_then_fallback, 2, timeout=90))
+def test_shm_timeout_breaks_channel_and_every_rank_refuses():
+    assert all(run_ranks(_timeout_then_refusal, 2, timeout=90))
 
 
 def _disagree(rank, ws):

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the C++ unit tests with a sanitizer and runs them: `address` (ASan+UBSan) and/or
+# `thread` (TSan), in build/sanitize-<kind>. Any report fails the run.
+#   scripts/sanitize.sh [address] [thread]     (default: both)
+# Run scripts/install.sh first (it installs torch, UCX and GoogleTest, which CMake finds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+kinds=("$@")
+[ ${#kinds[@]} -gt 0 ] || kinds=(address thread)
+for kind in "${kinds[@]}"; do
+  dir=build/sanitize-$kind
+  echo "== C++ unit tests under the $kind sanitizer ($dir)"
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMMUX_SANITIZE="$kind" \
+    -DCOMMUX_BUILD_TESTS=ON -DCOMMUX_BUILD_PYTHON=OFF -DCOMMUX_BUILD_BENCH=OFF \
+    -DPython3_EXECUTABLE="$(command -v "$PY")" >/dev/null
+  cmake --build "$dir" --target commux_unit_tests
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  ctest --test-dir "$dir" --output-on-failure --timeout 120
+done
