@@ -158,6 +158,15 @@ std::string ProcessGroupUCX::checkHealthy(const WorkUCX& work) {
 
 void ProcessGroupUCX::checkCollectivesAllowed(const char* what) {
   if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
+    if (const int dead = channel->deadRank(); dead >= 0) {
+      // Found dead by this rank's watch or another survivor's: no collective can finish.
+      std::string why = health_->deadWhy(dead);
+      C10_THROW_ERROR(DistBackendError,
+                      std::string("commux: ") + what + ": rank " + std::to_string(dead) +
+                          " died" + (why.empty() ? "" : " (" + why + ")") +
+                          "; this group runs no more collectives; create a new group without "
+                          "it to go on");
+    }
     health_->collectiveFailed(channel->brokenReason());
   }
   const std::string failure = health_->collectiveFailure();

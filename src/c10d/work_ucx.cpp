@@ -201,13 +201,17 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   if (!waitUntil(deadline)) {
     // "Timed out" in Gloo's words: torch's own tests and users' scripts match on it.
+    const std::string what =
+        "commux: " + description_ + ": Timed out after " + std::to_string(limit.count()) + " ms";
     const std::string message =
-        "commux: " + description_ + ": Timed out after " + std::to_string(limit.count()) +
-        " ms; the operation was cancelled" +
+        what + "; the operation was cancelled" +
         (collective() ? "; the group runs no more collectives (the ranks may be out of step), "
                         "point-to-point operations still work"
                       : " and the group stays usable");
-    auto error = engine::commError(message);
+    auto error = engine::commError(what);
+    // Recorded now, not when the cancellation is processed: the caller's next collective
+    // must already be refused.
+    if (onFailure_) onFailure_(error);
     if (auto op = std::atomic_load(&op_)) engine_->cancel(std::move(op), error);
     C10_THROW_ERROR(DistBackendError, message);
   }

@@ -111,7 +111,7 @@ int Channel::deadRank() const noexcept {
 
 std::string Channel::brokenReason() const {
   if (const int dead = deadRank(); dead >= 0) {
-    return "rank " + std::to_string(dead) + " died during a shared-memory collective";
+    return "rank " + std::to_string(dead) + " died";
   }
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
   if (by == 0) return "";

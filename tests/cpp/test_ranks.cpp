@@ -1,0 +1,236 @@
+// Real ranks over real UCX, no Python: each test forks its ranks, which meet through a
+// FileStore and run ProcessGroupUCX through its C++ API. These cover the engine's threads
+// (progress thread, parked and spinning waiters, hand-offs, cancellation, the peer watch)
+// on real paths, so the ThreadSanitizer build (scripts/sanitize.sh) sees them, and they are
+// what a C++ consumer of commux runs.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commux/process_group_ucx.hpp"
+
+using namespace std::chrono_literals;
+using Body = std::function<void(commux::ProcessGroupUCX& pg, int rank, int size)>;
+
+namespace {
+
+int counter = 0;
+
+std::string freshStorePath() {
+  return "/tmp/commux-ranks-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+// Runs `body` in `size` forked ranks. A rank in `killed` is expected to die by SIGKILL.
+// Returns an empty string when every rank did what it should, else what went wrong.
+std::string runRanks(int size, const Body& body, std::vector<int> killed = {},
+                     int limitSeconds = 60) {
+  const std::string path = freshStorePath();
+  std::remove(path.c_str());
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < size; ++rank) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      alarm(static_cast<unsigned>(limitSeconds));  // a hang fails instead of blocking
+      int code = 0;
+      try {
+        auto store = c10::make_intrusive<c10d::FileStore>(path, size);
+        {
+          auto pg = c10::make_intrusive<commux::ProcessGroupUCX>(store, rank, size, 30s);
+          body(*pg, rank, size);
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+        code = 1;
+      }
+      std::fflush(stderr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::string problems;
+  for (int rank = 0; rank < size; ++rank) {
+    int status = 0;
+    ::waitpid(pids[rank], &status, 0);
+    const bool mustDie = std::find(killed.begin(), killed.end(), rank) != killed.end();
+    const bool died = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    const bool ok = mustDie ? died : (WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!ok) {
+      problems += "rank " + std::to_string(rank) + " status " + std::to_string(status) +
+                  (WIFSIGNALED(status) ? " (signal " + std::to_string(WTERMSIG(status)) + ")" : "") +
+                  "; ";
+    }
+  }
+  std::remove(path.c_str());
+  return problems;
+}
+
+void check(bool condition, const std::string& what) {
+  if (!condition) throw std::runtime_error("check failed: " + what);
+}
+
+// Waits for `work`; it must fail with a message holding `needle`.
+void expectFailure(const c10::intrusive_ptr<c10d::Work>& work, const std::string& needle,
+                   std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
+  try {
+    work->wait(timeout);
+  } catch (const std::exception& e) {
+    check(std::string(e.what()).find(needle) != std::string::npos,
+          "error should mention '" + needle + "': " + e.what());
+    return;
+  }
+  throw std::runtime_error("operation succeeded, expected an error with '" + needle + "'");
+}
+
+// As expectFailure, for a call that may also refuse at once (raise instead of a Work).
+void expectFailure(const std::function<c10::intrusive_ptr<c10d::Work>()>& call,
+                   const std::string& needle) {
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = call();
+  } catch (const std::exception& e) {
+    check(std::string(e.what()).find(needle) != std::string::npos,
+          "error should mention '" + needle + "': " + e.what());
+    return;
+  }
+  expectFailure(work, needle);
+}
+
+}  // namespace
+
+TEST(Ranks, TaggedMessagesMatchOnSenderAndTagInAnyOrder) {
+  EXPECT_EQ(runRanks(2, [](commux::ProcessGroupUCX& pg, int rank, int) {
+    if (rank == 0) {
+      for (int tag : {1, 2, 3}) {
+        std::vector<at::Tensor> t{at::full({16}, static_cast<double>(tag))};
+        pg.send(t, 1, tag);  // fire and forget: the engine moves it
+      }
+    } else {
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      std::vector<std::vector<at::Tensor>> bufs(4);
+      for (int tag : {3, 2, 1}) {
+        bufs[tag] = {at::empty({16})};
+        works.push_back(pg.recv(bufs[tag], 0, tag));
+      }
+      for (auto& w : works) w->wait();
+      for (int tag : {1, 2, 3}) check(bufs[tag][0][5].item<double>() == tag, "tag routing");
+    }
+    pg.barrier()->wait();
+  }), "");
+}
+
+TEST(Ranks, CollectivesGiveTheSameAnswerEverywhere) {
+  EXPECT_EQ(runRanks(3, [](commux::ProcessGroupUCX& pg, int rank, int size) {
+    for (int64_t n : {1, 1000, 300000}) {
+      std::vector<at::Tensor> t{at::full({n}, static_cast<double>(rank + 1))};
+      pg.allreduce(t)->wait();
+      check(t[0][n - 1].item<double>() == 6.0, "allreduce sum");
+      std::vector<at::Tensor> b{at::full({n}, rank == 2 ? 7.0 : 0.0)};
+      c10d::BroadcastOptions opts;
+      opts.rootRank = 2;
+      pg.broadcast(b, opts)->wait();
+      check(b[0][0].item<double>() == 7.0, "broadcast");
+    }
+    pg.barrier()->wait();
+  }), "");
+}
+
+TEST(Ranks, ManyThreadsWaitAtOnce) {
+  // Several threads of each rank exchange on their own tags: waiters park, spin and hand
+  // off to each other and to the progress thread.
+  EXPECT_EQ(runRanks(2, [](commux::ProcessGroupUCX& pg, int rank, int) {
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (int th = 0; th < 4; ++th) {
+      threads.emplace_back([&, th] {
+        try {
+          for (int i = 0; i < 200; ++i) {
+            std::vector<at::Tensor> out{at::full({8}, static_cast<double>(i))};
+            std::vector<at::Tensor> in{at::empty({8})};
+            auto r = pg.recv(in, 1 - rank, th);
+            auto s = pg.send(out, 1 - rank, th);
+            s->wait();
+            r->wait();
+            if (in[0][0].item<double>() != i) ++failures;
+          }
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "thread %d: %s\n", th, e.what());
+          ++failures;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    check(failures.load() == 0, "every exchange delivered in order");
+  }), "");
+}
+
+TEST(Ranks, TimedOutReceiveIsCancelledAndTheGroupGoesOn) {
+  EXPECT_EQ(runRanks(2, [](commux::ProcessGroupUCX& pg, int rank, int) {
+    if (rank == 1) {
+      std::vector<at::Tensor> t{at::empty({4})};
+      expectFailure(pg.recv(t, 0, 77), "Timed out", 100ms);
+    }
+    pg.barrier()->wait();
+    std::vector<at::Tensor> t{at::full({4}, 1.0)};
+    if (rank == 0) {
+      pg.send(t, 1, 5)->wait();
+    } else {
+      pg.recv(t, 0, 5)->wait();
+    }
+    pg.barrier()->wait();
+  }), "");
+}
+
+TEST(Ranks, AbortFromAnotherThreadUnblocksAWait) {
+  EXPECT_EQ(runRanks(2, [](commux::ProcessGroupUCX& pg, int rank, int) {
+    pg.barrier()->wait();
+    std::vector<at::Tensor> t{at::empty({4})};
+    auto work = pg.recv(t, 1 - rank, 99);  // nobody sends it
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(200ms);
+      pg.abort();
+    });
+    const auto start = std::chrono::steady_clock::now();
+    expectFailure(work, "aborted");
+    aborter.join();
+    check(std::chrono::steady_clock::now() - start < 2s, "abort released the wait promptly");
+  }), "");
+}
+
+TEST(Ranks, KilledPeerFailsWaitsWithinSecondsNamingIt) {
+  EXPECT_EQ(runRanks(3, [](commux::ProcessGroupUCX& pg, int rank, int) {
+    std::vector<at::Tensor> one{at::ones({1})};
+    pg.allreduce(one)->wait();  // everyone knows everyone
+    if (rank == 2) {
+      std::this_thread::sleep_for(100ms);
+      ::kill(::getpid(), SIGKILL);
+    }
+    std::vector<at::Tensor> t{at::empty({4})};
+    const auto start = std::chrono::steady_clock::now();
+    expectFailure(pg.recv(t, 2, 1), "rank 2 died");
+    std::vector<at::Tensor> x{at::ones({100})};
+    expectFailure([&] { return pg.allreduce(x); }, "rank 2 died");
+    check(std::chrono::steady_clock::now() - start < 5s, "death seen within 5 s");
+    const auto health = pg.health();
+    check(!health.healthy && health.deadRanks == std::vector<int>{2}, "health names rank 2");
+    // The survivors still talk to each other.
+    std::vector<at::Tensor> y{at::full({4}, 3.0)};
+    if (rank == 0) {
+      pg.send(y, 1, 4)->wait();
+    } else {
+      pg.recv(y, 0, 4)->wait();
+      check(y[0][0].item<double>() == 3.0, "survivor p2p");
+    }
+  }, {2}), "");
+}
