@@ -64,6 +64,11 @@ struct Config {
 
   /// COMMUX_FAILURE_DETECTION: auto, ucx or off (see FailureDetection).
   FailureDetection failureDetection = FailureDetection::Auto;
+  /// COMMUX_LOOPBACK_ONLY: UCX's network transports listen and connect on the loopback
+  /// device only. Defaults to on when the job says it runs on one host (torchrun's
+  /// WORLD_SIZE == LOCAL_WORLD_SIZE) and the user chose no devices or transports
+  /// (UCX_NET_DEVICES, UCX_TLS); then nothing listens on an outside interface.
+  bool loopbackOnly = false;
   /// COMMUX_SEQUENCE_WRAP: collective sequence numbers in the tag wrap at this power of
   /// two (at most and by default 2^20, the tag's field). Smaller only for tests, which must
   /// cross the wrap without running a million collectives.

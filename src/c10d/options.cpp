@@ -70,6 +70,17 @@ Config Config::fromEnvironment() {
       throw std::invalid_argument("COMMUX_FAILURE_DETECTION='" + v + "' is not auto, ucx or off");
     }
   }
+  {
+    const char* world = std::getenv("WORLD_SIZE");
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    const auto unset = [](const char* name) {
+      const char* v = std::getenv(name);
+      return v == nullptr || *v == '\0';
+    };
+    c.loopbackOnly = world != nullptr && local != nullptr && *world != '\0' &&
+                     std::string(world) == local && unset("UCX_NET_DEVICES") && unset("UCX_TLS");
+    readBool("COMMUX_LOOPBACK_ONLY", c.loopbackOnly);
+  }
   readUnsigned("COMMUX_SEQUENCE_WRAP", c.sequenceWrap);
   if (c.sequenceWrap < 2 || c.sequenceWrap > (1u << 20) ||
       (c.sequenceWrap & (c.sequenceWrap - 1)) != 0) {

@@ -90,7 +90,8 @@ void Engine::shutdownInstance() {
 }
 
 Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay)
-    : worker_(context_),
+    : context_(Config::get().loopbackOnly),
+      worker_(context_),
       progressSpin_(progressSpin),
       handOffDelayNs_(std::chrono::duration_cast<std::chrono::nanoseconds>(handOffDelay).count()),
       contextsInUse_(wire::kMaxContexts, false),
@@ -281,11 +282,13 @@ void Engine::startOp(const std::shared_ptr<Op>& op) {
 }
 
 void Engine::submit(std::shared_ptr<Op> op) {
-  Op* raw = op.get();
+  // A reference of our own: an operation that completes inside post() may be released by
+  // its Work right there (AddressSanitizer caught the read of a freed Op here).
+  std::shared_ptr<Op> mine = op;
   post([op = std::move(op)](Engine& engine) { engine.startOp(op); });
   // Posted inline but still in flight: the progress thread must carry it on, unless the
   // caller waits for it right away (then the caller drives it).
-  if (!raw->finished()) deferHandOff();
+  if (!mine->finished()) deferHandOff();
 }
 
 void Engine::submit(std::vector<std::shared_ptr<Op>> ops) {

@@ -100,6 +100,7 @@ PYBIND11_MODULE(_C, m) {
             ? "auto"
             : (c.failureDetection == commux::FailureDetection::Ucx ? "ucx" : "off");
     d["COMMUX_SEQUENCE_WRAP"] = c.sequenceWrap;
+    d["COMMUX_LOOPBACK_ONLY"] = c.loopbackOnly;
     return d;
   });
   m.def(

@@ -10,10 +10,11 @@
 
 namespace commux::ucx {
 
-Context::Context() {
+Context::Context(bool loopbackOnly) {
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
   std::unique_ptr<ucp_config_t, decltype(&ucp_config_release)> guard(config, ucp_config_release);
+  if (loopbackOnly) check(ucp_config_modify(config, "NET_DEVICES", "lo"), "ucp_config_modify");
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |

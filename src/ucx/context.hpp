@@ -9,7 +9,9 @@ namespace commux::ucx {
 /// Owns a ucp_context_h with the tag-matching and wakeup features.
 class Context {
  public:
-  Context();
+  /// `loopbackOnly`: UCX's network transports use the loopback device alone (UCX's
+  /// NET_DEVICES=lo), so nothing listens on an outside interface.
+  explicit Context(bool loopbackOnly = false);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

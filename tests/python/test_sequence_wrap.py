@@ -87,3 +87,30 @@ def test_failed_collective_never_matches_stale_traffic():
     res = run_ranks(_stale_after_timeout, 2, timeout=120, env=env)
     assert res[0] == ["timeout", "error"], res[0]
     assert res[1][-1] == "error", res[1]
+
+
+def _round_wrap(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    # 64-byte pieces: a 300 KB broadcast or reduce is ~4,700 rounds of one collective, past
+    # the tag's 12-bit round field (4,096).
+    n = 75_000
+    for root in range(world_size):
+        b = torch.arange(n, dtype=torch.float32) if rank == root else torch.zeros(n)
+        dist.broadcast(b, src=root)
+        assert torch.equal(b, torch.arange(n, dtype=torch.float32)), root
+        r = torch.full((n,), float(rank + 1))
+        dist.reduce(r, dst=root)
+        if rank == root:
+            assert torch.equal(r, torch.full((n,), float(sum(range(1, world_size + 1))))), root
+    a = torch.arange(n, dtype=torch.float64) * (rank + 1)
+    dist.all_reduce(a)
+    assert torch.equal(a, torch.arange(n, dtype=torch.float64) * 6)
+    return True
+
+
+def test_results_stay_right_across_the_round_wrap():
+    env = {"COMMUX_PIPELINE_CHUNK_BYTES": 64, "COMMUX_CHAIN_MIN_BYTES": 0,
+           "COMMUX_ALLREDUCE_RING_MIN_BYTES": 0, "COMMUX_SHM": "0"}
+    run_ranks(_round_wrap, 3, timeout=150, env=env)
