@@ -5,6 +5,8 @@
 #   COMMUX_UCX_WHEEL=.. the UCX wheel (default: libucx-cuNN matching torch's CUDA major)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache hits across clones of the repository (CI builds in a fresh clone).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 PY=${PYTHON:-python3}
 
 # Build tools from Debian's packages, only those missing.

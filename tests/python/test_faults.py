@@ -305,3 +305,46 @@ def test_twenty_init_destroy_cycles_leave_nothing_behind():
         assert last[2] == 0, f"rank {rank}: {last[2]} commux segments left in /dev/shm"
         grown = last[3] - base[3]
         assert grown < 24, f"rank {rank}: resident memory grew {grown:.1f} MiB in {cycles - 3} cycles"
+
+
+def _thread_names():
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return names
+
+
+def _orphan(rank, world_size, scratch):
+    import torch
+    import torch.distributed as dist
+
+    import commux
+
+    commux.register()
+    store = dist.FileStore(os.path.join(scratch, "store"), world_size)
+    dist.init_process_group("ucx", store=store, rank=rank, world_size=world_size)
+    dist.all_reduce(torch.ones(1))
+    orphan = dist.irecv(torch.empty(4), src=1 - rank, tag=42)  # nobody sends it
+    dist.destroy_process_group()
+    try:
+        orphan.wait()
+    except (dist.DistBackendError, RuntimeError) as e:
+        assert "destroyed" in str(e), e
+    else:
+        raise AssertionError("an orphaned receive completed")
+    del orphan
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = [n for n in _thread_names() if n.startswith("commux")]
+        if not left:
+            return True
+        time.sleep(0.05)
+    raise AssertionError(f"commux threads still running after the group was destroyed: {left}")
+
+
+def test_destroyed_group_fails_orphaned_receives_and_lets_the_engine_go():
+    run_ranks(_orphan, 2, timeout=60, init="none")
