@@ -46,7 +46,8 @@ def soak(rank: int, world: int, args, port: int, out) -> None:
     peer_next, peer_prev = (rank + 1) % world, (rank - 1) % world
     sizes = [2, 16, 128, 1024, 16384]  # float32 elements: 8 B .. 64 KiB
     ar_sizes = [2, 256, 4096, 65536, 262144]  # 8 B .. 1 MiB
-    bufs = {n: torch.full((n,), float(rank)) for n in set(sizes + ar_sizes)}
+    bufs = {n: torch.full((n,), float(rank)) for n in sizes}  # p2p payloads (rewritten)
+    ar_bufs = {n: torch.full((n,), float(rank)) for n in ar_sizes}  # never written
     recv_bufs = {n: torch.empty(n) for n in sizes}
     ops = 0
     timeouts = 0
@@ -65,7 +66,7 @@ def soak(rank: int, world: int, args, port: int, out) -> None:
             w.wait()
         ops += 6
         m = ar_sizes[i % len(ar_sizes)]
-        t = bufs[m].clone()
+        t = ar_bufs[m].clone()
         dist.all_reduce(t)
         if t[0].item() != sum(range(world)):
             raise AssertionError(f"all_reduce {i}: {t[0].item()}")
@@ -96,6 +97,8 @@ def soak(rank: int, world: int, args, port: int, out) -> None:
             rows.append((ops, rss_mib(), stats["active_ops"], stats["inflight_requests"],
                          time.monotonic() - start))
             report_at += args.report
+            if rank == 0 and args.verbose:
+                print(rows[-1], flush=True)
     dist.barrier()
     time.sleep(0.2)  # the last sends' completions are handled
     stats = _C._engine_stats()
@@ -110,6 +113,7 @@ def main() -> int:
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--report", type=int, default=100_000)
     p.add_argument("--max-growth-mib", type=float, default=2.0)
+    p.add_argument("--verbose", action="store_true", help="print each report as it comes")
     args = p.parse_args()
     import socket
 

@@ -106,7 +106,11 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_engine_stats",
       [] {
-        const auto s = commux::engine::Engine::instance()->stats();
+        commux::engine::Engine::Stats s;
+        {
+          py::gil_scoped_release release;  // the worker lock's holder may need the GIL
+          s = commux::engine::Engine::instance()->stats();
+        }
         py::dict d;
         d["active_ops"] = s.activeOps;
         d["inflight_requests"] = s.inflightRequests;
@@ -114,7 +118,6 @@ PYBIND11_MODULE(_C, m) {
         d["purged_messages"] = s.purgedMessages;
         return d;
       },
-      py::call_guard<py::gil_scoped_release>(),
       "Operations and UCX requests in flight in this process (leak checks)");
   m.def("_shutdown", &commux::engine::Engine::shutdownInstance,
         py::call_guard<py::gil_scoped_release>(),
