@@ -7,7 +7,11 @@ Each rank runs, in a loop, a mix of
     before the sends of tags 1, 2, 3), sizes 8 B to 64 KiB;
   - collectives of many sizes (all_reduce 8 B .. 1 MiB over shared memory and UCX,
     broadcast, all_gather, reduce_scatter, barrier);
-  - receives that time out on purpose (a tag nobody sends, wait(timeout=1 ms)).
+  - receives that time out on purpose (a tag nobody sends, wait(timeout=1 ms));
+  - every --stale-every operations, a collective that times out on purpose on a fresh
+    two-rank subgroup (rank 0 gives up before rank 1 joins, so rank 1's message arrives
+    after rank 0 cancelled): the subgroup is then destroyed, and the stale message must be
+    purged from UCX's unexpected queue (counted in purged_messages).
 Every 100,000 operations (--report) rank 0 prints resident memory and the engine's
 operations and UCX requests in flight. It fails (exit 1) if memory grows more than
 --max-growth-mib per 100k operations after the first report, or if requests are left in
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import os
 import sys
 import time
@@ -52,6 +57,8 @@ def soak(rank: int, world: int, args, port: int, out) -> None:
     ops = 0
     timeouts = 0
     report_at = args.report
+    stale_at = args.stale_every
+    stale_done = 0
     rows = []
     start = time.monotonic()
     i = 0
@@ -90,6 +97,30 @@ def soak(rank: int, world: int, args, port: int, out) -> None:
             except dist.DistBackendError:
                 timeouts += 1
             ops += 1
+        if args.stale_every and ops >= stale_at:
+            stale_at += args.stale_every
+            g = dist.new_group([0, 1])
+            w = None
+            if rank <= 1:
+                if rank == 1:
+                    time.sleep(0.02)
+                # Over UCX (all_gather has no shared-memory path): rank 0's part leaves
+                # at once, rank 1's arrives after rank 0 gave up.
+                gathered = torch.empty(8)
+                w = dist.all_gather_into_tensor(gathered, torch.ones(4), group=g, async_op=True)
+                try:
+                    w.wait(timeout=datetime.timedelta(milliseconds=1 if rank == 0 else 2000))
+                    stale_done += rank == 1
+                except dist.DistBackendError:
+                    stale_done += rank == 0
+                ops += 1
+            dist.barrier()  # rank 1's message has reached rank 0
+            dist.destroy_process_group(g)
+            del g, w
+            gc.collect()  # torch keeps the group alive in reference cycles until collected
+            if args.verbose and rank == 0:
+                time.sleep(0.05)
+                print("stale round", stale_done, _C._engine_stats()["purged_messages"], flush=True)
         i += 1
         if ops >= report_at:
             dist.barrier()  # quiet point: nothing of ours is in flight
@@ -103,7 +134,7 @@ def soak(rank: int, world: int, args, port: int, out) -> None:
     time.sleep(0.2)  # the last sends' completions are handled
     stats = _C._engine_stats()
     if rank == 0:
-        out.put((rows, timeouts, stats, time.monotonic() - start))
+        out.put((rows, timeouts, stats, time.monotonic() - start, stale_done))
     dist.destroy_process_group()
 
 
@@ -113,6 +144,7 @@ def main() -> int:
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--report", type=int, default=100_000)
     p.add_argument("--max-growth-mib", type=float, default=2.0)
+    p.add_argument("--stale-every", type=int, default=20_000)
     p.add_argument("--verbose", action="store_true", help="print each report as it comes")
     args = p.parse_args()
     import socket
@@ -125,7 +157,7 @@ def main() -> int:
     procs = [ctx.Process(target=soak, args=(r, args.ranks, args, port, out)) for r in range(args.ranks)]
     for pr in procs:
         pr.start()
-    rows, timeouts, final, seconds = out.get()
+    rows, timeouts, final, seconds, stale = out.get()
     for pr in procs:
         pr.join(60)
     print(f"{'ops':>9} {'rss MiB':>8} {'ops in flight':>13} {'UCX requests':>12} {'s':>7}")
@@ -134,10 +166,13 @@ def main() -> int:
     growth = [(b[1] - a[1]) / ((b[0] - a[0]) / 100_000) for a, b in zip(rows[1:], rows[2:])]
     per_100k = (rows[-1][1] - rows[1][1]) / ((rows[-1][0] - rows[1][0]) / 100_000) if len(rows) > 2 else 0.0
     print(f"{rows[-1][0] if rows else 0} operations in {seconds:.0f} s, {timeouts} timed-out "
-          f"receives; rank 0 at the end: {final}")
+          f"receives, {stale} collectives timed out on purpose; rank 0 at the end: {final}")
     print(f"resident memory growth after the first report: {per_100k:+.3f} MiB per 100k ops "
           f"(worst interval {max(growth) if growth else 0:+.3f})")
     ok = per_100k <= args.max_growth_mib and final["inflight_requests"] == 0
+    if stale and final["purged_messages"] < stale:
+        print(f"only {final['purged_messages']} stale messages purged for {stale} timed-out collectives")
+        ok = False
     bad = [pr.exitcode for pr in procs if pr.exitcode != 0]
     if bad:
         print(f"ranks exited with {bad}")

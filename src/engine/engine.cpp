@@ -376,6 +376,10 @@ void Engine::purgeContext(std::uint32_t context) {
 std::size_t Engine::dropUnexpected(std::uint32_t context) {
   std::size_t dropped = 0;
   const wire::Tag tag = wire::Tag{context} << wire::kContextShift;
+  // Messages already delivered to this process but not yet matched only show in the queue
+  // after a progress call.
+  while (worker_.progress() != 0) {
+  }
   for (;;) {
     ucp_tag_recv_info_t info{};
     ucp_tag_message_h message =
