@@ -49,6 +49,8 @@ def _detect(rank, port, env, out):
     if rank == 1:
         time.sleep(0.3)
         out.put(("killed_at", time.time()))
+        out.close()
+        out.join_thread()  # the queue's feeder thread must deliver it before the kill
         os.kill(os.getpid(), signal.SIGKILL)
     try:
         dist.recv(torch.empty(4), src=1)
@@ -116,8 +118,17 @@ def detection(mode: str) -> float:
     return got["seen_at"] - got["killed_at"]
 
 
-def cost(mode: str) -> dict:
-    procs, out = _job(_cost, {"COMMUX_FAILURE_DETECTION": mode})
+def cost(mode: str, before: str | None = None) -> dict:
+    env = {"COMMUX_FAILURE_DETECTION": mode}
+    if mode == "before":
+        # Another commux build (one without failure detection), first on the path.
+        env = {"PYTHONPATH": before + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        os.environ["PYTHONPATH"] = env["PYTHONPATH"]
+    try:
+        procs, out = _job(_cost, env)
+    finally:
+        if mode == "before":
+            os.environ.pop("PYTHONPATH", None)
     res = out.get(timeout=600)
     for p in procs:
         p.join(30)
@@ -128,18 +139,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--kills", type=int, default=3)
+    ap.add_argument("--before", metavar="DIR",
+                    help="also measure the commux installed in DIR (pip install --target DIR "
+                         "of an older commit) as a 'before' column")
+    ap.add_argument("--no-detection-timing", action="store_true")
     args = ap.parse_args()
     print("== time from SIGKILL to the survivor's error (receive from the dead rank)")
-    for mode in ("auto", "ucx"):
+    for mode in () if args.no_detection_timing else ("auto", "ucx"):
         runs = [detection(mode) for _ in range(args.kills)]
         print(f"  {mode:5s}: median {statistics.median(runs) * 1e3:7.1f} ms  "
               f"(runs: {', '.join(f'{r * 1e3:.1f}' for r in runs)})")
     print("== fast paths by detection mode (median of rounds; ratio to off)")
-    modes = ("off", "auto", "ucx")
+    modes = ("off", "auto", "ucx") + (("before",) if args.before else ())
     rounds = {m: [] for m in modes}
     for _ in range(args.repeats):
         for m in modes:
-            rounds[m].append(cost(m))
+            rounds[m].append(cost(m, args.before))
     keys = list(rounds["off"][0])
     med = {m: {k: statistics.median(r[k] for r in rounds[m]) for k in keys} for m in modes}
     print(f"  {'metric':26s}" + "".join(f"{m:>16s}" for m in modes))
