@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache hits across clones of the repository (CI builds in a fresh clone).
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"  # -g would put the folder in the hash
 PY=${PYTHON:-python3}
 kinds=("$@")
 [ ${#kinds[@]} -gt 0 ] || kinds=(address thread)
