@@ -55,9 +55,10 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
   engine_ = engine::Engine::instance();
   health_ = std::make_shared<GroupHealth>(size);
   store_ = store;
+  // No purge here: it runs later on the driver and would drop messages that peers send to
+  // this new group once it is published (a destroyed group's are purged at destruction,
+  // and ids come back only after every other one was used).
   context_ = engine_->acquireContext();
-  // Messages for an earlier group with this id that arrived after it was destroyed.
-  engine_->purgeContext(context_);
   peers_ = std::make_unique<PeerTable>(
       store, rank, size,
       [this](int peer, const engine::Route& route, const engine::ProcessId& process) {
