@@ -130,13 +130,7 @@ void ProcessGroupUCX::markDead(int peer, const std::string& why) {
 }
 
 std::string ProcessGroupUCX::checkHealthy(const WorkUCX& work) {
-  if (work.collective()) {
-    if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
-      health_->collectiveFailed(channel->brokenReason());
-    }
-    const std::string failure = health_->collectiveFailure();
-    if (!failure.empty()) checkCollectivesAllowed(work.description().c_str());
-  }
+  if (work.collective()) checkCollectivesAllowed(work.description().c_str());
   if (!health_->anyDead()) return "";
   std::string why;
   int dead = -1;

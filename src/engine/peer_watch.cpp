@@ -21,10 +21,6 @@ int pidfdOpen(std::int32_t pid) {
 #endif
 }
 
-std::string gone(std::int32_t pid) {
-  return "its process (pid " + std::to_string(pid) + ") no longer exists";
-}
-
 }  // namespace
 
 PeerWatch::PeerWatch(Notify onFailure) : notify_(std::move(onFailure)) {
@@ -56,7 +52,15 @@ void PeerWatch::wake() {
 }
 
 bool PeerWatch::watch(const std::string& key, const ProcessId& id) {
-  if (id.pid <= 0 || !ProcessId::self().sameSpace(id)) return false;
+  if (id.pid <= 0 || id.pidSpace.empty() || id.pidSpace != ProcessId::localPidSpace()) return false;
+  const auto gone = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      watched_.insert(key);
+    }
+    report(key, "its process (pid " + std::to_string(id.pid) + ") no longer exists");
+    return true;
+  };
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (watched_.count(key) != 0) return true;
@@ -64,23 +68,13 @@ bool PeerWatch::watch(const std::string& key, const ProcessId& id) {
   const int fd = pidfdOpen(id.pid);
   if (fd < 0) {
     if (errno != ESRCH) return false;  // no pidfd here (old kernel, seccomp): not watched
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      watched_.insert(key);
-    }
-    report(key, gone(id.pid));
-    return true;
+    return gone();
   }
   // The pidfd pins whatever process has this pid now: if ours died before we opened it and
   // the pid went to a newcomer, the start times differ.
   if (id.startTicks != 0 && ProcessId::startTicksOf(id.pid) != id.startTicks) {
     ::close(fd);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      watched_.insert(key);
-    }
-    report(key, gone(id.pid));
-    return true;
+    return gone();
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (!watched_.insert(key).second) {

@@ -35,10 +35,14 @@ std::uint64_t ProcessId::startTicksOf(std::int32_t pid) {
   return 0;
 }
 
-ProcessId ProcessId::self() {
+const std::string& ProcessId::localPidSpace() {
   static const std::string space = currentPidSpace();
+  return space;
+}
+
+ProcessId ProcessId::self() {
   ProcessId p;
-  p.pidSpace = space;
+  p.pidSpace = localPidSpace();
   p.pid = static_cast<std::int32_t>(::getpid());
   p.startTicks = startTicksOf(p.pid);
   return p;

@@ -16,6 +16,8 @@ struct ProcessId {
 
   /// This process (read anew each time: a forked child is another process).
   static ProcessId self();
+  /// This process's PID-space id (fixed for its life; read once).
+  static const std::string& localPidSpace();
   /// The start time of `pid` as /proc shows it now; 0 when it no longer exists.
   static std::uint64_t startTicksOf(std::int32_t pid);
   /// True when `other` lives in the same PID namespace of the same kernel as this process.
