@@ -85,6 +85,11 @@ def _blocked_on_victim(rank, world_size, scenario):
     elapsed = _expect_death(work, victim, scenario)
     assert elapsed < DETECT_LIMIT_S, f"{scenario}: took {elapsed:.2f} s to see the death"
     _health_says_dead(victim)
+    # No survivor leaves before all have checked: with UCX's peer error handling a survivor
+    # that tears down its group closes its connections, which the others see as a failure.
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"checked/{rank}", "1")
+    store.wait([f"checked/{r}" for r in range(world_size) if r != victim])
     return elapsed
 
 
