@@ -260,9 +260,7 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
     }
   }
   if (stream) {
-    cuda::whenStreamReaches(*stream, [engine = engine_, op = std::move(op)]() mutable {
-      engine->submitQuietly(std::move(op));
-    });
+    engine_->submitAfter(*stream, std::move(op));
   } else {
     engine_->submit(std::move(op));
   }

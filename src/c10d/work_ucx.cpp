@@ -94,14 +94,18 @@ void WorkUCX::complete(std::exception_ptr error, int sourceRank) {
   // The op holds buffers and, through its completion callback, this Work; drop the link
   // so nothing outlives its use.
   std::atomic_store(&op_, std::shared_ptr<engine::Op>());
-  // The future records its completion on the current stream: make that the caller's, on
-  // which the operation's last copies were queued.
-  const c10::OptionalStreamGuard onCallersStream(stream_);
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
-  }
+  // The future runs its callbacks (the user's, DDP's comm hooks) in markCompleted: not
+  // under the worker lock, which this thread holds now.
+  engine::Engine::afterRelease([self = c10::intrusive_ptr<WorkUCX>::reclaim_copy(this), error] {
+    // The future records its completion on the current stream: make that the caller's, on
+    // which the operation's last copies were queued.
+    const c10::OptionalStreamGuard onCallersStream(self->stream_);
+    if (error) {
+      self->future_->setError(error);
+    } else {
+      self->future_->markCompleted(c10::IValue(self->outputs_));
+    }
+  });
 }
 
 bool WorkUCX::isCompleted() { return done_.load(std::memory_order_acquire); }
@@ -215,6 +219,10 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
     if (auto op = std::atomic_load(&op_)) engine_->cancel(std::move(op), error);
     C10_THROW_ERROR(DistBackendError, message);
   }
+  // The future completes just after, when the thread that completed us lets go of the
+  // worker; whoever reads it after wait() must find it complete. (Not when this thread
+  // holds the worker itself: its own release will complete it.)
+  if (!future_->completed() && !engine_->drivenByThisThread()) future_->wait();
   if (auto error = exception()) std::rethrow_exception(error);
   synchronize();
   return true;

@@ -80,7 +80,20 @@ void CollectiveOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo
                       " were expected; do all ranks pass tensors of the same size and dtype?");
   }
   if (outstanding() != 0) return;
-  foldStep();
+  if (foldStep()) {
+    // The GPU folds on a stream of our own; the next step's sends read the folded buffer
+    // (UCX copies on its own streams), so go on once that stream got there, without
+    // holding the worker (and every other operation of the process) while the GPU works.
+    engine.continueAfter(*foldStream_, shared_from_this(),
+                         [self = std::static_pointer_cast<CollectiveOp>(shared_from_this())](
+                             Engine& e) { self->nextStep(e); });
+    return;
+  }
+  nextStep(engine);
+}
+
+void CollectiveOp::nextStep(Engine& engine) {
+  if (finished()) return;  // failed (timeout, abort, dead peer) while the GPU folded
   if (++step_ < s_.schedule.steps.size()) {
     postStep(engine);
     return;
@@ -95,9 +108,9 @@ void CollectiveOp::finalizeOutsideAutograd() {
   s_.finalize();
 }
 
-void CollectiveOp::foldStep() {
+bool CollectiveOp::foldStep() {
   const collectives::Step& step = s_.schedule.steps[step_];
-  if (step.recvMode != collectives::RecvMode::Reduce) return;
+  if (step.recvMode != collectives::RecvMode::Reduce) return false;
   // On a GPU the folds run on a stream of their own, and finish before the next step's
   // sends read the buffer (UCX copies on its own streams). The caller's stream would also
   // order them, but would make this thread wait for whatever the caller queued since.
@@ -116,7 +129,7 @@ void CollectiveOp::foldStep() {
     reduceInto(s_.work.narrow(0, static_cast<int64_t>(t.offset), count),
                scratch_.narrow(0, static_cast<int64_t>(scratchOffsets_[j]), count), *s_.reduce);
   }
-  if (foldStream_) foldStream_->synchronize();
+  return foldStream_.has_value();
 }
 
 }  // namespace commux::engine

@@ -43,7 +43,11 @@ class CollectiveOp final : public Op {
 
  private:
   void postStep(Engine& engine);
-  void foldStep();
+  /// Folds the current step's Reduce-mode receives into the work buffer. True when the
+  /// folds were queued on a CUDA stream (the step is over once that stream gets there).
+  bool foldStep();
+  /// The current step is over: post the next one, or finish.
+  void nextStep(Engine& engine);
   /// Finalizers copy into user tensors that may require grad; that is not autograd's.
   void finalizeOutsideAutograd();
   char* addressIn(const at::Tensor& buffer, std::size_t elementOffset) const;

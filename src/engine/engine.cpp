@@ -6,12 +6,14 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
 #include "engine/errors.hpp"
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include "commux/options.hpp"
@@ -42,8 +44,53 @@ inline void cpuRelax() {
 #endif
 }
 
+// Engines whose last reference went on a thread that may not join the progress thread are
+// deleted on a helper thread. Process exit joins the helpers (Engine::shutdownInstance):
+// a detached one could still be deleting the engine while the UCX libraries unload.
+struct Reaper {
+  std::thread thread;
+  std::shared_ptr<std::atomic<bool>> done;
+};
+std::mutex reapersMutex;
+std::vector<Reaper> reapers;
+
+void deleteOnHelperThread(Engine* engine) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::lock_guard<std::mutex> lock(reapersMutex);
+  // Helpers that finished are joined here, so a process that rebuilds groups for weeks
+  // keeps no more than the few in progress.
+  for (auto it = reapers.begin(); it != reapers.end();) {
+    if (it->done->load()) {
+      it->thread.join();
+      it = reapers.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  reapers.push_back(Reaper{std::thread([engine, done] {
+                             delete engine;
+                             done->store(true);
+                           }),
+                           done});
+}
+
+void joinReapers() {
+  std::vector<Reaper> all;
+  {
+    std::lock_guard<std::mutex> lock(reapersMutex);
+    all.swap(reapers);
+  }
+  for (auto& reaper : all) {
+    if (reaper.thread.get_id() == std::this_thread::get_id()) {
+      reaper.thread.detach();  // an engine's teardown ran exit code on its own helper
+    } else {
+      Engine::runBlocking([](void* t) { static_cast<std::thread*>(t)->join(); }, &reaper.thread);
+    }
+  }
+}
+
 // Stops the progress thread before the UCX libraries unload, for processes that exit with
-// process groups still alive.
+// process groups still alive. Declared after the reapers: it runs before they are destroyed.
 struct ExitGuard {
   ~ExitGuard() { Engine::shutdownInstance(); }
 } exitGuard;
@@ -60,7 +107,7 @@ std::shared_ptr<Engine> Engine::instance() {
     // holds), so delete from a helper thread.
     engine = std::shared_ptr<Engine>(new Engine(Config::get().progressSpin, Config::get().handOffDelay), [](Engine* e) {
       if (e->onProgressThread() || e->drivenByThisThread()) {
-        std::thread([e] { delete e; }).detach();
+        deleteOnHelperThread(e);
       } else {
         delete e;
       }
@@ -87,6 +134,7 @@ void Engine::shutdownInstance() {
     engine = instanceRef.lock();
   }
   if (engine) engine->stop();
+  joinReapers();
 }
 
 Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay)
@@ -95,6 +143,14 @@ Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds
       progressSpin_(progressSpin),
       handOffDelayNs_(std::chrono::duration_cast<std::chrono::nanoseconds>(handOffDelay).count()),
       contextsInUse_(wire::kMaxContexts, false),
+      streamWaits_([this](StreamWaits::Command command) {
+        {
+          std::lock_guard<std::mutex> lock(submitMutex_);
+          submissions_.push_back(std::move(command));
+        }
+        submitted_.fetch_add(1, std::memory_order_seq_cst);
+        handOff();
+      }),
       watch_([this](const std::string& address, const std::string& why) {
         deliverFailure(address, why);
       }) {
@@ -136,6 +192,7 @@ void Engine::stop() {
   }
   parkCv_.notify_all();
   runBlocking([](void* thread) { static_cast<std::thread*>(thread)->join(); }, &thread_);
+  failStranded();
 }
 
 std::uint32_t Engine::acquireContext() {
@@ -166,6 +223,20 @@ bool Engine::drivenByThisThread() const noexcept {
 
 namespace {
 
+// What this thread runs once it lets go of the worker (Engine::afterRelease), and how
+// deeply it holds it.
+thread_local std::vector<std::function<void()>> afterReleaseQueue;
+thread_local int drivingDepth = 0;
+
+void runAfterRelease() {
+  // A callback may drive the worker again and queue more: loop until none are left.
+  while (!afterReleaseQueue.empty()) {
+    std::vector<std::function<void()>> batch;
+    batch.swap(afterReleaseQueue);
+    for (auto& fn : batch) fn();
+  }
+}
+
 // Holds the worker lock and records the driving thread (restored on nested use).
 class Driving {
  public:
@@ -175,10 +246,12 @@ class Driving {
     // Read only under the lock: the previous driver is this thread (nested) or nobody.
     previous_ = driver_.load(std::memory_order_relaxed);
     driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    ++drivingDepth;
   }
   ~Driving() {
     driver_.store(previous_, std::memory_order_relaxed);
     mutex_.unlock();
+    if (--drivingDepth == 0 && !afterReleaseQueue.empty()) runAfterRelease();
   }
 
  private:
@@ -189,11 +262,46 @@ class Driving {
 
 }  // namespace
 
+void Engine::afterRelease(std::function<void()> fn) {
+  if (drivingDepth > 0) {
+    afterReleaseQueue.push_back(std::move(fn));
+  } else {
+    fn();
+  }
+}
+
 bool Engine::tryProgress() {
   if (!workerMutex_.try_lock()) return false;
   Driving driving(workerMutex_, driver_, /*locked=*/true);
   progressOnce();
   return true;
+}
+
+void Engine::failStranded() {
+  auto stranded = streamWaits_.close();
+  Driving driving(workerMutex_, driver_, /*locked=*/false);
+  for (const auto& op : stranded) startOp(op);  // fails it: the engine is stopping
+  std::vector<std::function<void(Engine&)>> queued;
+  {
+    std::lock_guard<std::mutex> lock(submitMutex_);
+    queued.swap(submissions_);
+  }
+  for (auto& command : queued) {
+    try {
+      command(*this);
+    } catch (...) {
+    }
+  }
+}
+
+void Engine::submitAfter(const c10::Stream& stream, std::shared_ptr<Op> op) {
+  auto command = [op](Engine& engine) { engine.startOp(op); };
+  streamWaits_.add(stream, std::move(op), std::move(command));
+}
+
+void Engine::continueAfter(const c10::Stream& stream, std::shared_ptr<Op> op,
+                           std::function<void(Engine&)> command) {
+  streamWaits_.add(stream, std::move(op), std::move(command));
 }
 
 void Engine::enqueue(std::function<void(Engine&)> command) {
@@ -271,9 +379,16 @@ void Engine::startOp(const std::shared_ptr<Op>& op) {
   }
   try {
     // UCX's CUDA transports work in the current device's context; the thread that starts
-    // the operation (often the progress thread) may never have touched that device.
+    // the operation (often the progress thread) may never have touched that device. The
+    // progress thread keeps it (its later progress calls need it); a caller's thread that
+    // started the operation inline gets its own device back.
+    std::optional<c10::DeviceGuard> onDevice;
     if (const auto& device = op->cudaDevice()) {
-      c10::impl::getDeviceGuardImpl(device->type())->setDevice(*device);
+      if (onProgressThread()) {
+        c10::impl::getDeviceGuardImpl(device->type())->setDevice(*device);
+      } else {
+        onDevice.emplace(*device);
+      }
     }
     op->start(*this);
   } catch (...) {

@@ -28,6 +28,7 @@
 
 #include "engine/op.hpp"
 #include "engine/peer_watch.hpp"
+#include "engine/stream_waits.hpp"
 #include "ucx/context.hpp"
 #include "ucx/worker.hpp"
 
@@ -67,6 +68,15 @@ class Engine {
   /// Any thread, including one that must not call into UCX (a CUDA host function): start
   /// `op` on whichever thread drives the worker next; this thread only wakes it.
   void submitQuietly(std::shared_ptr<Op> op);
+  /// Any thread: start `op` once `stream` (a CUDA stream) has run what is queued on it now:
+  /// the kernels producing its inputs finish first, and neither the caller nor the device
+  /// is synchronised. If the engine stops first, `op` fails (it never goes missing).
+  void submitAfter(const c10::Stream& stream, std::shared_ptr<Op> op);
+  /// Progress thread (ops): run `command` on the driver once `stream` has run what is
+  /// queued on it now, without holding the worker while the GPU works. `command` must hold
+  /// a reference to `op`; `op` fails if the engine stops first.
+  void continueAfter(const c10::Stream& stream, std::shared_ptr<Op> op,
+                     std::function<void(Engine&)> command);
   /// Any thread: start `ops` in order, in one pass (a coalescing window's operations).
   void submit(std::vector<std::shared_ptr<Op>> ops);
   /// Any thread: fail `op` with `error` (used for timeouts and aborts).
@@ -156,6 +166,11 @@ class Engine {
   /// True inside a completion callback (this thread drives the worker): a wait() there must
   /// progress inline, since nobody else can.
   bool drivenByThisThread() const noexcept;
+  /// Runs `fn` once this thread lets go of the worker (at once if it does not hold it).
+  /// A Work's future runs user callbacks: under the worker they would stall every
+  /// operation of the process while they run, and deadlock if they wait for another
+  /// thread that needs the worker.
+  static void afterRelease(std::function<void()> fn);
   /// Worker-lock holders only: one round of progress without sleeping.
   void progressOnce();
 
@@ -190,6 +205,9 @@ class Engine {
   void postQuietly(std::function<void(Engine&)> command);
   void stop();
   void teardown();
+  /// After the progress thread is gone: fails the operations still behind a CUDA stream and
+  /// runs what was queued after teardown, so that every Work completes.
+  void failStranded();
   void deliverFailure(const std::string& address, const std::string& why);
   /// Worker-lock holders: the work of purgeContext; returns how many messages it dropped.
   std::size_t dropUnexpected(std::uint32_t context);
@@ -247,6 +265,7 @@ class Engine {
   std::vector<std::unique_ptr<char[]>> purgeSinks_;  // purged messages UCX may still write
   std::size_t purged_ = 0;
   std::size_t inflightRequests_ = 0;  // posted and not yet handled
+  StreamWaits streamWaits_;
   friend class Op;
   std::thread thread_;
   // Declared last: its thread stops first, so no report arrives at a dying engine.

@@ -286,3 +286,51 @@ def _lifetime_and_more_ops(rank, ws):
 @needs_gpu
 def test_cuda_buffer_lifetime_any_source_coalesced_and_timeout():
     assert all(run_ranks(_lifetime_and_more_ops, 2, timeout=180))
+
+
+def _device_left_alone(rank, ws):
+    # Every rank's thread is on cuda:0 and moves tensors on cuda:1: starting the operation
+    # inline on this thread must not leave cuda:1 current.
+    torch.cuda.set_device(0)
+    other = torch.device("cuda", 1)
+    peer = 1 - rank
+    x = torch.full((1000,), float(rank), device=other)
+    y = torch.empty(1000, device=other)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, y, peer)]):
+        w.wait()
+    assert torch.cuda.current_device() == 0, "p2p changed this thread's current device"
+    dist.all_reduce(x)
+    assert torch.cuda.current_device() == 0, "all_reduce changed this thread's current device"
+    assert torch.equal(y.cpu(), torch.full((1000,), float(peer)))
+    assert torch.equal(x.cpu(), torch.full((1000,), float(ws * (ws - 1) // 2)))
+    return True
+
+
+@pytest.mark.skipif(not HAVE_GPU or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_cuda_operation_leaves_the_callers_device_current():
+    assert all(run_ranks(_device_left_alone, 2, timeout=120))
+
+
+def _stranded_behind_stream(rank, ws):
+    import datetime
+
+    import commux
+
+    dev = _use_gpu(rank)
+    dist.barrier()
+    if rank == 1:
+        return True
+    # The receive waits for the stream, which sleeps ~2 s on the GPU; the engine stops
+    # (as at interpreter exit) before the stream gets there. The Work must fail, not wait.
+    torch.cuda._sleep(4_000_000_000)
+    w = dist.irecv(torch.empty(4, device=dev), 1, tag=5)
+    commux.load_extension()._shutdown()
+    expect_error(lambda: w.wait(timeout=datetime.timedelta(seconds=20)), ("shut down",),
+                 "a CUDA receive still behind its stream when the engine stopped")
+    torch.cuda.synchronize()
+    return True
+
+
+@needs_gpu
+def test_cuda_operation_behind_its_stream_fails_when_the_engine_stops():
+    assert all(run_ranks(_stranded_behind_stream, 2, timeout=120))
