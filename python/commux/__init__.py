@@ -10,6 +10,7 @@ itself is loading, and UCX is only loaded when a process group is first created.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 
 __version__ = "0.1.0"
@@ -43,7 +44,9 @@ def load_extension():
         if _extension is None:
             from . import _build_config
 
-            if _build_config.UCX_PROVIDER == "wheel":
+            if os.environ.get("COMMUX_UCX_HOME"):
+                _load_site_ucx(os.environ["COMMUX_UCX_HOME"])
+            elif _build_config.UCX_PROVIDER == "wheel":
                 # The PyPI UCX wheel keeps its libraries in its own folder; load them so
                 # the extension's libucp dependency resolves without LD_LIBRARY_PATH.
                 import libucx
@@ -54,6 +57,35 @@ def load_extension():
             atexit.register(_C._shutdown)
             _extension = _C
     return _extension
+
+
+#: The oldest UCX commux runs on (Debian 12's libucx0); libcommux checks it too.
+OLDEST_UCX = (1, 13)
+
+
+def _load_site_ucx(home: str) -> None:
+    """Loads the UCX installed under ``home`` (COMMUX_UCX_HOME: a cluster's UCX with its
+    InfiniBand/RoCE transports) before the extension, whose libucp/libucs dependencies then
+    resolve to it by soname instead of to the wheel's UCX."""
+    import ctypes
+
+    candidates = [home, os.path.join(home, "lib"), os.path.join(home, "lib64"),
+                  os.path.join(home, "lib", "x86_64-linux-gnu"), os.path.join(home, "lib", "aarch64-linux-gnu")]
+    libdir = next((d for d in candidates if os.path.isfile(os.path.join(d, "libucp.so.0"))), None)
+    if libdir is None:
+        raise ImportError(f"commux: COMMUX_UCX_HOME={home}: no libucp.so.0 in any of {candidates}")
+    loaded = {}
+    # Dependencies first, each by full path; RTLD_LOCAL as libucx does (no symbol clashes).
+    for name in ("libucs.so.0", "libucm.so.0", "libuct.so.0", "libucp.so.0"):
+        path = os.path.join(libdir, name)
+        if os.path.isfile(path):
+            loaded[name] = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+    major, minor, release = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+    loaded["libucp.so.0"].ucp_get_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(release))
+    if (major.value, minor.value) < OLDEST_UCX:
+        raise ImportError(
+            f"commux: COMMUX_UCX_HOME={home} holds UCX {major.value}.{minor.value}.{release.value}; "
+            f"commux needs UCX {OLDEST_UCX[0]}.{OLDEST_UCX[1]} or newer")
 
 
 def _create_backend(dist_options, backend_options=None):

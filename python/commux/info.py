@@ -20,6 +20,8 @@ def collect() -> dict:
         "UCX": _C.ucx_version(),
         "UCX headers built against": _C.ucx_header_version(),
         "UCX loaded from": _C.ucx_library_path(),
+        "UCX chosen by": (f"COMMUX_UCX_HOME={os.environ['COMMUX_UCX_HOME']}"
+                          if os.environ.get("COMMUX_UCX_HOME") else "the build (its UCX wheel or system UCX)"),
         "CUDA support compiled": "yes" if _C.cuda_compiled() else "no",
         "CUDA devices visible": _C.cuda_device_count(),
         "UCX transports": ", ".join(_C.transports()) or "none found",
@@ -27,10 +29,47 @@ def collect() -> dict:
     }
 
 
-def main() -> int:
+RDMA_TRANSPORTS = ("rc", "ud", "dc", "rc_verbs", "rc_mlx5", "ud_verbs", "ud_mlx5", "dc_mlx5")
+
+
+def rdma_warning(transports) -> str | None:
+    """A warning when this host has RDMA devices but the loaded UCX cannot use them (the
+    PyPI UCX wheel has no verbs transport: traffic between hosts would go over TCP)."""
+    try:
+        devices = sorted(os.listdir("/sys/class/infiniband"))
+    except OSError:
+        return None
+    if not devices:
+        return None
+    if any(t.split("/")[0] in RDMA_TRANSPORTS for t in transports):
+        return None
+    return (f"this host has RDMA devices ({', '.join(devices)}) but the loaded UCX has no RDMA "
+            "transport; set COMMUX_UCX_HOME to the site's UCX (built with verbs) to use them")
+
+
+def cmake_prefix() -> str:
+    """The prefix to give CMake (CMAKE_PREFIX_PATH) for ``find_package(commux)``."""
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python3 -m commux.info", description=__doc__)
+    parser.add_argument("--cmake-prefix", action="store_true",
+                        help="print the prefix for CMAKE_PREFIX_PATH (find_package(commux)) and exit")
+    args = parser.parse_args(argv)
+    if args.cmake_prefix:
+        print(cmake_prefix())
+        return 0
     width = 26
     for key, value in collect().items():
         print(f"{key + ':':<{width}} {value}")
+    import commux
+
+    warning = rdma_warning(commux.load_extension().transports())
+    if warning:
+        print(f"WARNING: {warning}")
     return 0
 
 

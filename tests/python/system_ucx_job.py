@@ -1,5 +1,6 @@
-"""Two ranks on a commux built against a system UCX; run by test_system_ucx.py with
-PYTHONPATH pointing at a staged package. Prints 'OK <ucx version> <libucp path>'."""
+"""Two ranks on a commux that runs on a system UCX (built against it, or a wheel build with
+COMMUX_UCX_HOME); run by test_system_ucx.py. Prints 'OK <ucx version> <libucp path>'.
+With --no-cuda the build must have left its CUDA unit out."""
 
 import os
 import sys
@@ -9,7 +10,7 @@ import torch
 import torch.multiprocessing as mp
 
 
-def rank_main(rank, world, path, queue):
+def rank_main(rank, world, path, queue, no_cuda):
     import torch.distributed as dist
 
     import commux
@@ -30,7 +31,8 @@ def rank_main(rank, world, path, queue):
         wb.wait()
         assert a.eq(3).all() and b.eq(7).all(), (a, b)
     C = commux.load_extension()
-    assert C.cuda_compiled() is False and C.cuda_device_count() == 0
+    if no_cuda:
+        assert C.cuda_compiled() is False and C.cuda_device_count() == 0
     queue.put((rank, C.ucx_version(), C.ucx_library_path()))
     dist.destroy_process_group()
 
@@ -39,7 +41,7 @@ if __name__ == "__main__":
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     path = os.path.join(tempfile.mkdtemp(), "store")
-    procs = [ctx.Process(target=rank_main, args=(r, 2, path, queue)) for r in range(2)]
+    procs = [ctx.Process(target=rank_main, args=(r, 2, path, queue, "--no-cuda" in sys.argv)) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:

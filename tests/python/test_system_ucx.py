@@ -45,10 +45,40 @@ def test_build_and_run_against_system_ucx(tmp_path):
         shutil.copy(built, stage)
 
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    r = subprocess.run([sys.executable, str(REPO / "tests" / "python" / "system_ucx_job.py")],
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "python" / "system_ucx_job.py"), "--no-cuda"],
                        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     words = r.stdout.split()
     assert words[0] == "OK", r.stdout
     assert words[1] == _system_ucx_version(), f"loaded UCX {words[1]}, system has {_system_ucx_version()}"
     assert "libucx/lib" not in words[2], f"the wheel's UCX was loaded: {words[2]}"
+
+
+def _system_ucx_libdir():
+    r = subprocess.run(["pkg-config", "--variable=libdir", "ucx"], capture_output=True, text=True)
+    return r.stdout.strip()
+
+
+def test_wheel_built_commux_runs_on_the_sites_ucx(tmp_path):
+    """COMMUX_UCX_HOME makes the installed (wheel-built) commux load another UCX at run time,
+    here Debian's 1.13, the oldest supported; commux.info reports which one was loaded."""
+    env = dict(os.environ, COMMUX_UCX_HOME=_system_ucx_libdir())
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "python" / "system_ucx_job.py")],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    words = r.stdout.split()
+    assert words[0] == "OK", r.stdout
+    assert words[1] == _system_ucx_version(), f"loaded UCX {words[1]}, COMMUX_UCX_HOME has {_system_ucx_version()}"
+    assert words[2].startswith(_system_ucx_libdir()), f"loaded {words[2]}"
+    info = subprocess.run([sys.executable, "-m", "commux.info"], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert info.returncode == 0, info.stderr
+    assert "UCX:" in info.stdout and _system_ucx_version() in info.stdout, info.stdout
+    assert "COMMUX_UCX_HOME" in info.stdout, info.stdout
+
+
+def test_ucx_home_without_ucx_is_a_clear_error(tmp_path):
+    env = dict(os.environ, COMMUX_UCX_HOME=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", "import commux; commux.load_extension()"], env=env,
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode != 0 and "no libucp.so.0" in r.stderr, r.stderr

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# C++ consumers of commux: the project in tests/consumer builds test_commux and the halo
+# example (examples/cpp/halo) against commux::commux three ways, and runs both on 2 and 3
+# ranks each time:
+#   1. find_package(commux) on the installed wheel layout (python3 -m commux.info --cmake-prefix)
+#   2. FetchContent of this repository at HEAD (what is committed), which also installs
+#      commux into a plain prefix (build/commux-prefix) with `cmake --install`
+#   3. find_package(commux) on that plain prefix
+# Run scripts/install.sh first. Every run has a hard time limit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+PY=${PYTHON:-python3}
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+run_both() {
+  local dir=$1
+  for n in 2 3; do
+    echo "-- $dir: test_commux --spawn $n"
+    timeout 180 "$dir/test_commux" --spawn "$n"
+  done
+  echo "-- $dir: test_commux --spawn 3 with COMMUX_COALESCE=1 COMMUX_GROUP=1"
+  COMMUX_COALESCE=1 COMMUX_GROUP=1 timeout 180 "$dir/test_commux" --spawn 3
+  echo "-- $dir: COMMUX_BENCH=1 COMMUX_BENCH_V=4 test_commux --spawn 2"
+  COMMUX_BENCH=1 COMMUX_BENCH_V=4 timeout 180 "$dir/test_commux" --spawn 2
+  for n in 2 3; do
+    echo "-- $dir: halo on $n ranks (torchrun)"
+    COMMUX_GROUP=1 timeout 180 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$n" \
+      --no-python "$dir/halo/halo" 500 100
+  done
+}
+
+configure() {
+  cmake -S tests/consumer "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DPython3_EXECUTABLE="$(command -v "$PY")" "$@" >/dev/null
+}
+
+prefix=$("$PY" -m commux.info --cmake-prefix)
+echo "== consumer 1: find_package(commux) in the installed package ($prefix)"
+configure -B build/consumer-package -DCOMMUX_VIA=package -DCMAKE_PREFIX_PATH="$prefix"
+cmake --build build/consumer-package
+run_both build/consumer-package
+
+echo "== consumer 2: FetchContent of $(git rev-parse --short HEAD), installed into build/commux-prefix"
+configure -B build/consumer-fetch -DCOMMUX_VIA=fetch -DCOMMUX_GIT_REPOSITORY="$PWD" \
+  -DCOMMUX_GIT_TAG="$(git rev-parse HEAD)" -DCOMMUX_INSTALL=ON
+cmake --build build/consumer-fetch
+run_both build/consumer-fetch
+rm -rf build/commux-prefix
+cmake --install build/consumer-fetch/_deps/commux-build --prefix build/commux-prefix >/dev/null
+
+echo "== consumer 3: find_package(commux) in the plain prefix build/commux-prefix"
+configure -B build/consumer-prefix -DCOMMUX_VIA=package -DCMAKE_PREFIX_PATH="$PWD/build/commux-prefix"
+cmake --build build/consumer-prefix
+run_both build/consumer-prefix
+echo "== consumers: all passed"

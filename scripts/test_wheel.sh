@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The binary wheel on a machine without a compiler: builds it (scripts/build_wheel.sh),
+# installs it into a fresh virtualenv (which sees this Python's torch and UCX wheel, as a
+# cluster's shared environment would, but gets its own commux), and runs the p2p and
+# collective tests with nothing but the virtualenv on PATH: no compiler, no cmake.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+wheel=$(scripts/build_wheel.sh | tail -1)
+venv=build/wheel-venv
+rm -rf "$venv"
+"$PY" -m venv --system-site-packages "$venv"
+"$venv/bin/python" -m pip install --disable-pip-version-check -q "$wheel"
+cd tests/python  # not the repository root: `import commux` must not find python/commux
+PATH="$PWD/../../$venv/bin" "$PWD/../../$venv/bin/python" - <<'PY'
+import os, shutil, sys
+import commux
+assert shutil.which("g++") is None and shutil.which("c++") is None and shutil.which("cmake") is None, os.environ["PATH"]
+where = os.path.dirname(commux.__file__)
+assert where.startswith(sys.prefix), f"commux came from {where}, not the virtualenv {sys.prefix}"
+print("commux", commux.__version__, "from", where, "; no compiler on PATH")
+PY
+PATH="$PWD/../../$venv/bin" timeout 1200 "$PWD/../../$venv/bin/python" -m pytest -q -p no:cacheprovider \
+  test_p2p.py test_collectives.py
