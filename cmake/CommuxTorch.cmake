@@ -34,7 +34,8 @@ else()
 endif()
 message(STATUS "commux: torch ${COMMUX_TORCH_VERSION} (CUDA '${COMMUX_TORCH_CUDA}', cxx11 abi ${_torch_cxx11_abi}) at ${COMMUX_TORCH_LIB_DIR}")
 
-add_library(commux::torch INTERFACE IMPORTED)
+# GLOBAL: a parent project (FetchContent) links commux::commux, which needs it.
+add_library(commux::torch INTERFACE IMPORTED GLOBAL)
 set_target_properties(commux::torch PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${_torch_include_dirs}"
   INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${_torch_cxx11_abi}"
