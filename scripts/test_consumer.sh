@@ -36,7 +36,7 @@ run_both() {
 
 configure() {
   cmake -S tests/consumer "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DPython3_EXECUTABLE="$(command -v "$PY")" "$@" >/dev/null
+    --no-warn-unused-cli -DPython3_EXECUTABLE="$(command -v "$PY")" "$@" >/dev/null
 }
 
 prefix=$("$PY" -m commux.info --cmake-prefix)

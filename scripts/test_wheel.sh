@@ -10,7 +10,19 @@ wheel=$(scripts/build_wheel.sh | tail -1)
 venv=build/wheel-venv
 rm -rf "$venv"
 "$PY" -m venv --system-site-packages "$venv"
-"$venv/bin/python" -m pip install --disable-pip-version-check -q "$wheel"
+# --force-reinstall: this Python may have commux installed already (scripts/install.sh);
+# the virtualenv must get the wheel. Its requirements (the pinned torch, the UCX wheel,
+# numpy) come from this Python's site-packages: check each one is met.
+"$venv/bin/python" -m pip install --disable-pip-version-check -q --force-reinstall --no-deps "$wheel"
+"$venv/bin/python" - <<'PY'
+import importlib.metadata as md
+from packaging.requirements import Requirement
+reqs = [Requirement(r) for r in md.requires("commux") if "extra ==" not in r]
+for r in reqs:
+    have = md.version(r.name)
+    assert r.specifier.contains(have, prereleases=True), f"commux needs {r}, found {r.name} {have}"
+print("the wheel requires:", ", ".join(map(str, reqs)), "(all met)")
+PY
 cd tests/python  # not the repository root: `import commux` must not find python/commux
 PATH="$PWD/../../$venv/bin" "$PWD/../../$venv/bin/python" - <<'PY'
 import os, shutil, sys
@@ -20,5 +32,8 @@ where = os.path.dirname(commux.__file__)
 assert where.startswith(sys.prefix), f"commux came from {where}, not the virtualenv {sys.prefix}"
 print("commux", commux.__version__, "from", where, "; no compiler on PATH")
 PY
-PATH="$PWD/../../$venv/bin" timeout 1200 "$PWD/../../$venv/bin/python" -m pytest -q -p no:cacheprovider \
+# A fresh install imports without a warning (torch warns without numpy, for one).
+noise=$(PATH="$PWD/../../$venv/bin" "$PWD/../../$venv/bin/python" -c "import torch.distributed, commux; commux.load_extension()" 2>&1)
+[ -z "$noise" ] || { echo "importing commux printed: $noise" >&2; exit 1; }
+PATH="$PWD/../../$venv/bin" "$(command -v timeout)" 1200 "$PWD/../../$venv/bin/python" -m pytest -q -p no:cacheprovider \
   test_p2p.py test_collectives.py

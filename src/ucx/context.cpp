@@ -53,7 +53,10 @@ Context::Context(bool loopbackOnly) {
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;  // one worker, owned by one progress thread
   params.name = "commux";
-  check(ucp_init(&params, config, &handle_), "ucp_init");
+  // ucp_init() would ask for the API of the headers commux was built with; it needs only
+  // what UCX 1.13 has (the system-UCX build compiles against 1.13), and an older UCX picked
+  // at run time (COMMUX_UCX_HOME) would warn that the API is incompatible.
+  check(ucp_init_version(kOldestMajor, kOldestMinor, &params, config, &handle_), "ucp_init");
 }
 
 Context::~Context() {
