@@ -15,6 +15,8 @@ endforeach()
 string(REGEX MATCH "include_dirs=([^\n]*)" _m "${_torch_info}")
 set(_torch_include_dirs "${CMAKE_MATCH_1}")
 
+string(REGEX MATCH "pybind11_defines=([^\n]*)" _m "${_torch_info}")
+set(COMMUX_TORCH_PYBIND11_DEFINES "${CMAKE_MATCH_1}")
 set(COMMUX_TORCH_VERSION ${_torch_version})
 set(COMMUX_TORCH_LIB_DIR ${_torch_lib_dir})
 set(COMMUX_TORCH_CUDA "${_torch_cuda}")

@@ -281,6 +281,12 @@ void Engine::failStranded() {
   auto stranded = streamWaits_.close();
   Driving driving(workerMutex_, driver_, /*locked=*/false);
   for (const auto& op : stranded) startOp(op);  // fails it: the engine is stopping
+  runQueuedWhileStopping();
+}
+
+void Engine::runQueuedWhileStopping() {
+  // Queued commands still run, so every queued operation reports (startOp fails it now
+  // that the engine stops): a dropped one would leave its Work waiting forever.
   std::vector<std::function<void(Engine&)>> queued;
   {
     std::lock_guard<std::mutex> lock(submitMutex_);
@@ -776,19 +782,7 @@ void Engine::teardown() {
   auto error = commError("commux: the process group was shut down with this operation in flight");
   std::vector<Op*> live(active_.begin(), active_.end());
   for (Op* op : live) op->fail(*this, error);
-  // Queued commands still run, so every queued operation reports (startOp fails it now
-  // that the engine stops): a dropped one would leave its Work waiting forever.
-  std::vector<std::function<void(Engine&)>> queued;
-  {
-    std::lock_guard<std::mutex> lock(submitMutex_);
-    queued.swap(submissions_);
-  }
-  for (auto& command : queued) {
-    try {
-      command(*this);
-    } catch (...) {
-    }
-  }
+  runQueuedWhileStopping();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (inflightRequests_ != 0 &&
          std::chrono::steady_clock::now() < deadline) {

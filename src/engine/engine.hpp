@@ -208,6 +208,8 @@ class Engine {
   /// After the progress thread is gone: fails the operations still behind a CUDA stream and
   /// runs what was queued after teardown, so that every Work completes.
   void failStranded();
+  /// Worker-lock holders, once stopping: runs (and so fails) every queued command.
+  void runQueuedWhileStopping();
   void deliverFailure(const std::string& address, const std::string& why);
   /// Worker-lock holders: the work of purgeContext; returns how many messages it dropped.
   std::size_t dropUnexpected(std::uint32_t context);

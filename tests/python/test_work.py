@@ -17,12 +17,18 @@ from harness import cpu_seconds, is_ucx, run_ranks, side_barrier
 # --------------------------------------------------------------------------
 
 
+# torch 2.5 cannot return Work.exception() to Python (no caster for exception_ptr:
+# "Unregistered type", whatever the backend); 2.15 can, releases between were not tried.
+_EXCEPTION_BOUND = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 6)
+
+
 def _check_done_work(w, expected, what):
     """Checks shared by every successfully completed work."""
     assert w.is_completed(), f"{what}: is_completed() is False after wait()"
     if hasattr(w, "is_success"):
         assert w.is_success(), f"{what}: is_success() is False after a successful op"
-    assert w.exception() is None, f"{what}: exception() = {w.exception()!r} on success"
+    if _EXCEPTION_BOUND:
+        assert w.exception() is None, f"{what}: exception() = {w.exception()!r} on success"
     res = w.result()
     assert isinstance(res, list) and len(res) == len(expected), (
         f"{what}: result() returned {res!r}, expected a list of {len(expected)} tensors"
@@ -75,7 +81,7 @@ def _work_api_p2p(rank, world_size):
     if rank == 0:
         w = dist.isend(data.clone(), 1, tag=3)
         w.wait()
-        assert w.is_completed() and w.exception() is None
+        assert w.is_completed() and (not _EXCEPTION_BOUND or w.exception() is None)
         if hasattr(w, "is_success"):
             assert w.is_success()
         # recv future, taken before completion and chained.
