@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# C++ consumers of commux: the project in tests/consumer builds test_commux and the halo
-# example (examples/cpp/halo) against commux::commux three ways, and runs both on 2 and 3
-# ranks each time:
+# C++ consumers of commux: the project in tests/consumer, copied outside the repository
+# with the halo example (examples/cpp/halo), builds test_commux and halo against
+# commux::commux three ways, and runs both on 2 and 3 ranks each time:
 #   1. find_package(commux) on the installed wheel layout (python3 -m commux.info --cmake-prefix)
 #   2. FetchContent of this repository at HEAD (what is committed), which also installs
 #      commux into a plain prefix (build/commux-prefix) with `cmake --install`
@@ -34,8 +34,18 @@ run_both() {
   done
 }
 
+# The consumer's sources live outside the repository, as a user's project would.
+src=$(mktemp -d)/consumer
+mkdir -p "$src"
+cp tests/consumer/CMakeLists.txt tests/consumer/test_commux.cpp "$src"/
+cp -r examples/cpp/halo "$src"/halo
+trap 'rm -rf "$(dirname "$src")"' EXIT
+# Fresh build folders (their caches name the source folder); the fetched commux lands at
+# the same path each time, so ccache still serves its objects.
+rm -rf build/consumer-package build/consumer-fetch build/consumer-prefix
+
 configure() {
-  cmake -S tests/consumer "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S "$src" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     --no-warn-unused-cli -DPython3_EXECUTABLE="$(command -v "$PY")" "$@" >/dev/null
 }
 
