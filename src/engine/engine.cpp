@@ -143,12 +143,9 @@ Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds
       progressSpin_(progressSpin),
       handOffDelayNs_(std::chrono::duration_cast<std::chrono::nanoseconds>(handOffDelay).count()),
       contextsInUse_(wire::kMaxContexts, false),
+      // Never refused: commands pushed while the engine stops are run by failStranded().
       streamWaits_([this](StreamWaits::Command command) {
-        {
-          std::lock_guard<std::mutex> lock(submitMutex_);
-          submissions_.push_back(std::move(command));
-        }
-        submitted_.fetch_add(1, std::memory_order_seq_cst);
+        append(std::move(command));
         handOff();
       }),
       watch_([this](const std::string& address, const std::string& why) {
@@ -302,7 +299,7 @@ void Engine::runQueuedWhileStopping() {
 
 void Engine::submitAfter(const c10::Stream& stream, std::shared_ptr<Op> op) {
   auto command = [op](Engine& engine) { engine.startOp(op); };
-  streamWaits_.add(stream, std::move(op), std::move(command));
+  continueAfter(stream, std::move(op), std::move(command));
 }
 
 void Engine::continueAfter(const c10::Stream& stream, std::shared_ptr<Op> op,
@@ -314,6 +311,10 @@ void Engine::enqueue(std::function<void(Engine&)> command) {
   if (stopping_.load()) {
     throw std::runtime_error("commux: the communication engine has shut down");
   }
+  append(std::move(command));
+}
+
+void Engine::append(std::function<void(Engine&)> command) {
   {
     std::lock_guard<std::mutex> lock(submitMutex_);
     submissions_.push_back(std::move(command));
@@ -540,10 +541,6 @@ void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error, bool drive
   } else {
     postQuietly(std::move(report));
   }
-}
-
-void Engine::submitQuietly(std::shared_ptr<Op> op) {
-  postQuietly([op = std::move(op)](Engine& engine) { engine.startOp(op); });
 }
 
 void Engine::postQuietly(std::function<void(Engine&)> command) {

@@ -65,9 +65,6 @@ class Engine {
 
   /// Any thread: start `op` on the progress thread.
   void submit(std::shared_ptr<Op> op);
-  /// Any thread, including one that must not call into UCX (a CUDA host function): start
-  /// `op` on whichever thread drives the worker next; this thread only wakes it.
-  void submitQuietly(std::shared_ptr<Op> op);
   /// Any thread: start `op` once `stream` (a CUDA stream) has run what is queued on it now:
   /// the kernels producing its inputs finish first, and neither the caller nor the device
   /// is synchronised. If the engine stops first, `op` fails (it never goes missing).
@@ -200,6 +197,8 @@ class Engine {
   void fireTimer();
   /// Appends `command` to the submissions (throws once the engine stops).
   void enqueue(std::function<void(Engine&)> command);
+  /// Appends `command` to the submissions, stopping or not.
+  void append(std::function<void(Engine&)> command);
   void post(std::function<void(Engine&)> command);
   /// Queues `command` for the next driver and wakes a sleeper; never drives the worker.
   void postQuietly(std::function<void(Engine&)> command);

@@ -4,7 +4,6 @@
 #include <torch/csrc/utils/pybind.h>
 #include <ucp/api/ucp.h>
 
-#include <dlfcn.h>
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
@@ -12,26 +11,10 @@
 #include "commux/process_group_ucx.hpp"
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
+#include "ucx/loaded_library.hpp"
 
 namespace py = pybind11;
 
-namespace {
-
-std::string ucxLibraryPath() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&ucp_get_version), &info) != 0 && info.dli_fname != nullptr) {
-    return info.dli_fname;
-  }
-  return "";
-}
-
-std::string ucxVersion() {
-  unsigned major = 0, minor = 0, release = 0;
-  ucp_get_version(&major, &minor, &release);
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
-}
-
-}  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "commux: a UCX c10d backend for torch.distributed";
@@ -71,10 +54,10 @@ PYBIND11_MODULE(_C, m) {
           py::arg("device"));
 
   m.def("version", [] { return std::string(COMMUX_VERSION); });
-  m.def("ucx_version", &ucxVersion, "Version of the UCX library loaded at run time");
+  m.def("ucx_version", &commux::ucx::loadedVersion, "Version of the UCX library loaded at run time");
   m.def("ucx_header_version",
         [] { return std::to_string(UCP_API_MAJOR) + "." + std::to_string(UCP_API_MINOR); });
-  m.def("ucx_library_path", &ucxLibraryPath, "Path of the libucp that was loaded");
+  m.def("ucx_library_path", &commux::ucx::loadedLibraryPath, "Path of the libucp that was loaded");
   m.def("cuda_compiled", &commux::cuda::compiled);
   m.def("cuda_device_count", &commux::cuda::deviceCount);
   m.def("transports", [] { return commux::engine::Engine::instance()->transports(); },

@@ -1,44 +1,15 @@
 #include "ucx/context.hpp"
 
-#include <dlfcn.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <set>
 #include <sstream>
-#include <stdexcept>
-#include <string>
 
+#include "ucx/loaded_library.hpp"
 #include "ucx/status.hpp"
 
 namespace commux::ucx {
-
-namespace {
-
-// The oldest UCX commux runs on (Debian 12's libucx0; tested in tests/python/test_system_ucx.py).
-constexpr unsigned kOldestMajor = 1;
-constexpr unsigned kOldestMinor = 13;
-
-// The UCX picked at run time (COMMUX_UCX_HOME, LD_LIBRARY_PATH, the wheel) may be older than
-// the headers commux was built with: say so instead of failing somewhere inside UCX.
-void checkLoadedVersion() {
-  unsigned major = 0, minor = 0, release = 0;
-  ucp_get_version(&major, &minor, &release);
-  if (major > kOldestMajor || (major == kOldestMajor && minor >= kOldestMinor)) return;
-  std::string where = "libucp";
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&ucp_get_version), &info) != 0 && info.dli_fname != nullptr) {
-    where = info.dli_fname;
-  }
-  throw std::runtime_error("commux: the UCX loaded at run time (" + where + ") is " +
-                           std::to_string(major) + "." + std::to_string(minor) + "." +
-                           std::to_string(release) + "; commux needs UCX " +
-                           std::to_string(kOldestMajor) + "." + std::to_string(kOldestMinor) +
-                           " or newer (COMMUX_UCX_HOME or LD_LIBRARY_PATH choose which UCX loads)");
-}
-
-}  // namespace
 
 Context::Context(bool loopbackOnly) {
   checkLoadedVersion();
