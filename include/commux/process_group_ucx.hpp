@@ -28,6 +28,7 @@ struct Schedule;
 }  // namespace collectives
 namespace shm {
 class Channel;
+struct Job;
 }  // namespace shm
 class GroupHealth;
 class PeerTable;
@@ -169,6 +170,16 @@ class ProcessGroupUCX : public c10d::Backend {
   /// The group's shared-memory channel, or null when the group cannot use one (or it
   /// broke). The first call is collective: every rank must make it at the same point.
   std::shared_ptr<shm::Channel> shmChannel();
+  /// The group's channel when this collective goes through shared memory (CPU tensors on a
+  /// group whose ranks share a host), else null; every rank decides alike. Raises first
+  /// when collectives may not run (an earlier one failed).
+  std::shared_ptr<shm::Channel> shmFor(const char* what, bool cpu);
+  /// Runs `job` on `channel`; `finalize` copies the results out when it completes.
+  c10::intrusive_ptr<c10d::Work> launchShm(c10d::OpType type, std::string description,
+                                           std::vector<at::Tensor> outputs,
+                                           const std::shared_ptr<shm::Channel>& channel,
+                                           shm::Job&& job, std::function<void()> finalize,
+                                           std::chrono::milliseconds timeout);
   /// Raises once the group was aborted or shut down.
   void checkUsable() const;
   /// Raises when `work` cannot run: a send to a dead peer, a collective after an earlier

@@ -9,6 +9,7 @@
 #include "c10d/validation.hpp"
 #include "collectives/schedule.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "shm/collective_op.hpp"
 
 namespace commux {
 namespace {
@@ -116,6 +117,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
                     "commux: all_to_all_single: input and output dtypes differ");
   auto sendCounts = countsFromSplits("input", inputBuffer, inputSplitSizes, size_);
   auto recvCounts = countsFromSplits("output", outputBuffer, outputSplitSizes, size_);
+  if (auto channel = shmFor("all_to_all_single", inputBuffer.is_cpu())) {
+    const bool direct = outputBuffer.is_contiguous() && !overlap(inputBuffer, outputBuffer);
+    shm::Job job;
+    job.kind = shm::Kind::Alltoall;
+    job.input = flat(inputBuffer);
+    job.output = direct ? outputBuffer.view({-1}) : at::empty({outputBuffer.numel()}, outputBuffer.options());
+    job.sendCounts = std::move(sendCounts);
+    job.recvCounts = std::move(recvCounts);
+    std::function<void()> unpack;
+    if (!direct) {
+      unpack = [staged = job.output, outputBuffer] {
+        outputBuffer.copy_(staged.view(outputBuffer.sizes()));
+      };
+    }
+    return launchShm(c10d::OpType::ALLTOALL_BASE,
+                     describe("all_to_all_single", {inputBuffer}, "", "shared memory", nextSequence()),
+                     {outputBuffer}, channel, std::move(job), std::move(unpack), opts.timeout);
+  }
   if (inputBuffer.is_contiguous() && outputBuffer.is_contiguous() &&
       !overlap(inputBuffer, outputBuffer)) {
     return alltoallDirect(inputBuffer, outputBuffer, std::move(sendCounts),
@@ -149,6 +168,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
     flatInputs.push_back(inputTensors[r].reshape({-1}));
   }
   std::vector<at::Tensor> outputs = outputTensors;
+  if (auto channel = shmFor("all_to_all", inputTensors[0].is_cpu())) {
+    const std::size_t total = std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0});
+    at::Tensor received = at::empty({static_cast<int64_t>(total)}, inputTensors[0].options());
+    shm::Job job;
+    job.kind = shm::Kind::Alltoall;
+    job.input = at::cat(flatInputs);
+    job.output = received;
+    job.sendCounts = std::move(sendCounts);
+    job.recvCounts = recvCounts;
+    return launchShm(c10d::OpType::ALLTOALL,
+                     describe("all_to_all", inputTensors, "", "shared memory", nextSequence()),
+                     outputs, channel, std::move(job),
+                     [received, outputs, recvCounts] {
+                       int64_t offset = 0;
+                       for (std::size_t r = 0; r < outputs.size(); ++r) {
+                         const auto n = static_cast<int64_t>(recvCounts[r]);
+                         outputs[r].copy_(received.narrow(0, offset, n).view(outputs[r].sizes()));
+                         offset += n;
+                       }
+                     },
+                     opts.timeout);
+  }
   return alltoallFlat(c10d::OpType::ALLTOALL, "all_to_all", at::cat(flatInputs),
                       std::move(sendCounts), recvCounts, outputs,
                       [outputs, recvCounts](const at::Tensor& received) {

@@ -7,6 +7,7 @@
 #include "c10d/validation.hpp"
 #include "collectives/schedule.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "shm/collective_op.hpp"
 
 namespace commux {
 
@@ -20,6 +21,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
                     "commux: all_gather_into_tensor: the output holds ",
                     outputBuffer.numel(), " elements; it must hold world size (", size_,
                     ") x input (", inputBuffer.numel(), ")");
+  if (auto channel = shmFor("all_gather_into_tensor", inputBuffer.is_cpu())) {
+    shm::Job job;
+    job.kind = shm::Kind::Allgather;
+    job.input = flat(inputBuffer);
+    job.output = flat(outputBuffer);
+    at::Tensor output = job.output;
+    return launchShm(c10d::OpType::_ALLGATHER_BASE,
+                     describe("all_gather_into_tensor", {inputBuffer}, "", "shared memory",
+                              nextSequence()),
+                     {outputBuffer}, channel, std::move(job),
+                     [output, outputBuffer] { scatterBack(output, {outputBuffer}); }, opts.timeout);
+  }
   at::Tensor work = flat(outputBuffer);
   work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n))
       .copy_(inputBuffer.reshape({-1}));
@@ -48,19 +61,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
                     outputs[0].numel(), " elements, the input ", input.numel());
   checkSameKind("all_gather", input, outputs[0]);
   const std::size_t n = elementCount(input);
+  auto channel = shmFor("all_gather", input.is_cpu());
   at::Tensor work = at::empty({static_cast<int64_t>(n) * size_}, input.options());
+  auto unpack = [work, outputs, n] {
+    for (std::size_t r = 0; r < outputs.size(); ++r) {
+      outputs[r].copy_(work.narrow(0, static_cast<int64_t>(r * n), static_cast<int64_t>(n))
+                           .view(outputs[r].sizes()));
+    }
+  };
+  if (channel) {
+    shm::Job job;
+    job.kind = shm::Kind::Allgather;
+    job.input = flat(input);
+    job.output = work;
+    return launchShm(c10d::OpType::ALLGATHER,
+                     describe("all_gather", {input}, "", "shared memory", nextSequence()), outputs,
+                     channel, std::move(job), std::move(unpack), opts.timeout);
+  }
   work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n)).copy_(input.reshape({-1}));
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::ALLGATHER, seq, describe("all_gather", {input}, "", "ring", seq), outputs,
       collectives::allgatherRing(rank_, size_, equalBlocks(n, size_)), work, std::nullopt,
-      [work, outputs, n] {
-        for (std::size_t r = 0; r < outputs.size(); ++r) {
-          outputs[r].copy_(work.narrow(0, static_cast<int64_t>(r * n), static_cast<int64_t>(n))
-                               .view(outputs[r].sizes()));
-        }
-      },
-      opts.timeout);
+      std::move(unpack), opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
@@ -75,10 +98,34 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
                     "commux: reduce_scatter_tensor: the input holds ", inputBuffer.numel(),
                     " elements; it must hold world size (", size_, ") x output (",
                     outputBuffer.numel(), ")");
+  const int64_t contributions = size_;
+  if (auto channel = shmFor("reduce_scatter_tensor", inputBuffer.is_cpu())) {
+    // Only read: the input needs a private copy only when its contribution is scaled first.
+    at::Tensor input = flat(inputBuffer);
+    if (reduction.changesContribution()) {
+      input = input.clone();
+      reduction.prepare(input);
+    }
+    const bool direct = outputBuffer.is_contiguous();
+    at::Tensor output = direct ? outputBuffer.view({-1}) : at::empty({static_cast<int64_t>(n)}, outputBuffer.options());
+    shm::Job job;
+    job.kind = shm::Kind::ReduceScatter;
+    job.reduce = reduction.kind();
+    job.input = input;
+    job.output = output;
+    return launchShm(c10d::OpType::_REDUCE_SCATTER_BASE,
+                     describe("reduce_scatter_tensor", {outputBuffer}, reduction.label(),
+                              "shared memory", nextSequence()),
+                     {outputBuffer}, channel, std::move(job),
+                     [output, outputBuffer, reduction, contributions, direct] {
+                       reduction.finish(output, contributions);
+                       if (!direct) outputBuffer.copy_(output.view(outputBuffer.sizes()));
+                     },
+                     opts.timeout);
+  }
   // The input must stay as it is: reduce in a private copy.
   at::Tensor work = inputBuffer.reshape({-1}).clone();
   reduction.prepare(work);
-  const int64_t contributions = size_;
   const int64_t offset = static_cast<int64_t>(n) * rank_;
   const std::uint32_t seq = nextSequence();
   return launchCollective(

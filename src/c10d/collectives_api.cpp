@@ -13,7 +13,8 @@
 #include "commux/process_group_ucx.hpp"
 #include "engine/collective_op.hpp"
 #include "engine/engine.hpp"
-#include "shm/allreduce_op.hpp"
+#include "shm/channel.hpp"
+#include "shm/collective_op.hpp"
 
 namespace commux {
 namespace {
@@ -63,6 +64,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
   return w;
 }
 
+std::shared_ptr<shm::Channel> ProcessGroupUCX::shmFor(const char* what, bool cpu) {
+  // Before the shared-memory set-up, which waits for every rank in the store.
+  checkCollectivesAllowed(what);
+  auto channel = shmChannel();
+  return cpu ? channel : nullptr;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
+    c10d::OpType type, std::string description, std::vector<at::Tensor> outputs,
+    const std::shared_ptr<shm::Channel>& channel, shm::Job&& job, std::function<void()> finalize,
+    std::chrono::milliseconds timeout) {
+  const NoAutograd noAutograd;
+  // Every member takes part: the collective fails when any of them dies.
+  peers_->resolveAll();
+  auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
+  w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
+  launch(w, std::make_shared<shm::CollectiveOp>(channel, std::move(job), std::move(finalize),
+                                                w->description(), w->completer()));
+  return w;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
   const NoAutograd noAutograd;
@@ -71,9 +93,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
   }
   checkTensors("allreduce", tensors, true);
   const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
-  // Before the shared-memory set-up, which waits for every rank in the store.
-  checkCollectivesAllowed("allreduce");
-  auto channel = shmChannel();
+  auto channel = shmFor("allreduce", tensors[0].is_cpu());
   at::Tensor work = localReduce(tensors, reduction.kind(), false);
   reduction.prepare(work);
   const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
@@ -81,17 +101,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
     reduction.finish(work, contributions);
     scatterBack(work, tensors);
   };
-  if (channel && work.is_cpu()) {
-    const std::uint32_t seq = nextSequence();
-    peers_->resolveAll();
-    auto w = makeWork(c10d::OpType::ALLREDUCE, tensors,
-                      describe("allreduce", tensors, reduction.label(), "shared memory", seq),
-                      opts.timeout);
-    w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
-    launch(w, std::make_shared<shm::AllreduceOp>(channel, work, reduction.kind(),
-                                                 std::move(finalize), w->description(),
-                                                 w->completer()));
-    return w;
+  if (channel) {
+    shm::Job job;
+    job.kind = shm::Kind::Allreduce;
+    job.reduce = reduction.kind();
+    job.buffer = work;
+    return launchShm(c10d::OpType::ALLREDUCE,
+                     describe("allreduce", tensors, reduction.label(), "shared memory", nextSequence()),
+                     tensors, channel, std::move(job), std::move(finalize), opts.timeout);
   }
   auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
                                          thresholds());
@@ -112,23 +129,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
   const bool isRoot = rank_ == root;
   // Only the root's tensors receive the result; the others keep their input, so
   // non-roots reduce in a private buffer.
+  auto channel = shmFor("reduce", tensors[0].is_cpu());
   at::Tensor work = localReduce(tensors, reduction.kind(), !isRoot);
   reduction.prepare(work);
+  const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
+  auto finalize = [work, tensors, reduction, contributions, isRoot] {
+    if (!isRoot) return;
+    reduction.finish(work, contributions);
+    scatterBack(work, tensors);
+  };
+  const std::string detail = reduction.label() + " to rank " + std::to_string(root);
+  if (channel) {
+    shm::Job job;
+    job.kind = shm::Kind::Reduce;
+    job.root = root;
+    job.reduce = reduction.kind();
+    job.buffer = work;
+    return launchShm(c10d::OpType::REDUCE,
+                     describe("reduce", tensors, detail, "shared memory", nextSequence()), tensors,
+                     channel, std::move(job), std::move(finalize), opts.timeout);
+  }
   auto plan = collectives::planReduce(rank_, size_, root, elementCount(work), work.element_size(),
                                       thresholds());
-  const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
   const std::uint32_t seq = nextSequence();
-  return launchCollective(
-      c10d::OpType::REDUCE, seq,
-      describe("reduce", tensors, reduction.label() + " to rank " + std::to_string(root),
-               plan.algorithm, seq),
-      tensors, std::move(plan.schedule), work, reduction.kind(),
-      [work, tensors, reduction, contributions, isRoot] {
-        if (!isRoot) return;
-        reduction.finish(work, contributions);
-        scatterBack(work, tensors);
-      },
-      opts.timeout);
+  return launchCollective(c10d::OpType::REDUCE, seq,
+                          describe("reduce", tensors, detail, plan.algorithm, seq), tensors,
+                          std::move(plan.schedule), work, reduction.kind(), std::move(finalize),
+                          opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor>& tensors,
@@ -140,23 +167,38 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                     "commux: broadcast: rootTensor ", opts.rootTensor, " is outside the list of ",
                     tensors.size(), " tensors");
   const int root = static_cast<int>(opts.rootRank);
+  auto channel = shmFor("broadcast", tensors[0].is_cpu());
   at::Tensor work = rank_ == root ? flat(tensors[opts.rootTensor])
                     : tensors.size() == 1 && tensors[0].is_contiguous()
                         ? tensors[0].view({-1})
                         : at::empty({tensors[0].numel()}, tensors[0].options());
+  const std::string detail = "from rank " + std::to_string(root);
+  if (channel) {
+    shm::Job job;
+    job.kind = shm::Kind::Broadcast;
+    job.root = root;
+    job.buffer = work;
+    return launchShm(c10d::OpType::BROADCAST,
+                     describe("broadcast", tensors, detail, "shared memory", nextSequence()),
+                     tensors, channel, std::move(job), [work, tensors] { scatterBack(work, tensors); },
+                     opts.timeout);
+  }
   auto plan = collectives::planBroadcast(rank_, size_, root, elementCount(work), work.element_size(),
                                          thresholds());
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::BROADCAST, seq,
-      describe("broadcast", tensors, "from rank " + std::to_string(root), plan.algorithm,
-               seq),
+      describe("broadcast", tensors, detail, plan.algorithm, seq),
       tensors, std::move(plan.schedule), work, std::nullopt,
       [work, tensors] { scatterBack(work, tensors); }, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptions& opts) {
   const NoAutograd noAutograd;
+  if (auto channel = shmFor("barrier", true)) {
+    return launchShm(c10d::OpType::BARRIER, describe("barrier", {}, "", "shared memory", nextSequence()),
+                     {}, channel, shm::Job{}, nullptr, opts.timeout);
+  }
   auto plan = collectives::planBarrier(rank_, size_);
   const std::uint32_t seq = nextSequence();
   return launchCollective(c10d::OpType::BARRIER, seq,

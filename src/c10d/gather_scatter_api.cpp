@@ -6,6 +6,7 @@
 #include "c10d/validation.hpp"
 #include "collectives/schedule.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "shm/collective_op.hpp"
 
 namespace commux {
 
@@ -32,6 +33,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
                       "commux: gather: only the root (rank ", root, ") passes output tensors");
   }
   const auto n = static_cast<int64_t>(input.numel());
+  const std::string detail = "to rank " + std::to_string(root);
+  if (auto channel = shmFor("gather", input.is_cpu())) {
+    shm::Job job;
+    job.kind = shm::Kind::Gather;
+    job.root = root;
+    job.input = flat(input);
+    std::function<void()> unpack;
+    if (rank_ == root) {
+      // Blocks in rank order.
+      job.output = at::empty({n * size_}, input.options());
+      unpack = [work = job.output, outputs, n] {
+        for (std::size_t r = 0; r < outputs.size(); ++r) {
+          outputs[r].copy_(work.narrow(0, n * static_cast<int64_t>(r), n).view(outputs[r].sizes()));
+        }
+      };
+    }
+    return launchShm(c10d::OpType::GATHER,
+                     describe("gather", {input}, detail, "shared memory", nextSequence()), outputs,
+                     channel, std::move(job), std::move(unpack), opts.timeout);
+  }
   const int vr = (rank_ - root + size_) % size_;
   at::Tensor work = at::empty({n * size_}, input.options());
   work.narrow(0, n * vr, n).copy_(input.reshape({-1}));
@@ -39,7 +60,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
   const int p = size_;
   return launchCollective(
       c10d::OpType::GATHER, seq,
-      describe("gather", {input}, "to rank " + std::to_string(root), "binomial", seq), outputs,
+      describe("gather", {input}, detail, "binomial", seq), outputs,
       collectives::gatherBinomial(rank_, size_, root, static_cast<std::size_t>(n)), work,
       std::nullopt,
       [work, outputs, n, root, p] {
@@ -61,7 +82,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
   const at::Tensor& output = outputTensors[0];
   checkTensors("scatter", {output}, false);
   const auto n = static_cast<int64_t>(output.numel());
-  at::Tensor work = at::empty({n * size_}, output.options());
+  auto channel = shmFor("scatter", output.is_cpu());
+  // Over shared memory only the root stages the blocks.
+  at::Tensor work = rank_ == root || !channel ? at::empty({n * size_}, output.options()) : at::Tensor();
   if (rank_ == root) {
     TORCH_CHECK_VALUE(inputTensors.size() == 1 && inputTensors[0].size() == static_cast<std::size_t>(size_),
                       "commux: scatter: the root needs a list of world size (", size_, ") input tensors");
@@ -70,18 +93,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
     checkSameDevice("scatter", inputs[0], output);
     TORCH_CHECK_VALUE(inputs[0].numel() == n && inputs[0].scalar_type() == output.scalar_type(),
                       "commux: scatter: input tensors must match the output's size and dtype");
+    // Blocks in rank order for shared memory, relative to the root for the tree.
     for (int v = 0; v < size_; ++v) {
-      work.narrow(0, n * v, n).copy_(inputs[static_cast<std::size_t>((v + root) % size_)].reshape({-1}));
+      const int r = channel ? v : (v + root) % size_;
+      work.narrow(0, n * v, n).copy_(inputs[static_cast<std::size_t>(r)].reshape({-1}));
     }
   } else {
     TORCH_CHECK_VALUE(inputTensors.empty() || inputTensors[0].empty(),
                       "commux: scatter: only the root (rank ", root, ") passes input tensors");
   }
+  const std::string detail = "from rank " + std::to_string(root);
+  if (channel) {
+    const bool direct = output.is_contiguous();
+    shm::Job job;
+    job.kind = shm::Kind::Scatter;
+    job.root = root;
+    if (rank_ == root) job.input = work;
+    job.output = direct ? output.view({-1}) : at::empty({n}, output.options());
+    std::function<void()> unpack;
+    if (!direct) {
+      unpack = [staged = job.output, output] { output.copy_(staged.view(output.sizes())); };
+    }
+    return launchShm(c10d::OpType::SCATTER,
+                     describe("scatter", {output}, detail, "shared memory", nextSequence()),
+                     {output}, channel, std::move(job), std::move(unpack), opts.timeout);
+  }
   const int64_t offset = n * ((rank_ - root + size_) % size_);
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::SCATTER, seq,
-      describe("scatter", {output}, "from rank " + std::to_string(root), "binomial", seq),
+      describe("scatter", {output}, detail, "binomial", seq),
       {output}, collectives::scatterBinomial(rank_, size_, root, static_cast<std::size_t>(n)),
       work, std::nullopt,
       [work, output, n, offset] { output.copy_(work.narrow(0, offset, n).view(output.sizes())); },

@@ -21,6 +21,8 @@ class Reduction {
   /// "SUM", "AVG", "PREMUL_SUM"...: for descriptions and errors.
   const std::string& label() const noexcept { return label_; }
 
+  /// Whether prepare() writes to the contribution (a pre-multiplied sum).
+  bool changesContribution() const noexcept { return scale_.has_value() || tensorScale_.defined(); }
   /// Applied to this rank's contribution before it is sent anywhere.
   void prepare(const at::Tensor& contribution) const;
   /// Applied to a fully reduced result made of `contributions` inputs.

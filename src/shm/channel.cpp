@@ -12,49 +12,20 @@
 #include "collectives/schedule.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
-#include "shm/allreduce_op.hpp"
+#include "shm/channel_layout.hpp"
+#include "shm/collective_op.hpp"
 
 namespace commux::shm {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x4d48534d;  // "MSHM"
-constexpr std::size_t kLine = 64;
-constexpr std::size_t kPage = 4096;
-
 struct DeadlineReached {};
-
-std::size_t roundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
-
-// Wrap-safe "a is at or past b" for step numbers.
-bool reached(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) >= 0; }
 
 }  // namespace
 
-struct alignas(kLine) Channel::Header {
-  std::uint32_t magic;
-  std::uint32_t size;
-  std::uint64_t slotBytes;
-  std::uint32_t brokenBy;  // 0, or 1 + the rank that abandoned a collective
-  std::uint32_t deadRank;  // 0, or 1 + a rank some survivor found dead
-  alignas(kLine) BellWords bell;
-};
-
-// One per rank, on its own cache line. Steps a rank has reached in each phase, and what it
-// brought to the step (per parity, so a fast rank's next step never overwrites a
-// descriptor a slow rank still compares).
-struct alignas(kLine) Channel::Control {
-  std::uint32_t arrived;
-  std::uint32_t reduced;
-  std::uint32_t departed;
-  std::uint32_t kind[2];
-  std::uint32_t dtype[2];
-  std::uint64_t count[2];
-};
-
-std::size_t Channel::controlsOffset() { return roundUp(sizeof(Header), kLine); }
+std::size_t Channel::controlsOffset() { return layout::roundUp(sizeof(Header), layout::kLine); }
 
 std::size_t Channel::slotsOffset(int size) {
-  return roundUp(controlsOffset() + static_cast<std::size_t>(size) * sizeof(Control), kPage);
+  return layout::roundUp(controlsOffset() + static_cast<std::size_t>(size) * sizeof(Control), layout::kPage);
 }
 
 std::size_t Channel::segmentBytes(const ChannelShape& shape) {
@@ -76,9 +47,9 @@ Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape&
   if (initialise) {
     header_->size = static_cast<std::uint32_t>(shape.size);
     header_->slotBytes = shape.slotBytes;
-    __atomic_store_n(&header_->magic, kMagic, __ATOMIC_RELEASE);
+    __atomic_store_n(&header_->magic, layout::kMagic, __ATOMIC_RELEASE);
   } else {
-    TORCH_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == kMagic &&
+    TORCH_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == layout::kMagic &&
                     header_->size == static_cast<std::uint32_t>(shape.size) &&
                     header_->slotBytes == shape.slotBytes,
                 "commux: shared-memory segment ", segment_->name(),
@@ -145,7 +116,7 @@ void Channel::peerDied(int rank) {
   bell_.ring();
 }
 
-void Channel::enqueue(std::shared_ptr<AllreduceOp> op) {
+void Channel::enqueue(std::shared_ptr<CollectiveOp> op) {
   // No wake-up here: a caller that waits right away runs the operation itself (assist),
   // which saves waking the lane and handing the result back. The engine's hand-off (kick)
   // wakes the lane for operations nobody waits on, as it does for UCX operations.
@@ -165,7 +136,7 @@ void Channel::kick() {
   cv_.notify_one();
 }
 
-void Channel::runFromWaiter(std::shared_ptr<AllreduceOp> op,
+void Channel::runFromWaiter(std::shared_ptr<CollectiveOp> op,
                             std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (busy_ || stopping_ || std::find(queue_.begin(), queue_.end(), op) == queue_.end()) return;
@@ -212,20 +183,20 @@ void Channel::runLane() {
   }
 }
 
-bool Channel::runOne(const std::shared_ptr<AllreduceOp>& op,
+bool Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
                      std::chrono::steady_clock::time_point deadline, bool mine, bool drive) {
   deadline_ = deadline;
   std::exception_ptr error;
   try {
-    allreduce(*op);
+    run(*op);
     op->markRan();
     if (!op->finished()) op->finalize();
   } catch (const DeadlineReached&) {
     if (mine) return false;  // the waiter's own timeout reports it
     op->markRan();
     error = engine::commError("commux: " + op->description() +
-                              ": abandoned half way: a later allreduce ran it on a waiting thread "
-                              "whose wait timed out");
+                              ": abandoned half way: a later collective ran it on a waiting "
+                              "thread whose wait timed out");
   } catch (...) {
     op->markRan();
     error = std::current_exception();
@@ -247,21 +218,28 @@ void Channel::mark(std::uint32_t Control::*field, std::uint32_t s) {
   bell_.ring();
 }
 
-void Channel::arrive(std::uint32_t s, const AllreduceOp& op) {
+void Channel::arrive(std::uint32_t s, const CollectiveOp& op) {
   Control& mine = controls_[rank_];
   const unsigned parity = s & 1u;
-  mine.count[parity] = static_cast<std::uint64_t>(op.work().numel());
-  mine.dtype[parity] = static_cast<std::uint32_t>(op.work().scalar_type());
-  mine.kind[parity] = static_cast<std::uint32_t>(op.kind());
+  const Job& job = op.job();
+  const bool reduces =
+      job.kind == Kind::Allreduce || job.kind == Kind::Reduce || job.kind == Kind::ReduceScatter;
+  const bool rooted = job.kind == Kind::Reduce || job.kind == Kind::Broadcast ||
+                      job.kind == Kind::Gather || job.kind == Kind::Scatter;
+  mine.kind[parity] = static_cast<std::uint32_t>(job.kind);
+  mine.reduce[parity] = reduces ? static_cast<std::uint32_t>(job.reduce) : 0;
+  mine.root[parity] = rooted ? job.root : 0;
+  mine.dtype[parity] = static_cast<std::uint32_t>(job.dtype());
+  mine.count[parity] = job.blockCount();
   mark(&Control::arrived, s);
 }
 
-void Channel::waitAll(std::uint32_t Control::*field, std::uint32_t s, AllreduceOp& op) {
+void Channel::waitAll(std::uint32_t Control::*field, std::uint32_t s, CollectiveOp& op) {
   int next = 0;  // ranks before this one are known to be there
   const bool ok = bell_.waitFor(
       [&] {
         for (; next < shape_.size; ++next) {
-          if (!reached(__atomic_load_n(&(controls_[next].*field), __ATOMIC_ACQUIRE), s)) {
+          if (!layout::reached(__atomic_load_n(&(controls_[next].*field), __ATOMIC_ACQUIRE), s)) {
             return false;
           }
         }
@@ -295,14 +273,15 @@ void Channel::waitAll(std::uint32_t Control::*field, std::uint32_t s, AllreduceO
                                         "destroyed)");
 }
 
-void Channel::checkAgreement(std::uint32_t s, AllreduceOp& op) {
+void Channel::checkAgreement(std::uint32_t s, CollectiveOp& op) {
   const unsigned parity = s & 1u;
   const Control& first = controls_[0];
   bool agree = true;
   for (int r = 1; r < shape_.size && agree; ++r) {
     const Control& c = controls_[r];
-    agree = c.count[parity] == first.count[parity] && c.dtype[parity] == first.dtype[parity] &&
-            c.kind[parity] == first.kind[parity];
+    agree = c.kind[parity] == first.kind[parity] && c.root[parity] == first.root[parity] &&
+            c.count[parity] == first.count[parity] && c.dtype[parity] == first.dtype[parity] &&
+            c.reduce[parity] == first.reduce[parity];
   }
   if (agree) return;
   // Every rank sees the same descriptors and fails the same step, so the channel stays in
@@ -310,83 +289,26 @@ void Channel::checkAgreement(std::uint32_t s, AllreduceOp& op) {
   std::string ranks;
   for (int r = 0; r < shape_.size; ++r) {
     const Control& c = controls_[r];
-    ranks += (r ? ", rank " : "rank ") + std::to_string(r) + ": " +
-             std::to_string(c.count[parity]) + " x " +
-             c10::toString(static_cast<c10::ScalarType>(c.dtype[parity])) + " " +
-             engine::reduceKindName(static_cast<engine::ReduceKind>(c.kind[parity]));
+    const auto kind = static_cast<Kind>(c.kind[parity]);
+    ranks += (r ? "; rank " : "rank ") + std::to_string(r) + ": " + kindName(kind);
+    if (kind == Kind::Reduce || kind == Kind::Broadcast || kind == Kind::Gather ||
+        kind == Kind::Scatter) {
+      ranks += " root " + std::to_string(c.root[parity]);
+    }
+    ranks += ", " + std::to_string(c.count[parity]) + " x " +
+             c10::toString(static_cast<c10::ScalarType>(c.dtype[parity]));
+    if (kind == Kind::Allreduce || kind == Kind::Reduce || kind == Kind::ReduceScatter) {
+      ranks += std::string(" ") +
+               engine::reduceKindName(static_cast<engine::ReduceKind>(c.reduce[parity]));
+    }
   }
   mark(&Control::reduced, s);
   mark(&Control::departed, s);
   C10_THROW_ERROR(ValueError, "commux: " + op.description() +
-                                  ": the ranks passed different tensors or operations (" + ranks +
-                                  "); every rank must allreduce the same number of elements of "
-                                  "the same dtype with the same op");
-}
-
-void Channel::allreduce(AllreduceOp& op) {
-  if (broken()) C10_THROW_ERROR(DistBackendError, "commux: " + op.description() + ": " + brokenReason());
-  const std::size_t bytes = static_cast<std::size_t>(op.work().numel()) * op.work().element_size();
-  if (bytes <= shape_.smallBytes) {
-    allreduceSmall(op);
-  } else {
-    allreduceChunked(op);
-  }
-}
-
-namespace {
-
-at::Tensor view(char* data, std::size_t count, const at::Tensor& like) {
-  return at::from_blob(data, {static_cast<int64_t>(count)}, like.options());
-}
-
-}  // namespace
-
-void Channel::allreduceSmall(AllreduceOp& op) {
-  const at::Tensor& work = op.work();
-  const std::size_t count = static_cast<std::size_t>(work.numel());
-  const std::size_t bytes = count * work.element_size();
-  const std::uint32_t s = ++step_;
-  waitAll(&Control::departed, s - 2, op);
-  if (bytes != 0) std::memcpy(slot(s, rank_), work.data_ptr(), bytes);
-  arrive(s, op);
-  waitAll(&Control::arrived, s, op);
-  checkAgreement(s, op);
-  if (count != 0) {
-    work.copy_(view(slot(s, 0), count, work));
-    for (int q = 1; q < shape_.size; ++q) {
-      engine::reduceInto(work, view(slot(s, q), count, work), op.kind());
-    }
-  }
-  mark(&Control::departed, s);
-}
-
-void Channel::allreduceChunked(AllreduceOp& op) {
-  const at::Tensor& work = op.work();
-  const std::size_t count = static_cast<std::size_t>(work.numel());
-  const std::size_t elementSize = work.element_size();
-  const std::size_t chunk = shape_.slotBytes / elementSize;
-  char* const base = static_cast<char*>(work.data_ptr());
-  for (std::size_t offset = 0; offset < count; offset += chunk) {
-    const std::size_t len = std::min(chunk, count - offset);
-    const std::uint32_t s = ++step_;
-    waitAll(&Control::departed, s - 2, op);
-    std::memcpy(slot(s, rank_), base + offset * elementSize, len * elementSize);
-    arrive(s, op);
-    waitAll(&Control::arrived, s, op);
-    if (offset == 0) checkAgreement(s, op);
-    const auto block = collectives::blockRange(len, shape_.size, rank_);
-    if (block.count != 0) {
-      const at::Tensor acc = view(slot(s, 0) + block.offset * elementSize, block.count, work);
-      for (int q = 1; q < shape_.size; ++q) {
-        engine::reduceInto(acc, view(slot(s, q) + block.offset * elementSize, block.count, work),
-                           op.kind());
-      }
-    }
-    mark(&Control::reduced, s);
-    waitAll(&Control::reduced, s, op);
-    std::memcpy(base + offset * elementSize, slot(s, 0), len * elementSize);
-    mark(&Control::departed, s);
-  }
+                                  ": the ranks called different collectives or passed different "
+                                  "tensors (" + ranks +
+                                  "); every rank must call the same collective, with the same "
+                                  "root, op, dtype and number of elements per rank");
 }
 
 }  // namespace commux::shm

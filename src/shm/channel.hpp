@@ -4,15 +4,26 @@
 // sets ("parities") of one slot per rank, so step s+1 can fill slots while slower ranks
 // still read those of step s.
 //
-// Every chunk of an allreduce is one step, numbered alike on every rank:
-//  - small buffers (<= COMMUX_SHM_SMALL_BYTES): each rank copies its data into its slot and
-//    arrives; then every rank folds all slots itself, in rank order, so the results agree
-//    bit for bit. One synchronisation per allreduce.
-//  - larger ones, in chunks of COMMUX_SHM_SLOT_BYTES: each rank copies its chunk in and
-//    arrives; rank r folds block r of every slot into slot 0 and reports; every rank copies
-//    slot 0 out. Each byte is reduced once, by one rank, and the copies run in parallel.
-// A rank refills its slot of a parity only after every rank has left the step that last
-// used it. Waits spin briefly and then sleep on a futex (shm/bell.hpp).
+// Every collective is a sequence of steps, numbered alike on every rank. In a step each rank
+// fills its part of the parity's slots, arrives, waits until every rank arrived, reads what
+// it needs from the others' slots, and departs. The first step of a collective also
+// compares what each rank brought (shm/collective_op.hpp: kind, root, dtype, op, count), so
+// mismatched calls fail on every rank alike and the channel stays in step. A rank refills a
+// parity only after every rank has left the step that last used it. Waits spin briefly and
+// then sleep on a futex (shm/bell.hpp). The algorithms (channel_collectives.cpp):
+//  - allreduce, small buffers (<= COMMUX_SHM_SMALL_BYTES): each rank copies its data into
+//    its slot; every rank folds all slots itself, in rank order, so the results agree bit
+//    for bit. One synchronisation per allreduce. Reduce: only the root folds.
+//  - allreduce, larger ones, in chunks of COMMUX_SHM_SLOT_BYTES: each rank copies its chunk
+//    in; rank r folds block r of every slot into slot 0 and reports; every rank copies slot
+//    0 out. Each byte is reduced once, by one rank, and the copies run in parallel.
+//  - broadcast: the root fills all slots of the parity, the others copy them out.
+//  - allgather, gather: each rank fills its slot with a chunk of its block; readers copy
+//    every slot out. scatter: the root fills every rank's slot with its block's chunk.
+//  - reduce_scatter, all_to_all: each rank's slot holds one piece per destination rank; the
+//    destination folds (reduce_scatter, in rank order) or copies its piece out of every
+//    slot. all_to_all pieces may differ in size: each slot starts with the rank's send and
+//    receive counts, which every rank checks against each other in the first step.
 //
 // The collectives run on a lane thread of the channel, one after another in issue order,
 // which is the order every rank issues collectives in. If a rank abandons a collective
@@ -28,6 +39,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "shm/bell.hpp"
 #include "shm/segment.hpp"
@@ -38,7 +50,7 @@ class Engine;
 
 namespace commux::shm {
 
-class AllreduceOp;
+class CollectiveOp;
 
 struct ChannelShape {
   int size = 0;
@@ -71,11 +83,11 @@ class Channel {
   /// Why the channel is broken, naming the rank; empty while it is not.
   std::string brokenReason() const;
   /// Any thread: run `op` after those queued before it.
-  void enqueue(std::shared_ptr<AllreduceOp> op);
+  void enqueue(std::shared_ptr<CollectiveOp> op);
   /// A thread about to wait for `op`: runs it here, with the operations queued before it,
   /// unless the lane is at work. Past `deadline` it gives up (abandoning the channel) and
   /// leaves `op` unfinished, for the caller's wait to time out as usual.
-  void runFromWaiter(std::shared_ptr<AllreduceOp> op, std::chrono::steady_clock::time_point deadline);
+  void runFromWaiter(std::shared_ptr<CollectiveOp> op, std::chrono::steady_clock::time_point deadline);
 
  private:
   struct Control;
@@ -86,20 +98,34 @@ class Channel {
   void runLane();
   /// Runs `op` and reports it to the engine (`drive`: see Engine::finish). False when it
   /// stopped at `deadline` and, being the waiter's own (`mine`), was left unreported.
-  bool runOne(const std::shared_ptr<AllreduceOp>& op, std::chrono::steady_clock::time_point deadline,
+  bool runOne(const std::shared_ptr<CollectiveOp>& op, std::chrono::steady_clock::time_point deadline,
               bool mine, bool drive);
   /// The engine's hand-off: the lane takes over what no waiter ran.
   void kick();
-  void allreduce(AllreduceOp& op);
-  void allreduceSmall(AllreduceOp& op);
-  void allreduceChunked(AllreduceOp& op);
+  /// The collective's steps (channel_collectives.cpp); throws on failure.
+  void run(CollectiveOp& op);
+  void allreduceSmall(CollectiveOp& op);
+  void allreduceChunked(CollectiveOp& op);
+  void broadcast(CollectiveOp& op);
+  void allgather(CollectiveOp& op);
+  void scatter(CollectiveOp& op);
+  void reduceScatter(CollectiveOp& op);
+  void alltoall(CollectiveOp& op);
+  /// Next step: waits until every rank left the step that last used its parity.
+  std::uint32_t beginStep(CollectiveOp& op);
+  /// Arrives at step `s` and waits for every rank; the first step of a collective checks
+  /// that the ranks agree.
+  void meet(std::uint32_t s, CollectiveOp& op, bool first);
   /// Waits until every rank's `field` reached step `s`; throws when interrupted.
-  void waitAll(std::uint32_t Control::*field, std::uint32_t s, AllreduceOp& op);
-  void arrive(std::uint32_t s, const AllreduceOp& op);
+  void waitAll(std::uint32_t Control::*field, std::uint32_t s, CollectiveOp& op);
+  void arrive(std::uint32_t s, const CollectiveOp& op);
   void mark(std::uint32_t Control::*field, std::uint32_t s);
   /// Throws (on every rank alike) when the ranks' descriptors of step `s` differ.
-  void checkAgreement(std::uint32_t s, AllreduceOp& op);
+  void checkAgreement(std::uint32_t s, CollectiveOp& op);
   char* slot(std::uint32_t s, int rank) const noexcept;
+  /// all_to_all: every rank's send and receive counts must match pairwise (the first step's
+  /// slot headers); throws on every rank alike when they do not.
+  void checkAlltoallCounts(std::uint32_t s, CollectiveOp& op);
 
   std::unique_ptr<Segment> segment_;
   const int rank_;
@@ -113,7 +139,7 @@ class Channel {
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<AllreduceOp>> queue_;
+  std::deque<std::shared_ptr<CollectiveOp>> queue_;
   bool busy_ = false;    // a thread (the lane or a waiter) runs operations
   bool kicked_ = false;  // the lane may run what is queued
   bool stopping_ = false;

@@ -1,0 +1,50 @@
+#pragma once
+// The channel's segment, as every rank maps it: a header, one control block per rank, then
+// the slots (two parities of one slot per rank). Private to channel*.cpp.
+#include <cstddef>
+#include <cstdint>
+
+#include "shm/bell.hpp"
+#include "shm/channel.hpp"
+
+namespace commux::shm {
+namespace layout {
+
+// Changes whenever the layout does: ranks of different commux builds refuse each other.
+constexpr std::uint32_t kMagic = 0x324d4853;  // "SHM2"
+constexpr std::size_t kLine = 64;
+constexpr std::size_t kPage = 4096;
+
+inline std::size_t roundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+/// Wrap-safe "a is at or past b" for step numbers.
+inline bool reached(std::uint32_t a, std::uint32_t b) {
+  return static_cast<std::int32_t>(a - b) >= 0;
+}
+
+}  // namespace layout
+
+struct alignas(layout::kLine) Channel::Header {
+  std::uint32_t magic;
+  std::uint32_t size;
+  std::uint64_t slotBytes;
+  std::uint32_t brokenBy;  // 0, or 1 + the rank that abandoned a collective
+  std::uint32_t deadRank;  // 0, or 1 + a rank some survivor found dead
+  alignas(layout::kLine) BellWords bell;
+};
+
+// One per rank, on its own cache lines. Steps a rank has reached in each phase, and what it
+// brought to the step (per parity, so a fast rank's next step never overwrites a
+// descriptor a slow rank still compares).
+struct alignas(layout::kLine) Channel::Control {
+  std::uint32_t arrived;
+  std::uint32_t reduced;
+  std::uint32_t departed;
+  std::uint32_t kind[2];    // shm::Kind
+  std::uint32_t reduce[2];  // engine::ReduceKind, for the reducing kinds
+  std::int32_t root[2];     // for the rooted kinds
+  std::uint32_t dtype[2];
+  std::uint64_t count[2];  // Job::blockCount()
+};
+
+}  // namespace commux::shm

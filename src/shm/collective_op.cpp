@@ -1,0 +1,78 @@
+#include "shm/collective_op.hpp"
+
+#include <ATen/core/grad_mode.h>
+
+#include <stdexcept>
+
+#include "shm/channel.hpp"
+
+namespace commux::shm {
+
+const char* kindName(Kind kind) noexcept {
+  switch (kind) {
+    case Kind::Allreduce: return "allreduce";
+    case Kind::Reduce: return "reduce";
+    case Kind::Broadcast: return "broadcast";
+    case Kind::Allgather: return "allgather";
+    case Kind::Gather: return "gather";
+    case Kind::Scatter: return "scatter";
+    case Kind::ReduceScatter: return "reduce_scatter";
+    case Kind::Alltoall: return "all_to_all";
+    case Kind::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+std::uint64_t Job::blockCount() const {
+  switch (kind) {
+    case Kind::Allreduce:
+    case Kind::Reduce:
+    case Kind::Broadcast: return static_cast<std::uint64_t>(buffer.numel());
+    case Kind::Allgather:
+    case Kind::Gather: return static_cast<std::uint64_t>(input.numel());
+    case Kind::Scatter:
+    case Kind::ReduceScatter: return static_cast<std::uint64_t>(output.numel());
+    case Kind::Alltoall:
+    case Kind::Barrier: return 0;
+  }
+  return 0;
+}
+
+at::ScalarType Job::dtype() const {
+  if (buffer.defined()) return buffer.scalar_type();
+  if (input.defined()) return input.scalar_type();
+  if (output.defined()) return output.scalar_type();
+  return at::kByte;
+}
+
+CollectiveOp::CollectiveOp(std::weak_ptr<Channel> channel, Job job, std::function<void()> finalize,
+                           std::string description, Done done)
+    : Op(std::move(description), std::move(done)),
+      channel_(std::move(channel)),
+      job_(std::move(job)),
+      finalize_(std::move(finalize)) {}
+
+void CollectiveOp::start(engine::Engine& engine) {
+  auto channel = channel_.lock();
+  if (!channel) throw std::runtime_error("commux: " + description() + ": the process group is gone");
+  channel->enqueue(std::static_pointer_cast<CollectiveOp>(shared_from_this()));
+}
+
+void CollectiveOp::assist(std::chrono::steady_clock::time_point deadline) {
+  if (auto channel = channel_.lock()) {
+    channel->runFromWaiter(std::static_pointer_cast<CollectiveOp>(shared_from_this()), deadline);
+  }
+}
+
+void CollectiveOp::onFailed() {
+  if (ran_.load(std::memory_order_acquire)) return;
+  if (auto channel = channel_.lock()) channel->abandon();
+}
+
+void CollectiveOp::finalize() {
+  // The user's tensors may require grad; writing results into them is not autograd's.
+  const at::NoGradGuard noGrad;
+  if (finalize_) finalize_();
+}
+
+}  // namespace commux::shm

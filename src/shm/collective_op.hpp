@@ -1,0 +1,88 @@
+#pragma once
+// A collective that runs through the group's shared-memory channel instead of UCX. To the
+// engine it is an ordinary Op (so timeouts, abort and coalescing windows treat it like any
+// other); starting it only queues it on the channel's lane, which runs the group's
+// shared-memory collectives one after another, in issue order, and reports back through
+// Engine::finish.
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/op.hpp"
+#include "engine/reduce_kernels.hpp"
+
+namespace commux::shm {
+
+class Channel;
+
+enum class Kind : std::uint32_t {
+  Allreduce,
+  Reduce,
+  Broadcast,
+  Allgather,
+  Gather,
+  Scatter,
+  ReduceScatter,
+  Alltoall,
+  Barrier,
+};
+
+const char* kindName(Kind kind) noexcept;
+
+/// What one rank brings to a shared-memory collective. Buffers are 1-D, contiguous, on the
+/// CPU; which ones a rank passes depends on the collective and on its role:
+///  - Allreduce, Reduce, Broadcast: `buffer` in and out (Reduce: the result on the root).
+///  - Allgather, Gather: `input` (n elements), `output` (size * n; Gather: root only).
+///  - Scatter: `input` (size * n, root only), `output` (n).
+///  - ReduceScatter: `input` (size * n), `output` (n).
+///  - Alltoall: `input` and `output` with per-peer element counts, which may differ.
+///  - Barrier: nothing.
+struct Job {
+  Kind kind = Kind::Barrier;
+  int root = 0;
+  engine::ReduceKind reduce = engine::ReduceKind::Sum;
+  at::Tensor buffer;
+  at::Tensor input;
+  at::Tensor output;
+  std::vector<std::size_t> sendCounts;
+  std::vector<std::size_t> recvCounts;
+
+  /// Elements per rank, which every rank must agree on (Alltoall: checked per pair).
+  std::uint64_t blockCount() const;
+  at::ScalarType dtype() const;
+};
+
+class CollectiveOp final : public engine::Op {
+ public:
+  CollectiveOp(std::weak_ptr<Channel> channel, Job job, std::function<void()> finalize,
+               std::string description, Done done);
+
+  void start(engine::Engine& engine) override;
+  /// Runs the collective on the waiting thread when it is next in line and the lane idles.
+  void assist(std::chrono::steady_clock::time_point deadline) override;
+
+  const Job& job() const noexcept { return job_; }
+  /// Copies the result out to the user's tensors (lane thread, after the collective).
+  void finalize();
+  /// The lane is done with it: a failure reported from now on needs no clean-up.
+  void markRan() noexcept { ran_.store(true, std::memory_order_release); }
+
+ protected:
+  void onComplete(engine::Engine& engine, std::uint32_t slot,
+                  const engine::RecvInfo& info) override {}
+  /// Timed out or aborted before the lane finished it: the peers must stop waiting for
+  /// this rank now, not when the lane next looks.
+  void onFailed() override;
+
+ private:
+  std::weak_ptr<Channel> channel_;
+  Job job_;
+  std::function<void()> finalize_;
+  std::atomic<bool> ran_{false};
+};
+
+}  // namespace commux::shm

@@ -1,0 +1,174 @@
+"""Every collective through the shared-memory channel (ranks on one host): results over
+sizes that take one and many steps (8 KiB slots), every root, uneven all-to-all splits,
+non-contiguous tensors; mismatched calls fail on every rank with the same clear error and
+the channel stays in step; a timeout breaks the channel for every collective alike."""
+
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import assert_group_works, expect_error, run_ranks, side_barrier
+from test_shm import _shm_threads
+
+pytestmark = pytest.mark.ucx_only
+
+SMALL_SLOTS = {"COMMUX_SHM_SLOT_BYTES": "8192", "COMMUX_SHM_SMALL_BYTES": "1024"}
+
+
+def _val(rank, n, salt=0, dtype=torch.float32):
+    return (torch.arange(n, dtype=torch.float64) * 0.5 + 1000 * rank + salt).to(dtype)
+
+
+def _results(rank, ws):
+    # 0, 1, within one slot, a slot boundary for float32 (2048), many steps.
+    for n in (0, 1, 257, 2048, 5003):
+        for root in range(ws):
+            x = _val(rank, n, root)
+            dist.broadcast(x, src=root)
+            assert torch.equal(x, _val(root, n, root)), ("broadcast", n, root)
+            y = _val(rank, n, root)
+            dist.reduce(y, dst=root, op=dist.ReduceOp.SUM)
+            want = sum(_val(r, n, root) for r in range(ws)) if n else torch.zeros(0)
+            if rank == root:
+                assert torch.equal(y, want), ("reduce", n, root)
+            else:
+                assert torch.equal(y, _val(rank, n, root)), ("reduce keeps non-root input", n)
+            # gather / scatter
+            g_out = [torch.empty(n) for _ in range(ws)] if rank == root else None
+            dist.gather(_val(rank, n, 7), g_out, dst=root)
+            if rank == root:
+                for r in range(ws):
+                    assert torch.equal(g_out[r], _val(r, n, 7)), ("gather", n, root, r)
+            s_out = torch.empty(n)
+            dist.scatter(s_out, [_val(r, n, 9) for r in range(ws)] if rank == root else None, src=root)
+            assert torch.equal(s_out, _val(rank, n, 9)), ("scatter", n, root)
+        out = torch.empty(n * ws)
+        dist.all_gather_into_tensor(out, _val(rank, n, 1))
+        assert torch.equal(out, torch.cat([_val(r, n, 1) for r in range(ws)])), ("allgather", n)
+        outs = [torch.empty(n) for _ in range(ws)]
+        dist.all_gather(outs, _val(rank, n, 2))
+        for r in range(ws):
+            assert torch.equal(outs[r], _val(r, n, 2)), ("all_gather list", n, r)
+        inp = torch.cat([_val(rank, n, q) for q in range(ws)])
+        rs = torch.empty(n)
+        dist.reduce_scatter_tensor(rs, inp, op=dist.ReduceOp.SUM)
+        assert torch.equal(rs, sum(_val(r, n, rank) for r in range(ws)) if n else rs), ("rs", n)
+        rs_max = torch.empty(n, dtype=torch.int64)
+        dist.reduce_scatter(rs_max, [_val(rank, n, q, torch.int64) for q in range(ws)], op=dist.ReduceOp.MAX)
+        assert torch.equal(rs_max, _val(ws - 1, n, rank, torch.int64)), ("rs list max", n)
+        a_in = torch.cat([_val(rank, n, q) for q in range(ws)])
+        a_out = torch.empty(n * ws)
+        dist.all_to_all_single(a_out, a_in)
+        assert torch.equal(a_out, torch.cat([_val(r, n, rank) for r in range(ws)])), ("a2a", n)
+    # Uneven splits: rank r sends (r + 1) * (q + 1) * 700 elements to rank q (many steps).
+    send = [(rank + 1) * (q + 1) * 700 for q in range(ws)]
+    recv = [(r + 1) * (rank + 1) * 700 for r in range(ws)]
+    a_in = torch.cat([_val(rank, send[q], q) for q in range(ws)])
+    a_out = torch.empty(sum(recv))
+    dist.all_to_all_single(a_out, a_in, output_split_sizes=recv, input_split_sizes=send)
+    assert torch.equal(a_out, torch.cat([_val(r, recv[r], rank) for r in range(ws)])), "uneven a2a"
+    # all_to_all with lists of different sizes, some empty.
+    ins = [_val(rank, (rank + q) % 3 * 1500, q) for q in range(ws)]
+    outs = [torch.empty((r + rank) % 3 * 1500) for r in range(ws)]
+    dist.all_to_all(outs, ins)
+    for r in range(ws):
+        assert torch.equal(outs[r], _val(r, (r + rank) % 3 * 1500, rank)), ("a2a list", r)
+    # Non-contiguous tensors and in-place all_gather_into_tensor (input is a view of the
+    # output, as FSDP does).
+    t = torch.zeros(3000, 2)[:, 0]
+    if rank == 0:
+        t.copy_(torch.arange(3000.0))
+    dist.broadcast(t, src=0)
+    assert torch.equal(t, torch.arange(3000.0))
+    big = torch.empty(ws * 3000)
+    mine = big.narrow(0, rank * 3000, 3000)
+    mine.copy_(_val(rank, 3000, 3))
+    dist.all_gather_into_tensor(big, mine)
+    assert torch.equal(big, torch.cat([_val(r, 3000, 3) for r in range(ws)]))
+    # AVG and PREMUL_SUM on reduce_scatter (scaled contributions, input left alone).
+    inp = torch.full((ws * 3000,), float(rank + 1))
+    out = torch.empty(3000)
+    dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.AVG)
+    assert torch.equal(out, torch.full((3000,), (ws + 1) / 2)) and inp[0].item() == rank + 1
+    # Many in flight, async, mixed kinds.
+    works, checks = [], []
+    for i in range(30):
+        b = torch.full((i * 37 + 1,), float(rank))
+        works.append(dist.broadcast(b, src=i % ws, async_op=True))
+        checks.append((b, float(i % ws)))
+        if i % 5 == 0:
+            works.append(dist.barrier(async_op=True))
+    for w in works:
+        w.wait()
+    for b, v in checks:
+        assert torch.equal(b, torch.full_like(b, v))
+    dist.barrier()
+    assert _shm_threads() == 1, "the shared-memory path was not used"
+    return True
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_shm_every_collective_results(world_size):
+    assert all(run_ranks(_results, world_size, timeout=240, env=SMALL_SLOTS))
+
+
+def _mismatch(rank, ws):
+    same = ("different collectives",)
+    # Each of these is a disagreement only the shared-memory path's step check can see
+    # (every rank's call is valid on its own); every rank gets the error, at the same step.
+    expect_error(lambda: dist.broadcast(torch.ones(8), src=rank % 2), same, "broadcast, roots differ")
+    expect_error(lambda: dist.reduce(torch.ones(8), dst=0,
+                                     op=dist.ReduceOp.SUM if rank else dist.ReduceOp.MAX),
+                 same, "reduce, ops differ")
+    n = 10 + rank
+    expect_error(lambda: dist.all_gather_into_tensor(torch.empty(n * ws), torch.ones(n)), same,
+                 "allgather, sizes differ")
+    expect_error(lambda: dist.reduce_scatter_tensor(torch.empty(n), torch.ones(n * ws)), same,
+                 "reduce_scatter, sizes differ")
+    expect_error(lambda: dist.gather(torch.ones(n), [torch.empty(n) for _ in range(ws)] if rank == 0 else None,
+                                     dst=0), same, "gather, sizes differ")
+    dt = torch.float64 if rank else torch.float32
+    expect_error(lambda: dist.all_to_all_single(torch.empty(ws * 4, dtype=dt), torch.ones(ws * 4, dtype=dt)),
+                 same, "all_to_all_single, dtypes differ")
+    # Splits that do not pair up: rank 0 sends 2 to rank 1, which expects 3.
+    send = [2] * ws
+    recv = [2] * ws
+    if rank == 1:
+        recv[0] = 3
+    expect_error(lambda: dist.all_to_all_single(torch.empty(sum(recv)), torch.ones(sum(send)),
+                                                output_split_sizes=recv, input_split_sizes=send),
+                 ("split sizes do not match",), "all_to_all_single, splits do not pair up")
+    expect_error(lambda: dist.barrier() if rank == 0 else dist.all_reduce(torch.ones(3)), same,
+                 "barrier against all_reduce")
+    assert_group_works(ws)
+    x = torch.full((5000,), float(rank))
+    dist.broadcast(x, src=ws - 1)
+    assert torch.equal(x, torch.full((5000,), float(ws - 1)))
+    assert _shm_threads() == 1
+    return True
+
+
+def test_shm_mismatched_collectives_fail_alike_and_group_goes_on():
+    assert all(run_ranks(_mismatch, 3, timeout=120, env=SMALL_SLOTS))
+
+
+def _timeout(rank, ws):
+    dist.barrier()
+    if rank == 0:
+        w = dist.all_gather_into_tensor(torch.empty(8 * ws), torch.ones(8), async_op=True)
+        expect_error(lambda: w.wait(timeout=datetime.timedelta(milliseconds=500)),
+                     ("timed out",), "shm allgather that a peer never joins")
+    side_barrier("late", 60)
+    for what, call in [("barrier", dist.barrier),
+                       ("scatter", lambda: dist.scatter(torch.empty(4), [torch.ones(4)] * ws if rank == 0 else None, src=0)),
+                       ("all_to_all_single", lambda: dist.all_to_all_single(torch.empty(ws), torch.ones(ws)))]:
+        expect_error(call, ("refused",), f"{what} after the channel broke",
+                     exc_types=(dist.DistBackendError,))
+    side_barrier("done", 60)
+    return True
+
+
+def test_shm_timeout_in_any_collective_breaks_the_channel():
+    assert all(run_ranks(_timeout, 2, timeout=90))
