@@ -126,6 +126,12 @@ bool CollectiveOp::foldStep() {
     const auto& t = step.recvs[j];
     if (t.count == 0) continue;
     const auto count = static_cast<int64_t>(t.count);
+    if (!s_.work.is_cuda()) {
+      const std::size_t es = s_.work.element_size();
+      char* acc = static_cast<char*>(s_.work.data_ptr()) + t.offset * es;
+      char* in = static_cast<char*>(scratch_.data_ptr()) + scratchOffsets_[j] * es;
+      if (reduceRaw(acc, in, t.count, s_.work.scalar_type(), *s_.reduce)) continue;
+    }
     reduceInto(s_.work.narrow(0, static_cast<int64_t>(t.offset), count),
                scratch_.narrow(0, static_cast<int64_t>(scratchOffsets_[j]), count), *s_.reduce);
   }

@@ -21,6 +21,14 @@ at::Tensor view(char* data, std::size_t count, const at::Tensor& like) {
 
 char* bytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
+/// acc = acc (op) in over `count` elements shaped like `like`: a plain loop when that is
+/// cheaper than tensor views (small counts), else ATen.
+void foldInto(char* acc, char* in, std::size_t count, const at::Tensor& like,
+              engine::ReduceKind kind) {
+  if (engine::reduceRaw(acc, in, count, like.scalar_type(), kind)) return;
+  engine::reduceInto(view(acc, count, like), view(in, count, like), kind);
+}
+
 /// Size of an all_to_all slot's header: the rank's send and then receive counts.
 std::size_t alltoallHeader(int size) {
   return layout::roundUp(2 * static_cast<std::size_t>(size) * sizeof(std::uint64_t), layout::kLine);
@@ -81,10 +89,8 @@ void Channel::allreduceSmall(CollectiveOp& op) {
   meet(s, op, true);
   if (count != 0 && keeps) {
     // Every rank folds in rank order: the results agree bit for bit.
-    work.copy_(view(slot(s, 0), count, work));
-    for (int q = 1; q < shape_.size; ++q) {
-      engine::reduceInto(work, view(slot(s, q), count, work), job.reduce);
-    }
+    std::memcpy(work.data_ptr(), slot(s, 0), work.nbytes());
+    for (int q = 1; q < shape_.size; ++q) foldInto(bytes(work), slot(s, q), count, work, job.reduce);
   }
   mark(&Control::departed, s);
 }
@@ -104,10 +110,9 @@ void Channel::allreduceChunked(CollectiveOp& op) {
     meet(s, op, offset == 0);
     const auto block = collectives::blockRange(len, shape_.size, rank_);
     if (block.count != 0) {
-      const at::Tensor acc = view(slot(s, 0) + block.offset * elementSize, block.count, work);
+      const std::size_t at = block.offset * elementSize;
       for (int q = 1; q < shape_.size; ++q) {
-        engine::reduceInto(acc, view(slot(s, q) + block.offset * elementSize, block.count, work),
-                           job.reduce);
+        foldInto(slot(s, 0) + at, slot(s, q) + at, block.count, work, job.reduce);
       }
     }
     mark(&Control::reduced, s);
@@ -202,10 +207,9 @@ void Channel::reduceScatter(CollectiveOp& op) {
     meet(s, op, offset == 0);
     if (len) {
       // Folded in rank order, whoever folds.
-      const at::Tensor acc = view(out + offset * es, len, job.output);
       std::memcpy(out + offset * es, slot(s, 0) + rank_ * lenBytes, lenBytes);
       for (int p = 1; p < shape_.size; ++p) {
-        engine::reduceInto(acc, view(slot(s, p) + rank_ * lenBytes, len, job.output), job.reduce);
+        foldInto(out + offset * es, slot(s, p) + rank_ * lenBytes, len, job.output, job.reduce);
       }
     }
     mark(&Control::departed, s);

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from . import raw_ucx, report, runner, targets
+from . import mpi_peer, raw_ucx, report, runner, targets
 from .sizes import OPS, SIZE_CONVENTION, footprint_bytes, format_size, input_bytes, parse_size, size_list
 
 CORES = os.cpu_count() or 1
@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="./commux-bench", help="output folder (default ./commux-bench)")
     p.add_argument("--quick", action="store_true", help="short CI run: 2 ranks, 8 B / 64 KiB / 1 MiB, "
                    "2 rounds, short ucx_perftest")
+    p.add_argument("--mpi", action="store_true", help="also run the same points through Open MPI: "
+                   "its C API (mpi_bench.c, compiled with mpicc) and mpi4py on torch tensors and on "
+                   "numpy, plus commux's C++ p2p (commux_bench) against Open MPI's; needs mpirun, "
+                   "mpicc and mpi4py (scripts/install.sh --mpi)")
     p.add_argument("--no-raw-ucx", action="store_true", help="skip ucx_perftest")
     p.add_argument("--no-plot", action="store_true", help="skip results.png")
     p.add_argument("--quiet", action="store_true", help="no line per point while measuring")
@@ -134,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"commux.bench: error: {error}", file=sys.stderr)
         return 2
 
+    if args.mpi and (why := mpi_peer.missing()):
+        print(f"commux.bench: error: --mpi: {why}", file=sys.stderr)
+        return 2
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     t_start = time.monotonic()
@@ -152,6 +159,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  tag_bw {format_size(size)}: {g:.2f} GB/s")
     if raw["error"]:
         print(f"  raw UCX: {raw['error']}", flush=True)
+
+    mpi_exe, cpp_p2p = None, None
+    if args.mpi:
+        mpi_exe, why = mpi_peer.compile_c(out)
+        if why:
+            print(f"  mpi-c: {why}", flush=True)
+        cpp_p2p, why = mpi_peer.commux_cpp_p2p()
+        if cpp_p2p:
+            print(f"commux C++ p2p 8 B (commux_bench, median of 3 runs): {cpp_p2p['lat_us']:.2f} us mean, "
+                  f"{cpp_p2p['lat_median_us']:.2f} us median one way", flush=True)
+        else:
+            print(f"  commux_bench: {why}", flush=True)
 
     memory = _mem_available()
     points, floors, worlds, skipped, failures = [], {}, [], [], []
@@ -188,11 +207,29 @@ def main(argv: list[str] | None = None) -> int:
         if world.error:
             failures.append(world.error.splitlines()[0])
             print(f"ERROR: {world.error}", file=sys.stderr, flush=True)
+        if args.mpi:
+            t0 = time.monotonic()
+            print(f"MPI world of {ranks} ranks (mpi4py on torch tensors and numpy) ...", flush=True)
+            got, error = mpi_peer.run_mpi4py(ranks, spec, os.path.join(out, "work", f"mpi{ranks}"), timeout)
+            points += got
+            if mpi_exe:
+                print(f"MPI world of {ranks} ranks (Open MPI C) ...", flush=True)
+                got_c, error_c = mpi_peer.run_c(mpi_exe, ranks, plan, rounds, block_seconds,
+                                                args.max_iters, timeout)
+                points += got_c
+                for p in got_c if not args.quiet else []:
+                    print(f"  [{ranks} ranks] {p['op']:<14} {format_size(p['bytes']):>9}  mpi-c "
+                          f"{p['median_us']:10.2f} us", flush=True)
+                error = error or error_c
+            print(f"MPI world of {ranks} ranks: {time.monotonic() - t0:.1f} s", flush=True)
+            if error:
+                failures.append(error.splitlines()[0])
+                print(f"ERROR: {error}", file=sys.stderr, flush=True)
 
     print()
     print(report.format_table(points))
     print()
-    evaluated = targets.evaluate(points, floors, raw)
+    evaluated = targets.evaluate(points, floors, raw, cpp_p2p if args.mpi else None)
     print(targets.format_targets(evaluated))
     print()
 
@@ -203,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         worlds=worlds, skipped=skipped, size_convention=SIZE_CONVENTION,
         raw_ucx={k: v for k, v in raw.items() if k != "rows"},
         floor={str(k): v for k, v in floors.items()},
+        commux_cpp_p2p=cpp_p2p,
         allreduce_bound="3*(p-1)/p*N / memcpy rate (64 MiB copy_): each rank receives "
                         "2(p-1)/p*N and reduces (p-1)/p*N",
         targets=[t.__dict__ for t in evaluated],

@@ -77,32 +77,41 @@ def make_op(op: str, nbytes: int, rank: int, world_size: int):
     raise ValueError(f"unknown op {op!r}")
 
 
-def _max_over_ranks(values: torch.Tensor, ctrl) -> torch.Tensor:
-    dist.all_reduce(values, op=dist.ReduceOp.MAX, group=ctrl)
-    return values
+class TorchSync:
+    """Barriers on each block's own group, and the max over ranks through ``ctrl``."""
+
+    def __init__(self, ctrl):
+        self.ctrl = ctrl
+
+    def barrier(self, group) -> None:
+        dist.barrier(group=group)
+
+    def max_over_ranks(self, values: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self.ctrl)
+        return values
 
 
-def _timed(fn, group, iterations: int) -> float:
-    dist.barrier(group=group)
+def _timed(fn, group, iterations: int, sync) -> float:
+    sync.barrier(group)
     t0 = time.perf_counter()
     for _ in range(iterations):
         fn(group)
     return time.perf_counter() - t0
 
 
-def calibrate(fn, group, ctrl, block_seconds: float, max_iters: int) -> tuple[int, int]:
+def calibrate(fn, group, sync, block_seconds: float, max_iters: int) -> tuple[int, int]:
     """(k, warm-up) for one backend: timed iterations per block, and untimed ones before.
 
     The first call is untimed (it may connect endpoints and allocate staging buffers).
     Runs of 1, 8, 64, 512 iterations follow until one lasts block_seconds/4; the
-    slowest rank's time decides, through ``ctrl``, so every rank picks the same k.
+    slowest rank's time decides, through ``sync``, so every rank picks the same k.
     A point whose single iteration already exceeds the block gets no warm-up at all:
     at 256 MiB one more iteration per block would double the run for nothing.
     """
     fn(group)
     n = 1
     while True:
-        t = _max_over_ranks(torch.tensor([_timed(fn, group, n)], dtype=torch.float64), ctrl).item()
+        t = sync.max_over_ranks(torch.tensor([_timed(fn, group, n, sync)], dtype=torch.float64)).item()
         if t >= block_seconds / 4 or n >= _CALIBRATION_MAX_N:
             break
         n *= _CALIBRATION_GROWTH
@@ -113,19 +122,22 @@ def calibrate(fn, group, ctrl, block_seconds: float, max_iters: int) -> tuple[in
 
 
 def measure_point(fn, groups: dict, ctrl, rounds: int, block_seconds: float, max_iters: int,
-                  on_block=None) -> dict:
+                  on_block=None, sync=None) -> dict:
     """Interleaved blocks of ``fn`` on every group in ``groups`` (name -> group).
+    ``sync`` (default: TorchSync(ctrl)) supplies the barriers and the max over ranks; the
+    MPI peer passes its own.
 
     Returns, on every rank, name -> {median_s, min_s, iterations, blocks, warmup} where
     the times are per operation (per iteration of ``fn``), max over ranks per block.
     ``on_block(backend, round)`` is called before each block (progress/state file).
     """
+    sync = sync or TorchSync(ctrl)
     names = list(groups)
     plans = {}
     for name in names:
         if on_block:
             on_block(name, "calibration")
-        plans[name] = calibrate(fn, groups[name], ctrl, block_seconds, max_iters)
+        plans[name] = calibrate(fn, groups[name], sync, block_seconds, max_iters)
     per_op = torch.zeros(len(names), rounds, dtype=torch.float64)
     for r in range(rounds):
         for i, name in enumerate(names):
@@ -134,8 +146,8 @@ def measure_point(fn, groups: dict, ctrl, rounds: int, block_seconds: float, max
             k, warmup = plans[name]
             for _ in range(warmup):
                 fn(groups[name])
-            per_op[i, r] = _timed(fn, groups[name], k) / k
-    _max_over_ranks(per_op, ctrl)
+            per_op[i, r] = _timed(fn, groups[name], k, sync) / k
+    sync.max_over_ranks(per_op)
     return {
         name: {
             "median_s": statistics.median(per_op[i].tolist()),

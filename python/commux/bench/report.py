@@ -28,19 +28,32 @@ def gbps(point: dict) -> float:
     return point["bytes"] / (point["median_us"] * 1e3) if point["median_us"] > 0 else 0.0
 
 
+BACKENDS = ("ucx", "gloo", "mpi-c", "mpi4py-torch", "mpi4py-numpy")
+_SHORT = {"ucx": "ucx", "gloo": "gloo", "mpi-c": "mpiC", "mpi4py-torch": "m4py-t", "mpi4py-numpy": "m4py-np"}
+
+
 def format_table(points: list[dict]) -> str:
-    """One line per (op, ranks, bytes): ucx and gloo medians side by side."""
+    """One line per (op, ranks, bytes): every backend's median side by side, and each
+    other backend's time over ucx's (above 1: ucx is faster)."""
     rows: dict = {}
     for p in _sorted(points):
         rows.setdefault((p["op"], p["ranks"], p["bytes"]), {})[p["backend"]] = p
+    present = [b for b in BACKENDS if any(p["backend"] == b for p in points)]
+    others = [b for b in present if b != "ucx"]
     lines = [
         "median time per operation over interleaved blocks (max over ranks per block);",
         "p2p = one way (half a blocking send/recv round trip between ranks 0 and 1);",
         "bytes = each rank's INPUT tensor (float32): allgather output = ranks*bytes,",
-        "reduce_scatter output = bytes/ranks; GB/s = bytes / ucx time (10^9 B/s).",
-        "",
-        f"{'op':<15}{'ranks':>5}{'bytes':>11}{'ucx_us':>12}{'gloo_us':>12}{'gloo/ucx':>10}{'ucx GB/s':>10}",
+        "reduce_scatter output = bytes/ranks; GB/s = bytes / ucx time (10^9 B/s);",
+        "X/ucx = X's time / ucx's (above 1: ucx faster).",
     ]
+    if any(b.startswith("mpi") for b in present):
+        lines.append("MPI columns come from separate mpirun worlds of the same run (mpiC = Open MPI's "
+                     "C API; m4py-t/-np = mpi4py on torch tensors / numpy).")
+    lines.append("")
+    lines.append(f"{'op':<15}{'ranks':>5}{'bytes':>11}"
+                 + "".join(f"{_SHORT[b] + '_us':>12}" for b in present)
+                 + "".join(f"{_SHORT[b] + '/ucx':>11}" for b in others) + f"{'ucx GB/s':>10}")
     if not rows:
         lines.append("(no results)")
     last_op = None
@@ -48,14 +61,15 @@ def format_table(points: list[dict]) -> str:
         if last_op is not None and op != last_op:
             lines.append("")
         last_op = op
-        u, g = by.get("ucx"), by.get("gloo")
-        lines.append(
-            f"{op:<15}{ranks:>5}{format_size(nbytes):>11}"
-            + (f"{u['median_us']:>12.1f}" if u else f"{'-':>12}")
-            + (f"{g['median_us']:>12.1f}" if g else f"{'-':>12}")
-            + (f"{g['median_us'] / u['median_us']:>9.2f}x" if u and g else f"{'-':>10}")
-            + (f"{gbps(u):>10.3f}" if u else f"{'-':>10}")
-        )
+        u = by.get("ucx")
+        line = f"{op:<15}{ranks:>5}{format_size(nbytes):>11}"
+        for b in present:
+            line += f"{by[b]['median_us']:>12.1f}" if b in by else f"{'-':>12}"
+        for b in others:
+            line += (f"{by[b]['median_us'] / u['median_us']:>10.2f}x" if u and b in by and u["median_us"] > 0
+                     else f"{'-':>11}")
+        line += f"{gbps(u):>10.3f}" if u else f"{'-':>10}"
+        lines.append(line)
     return "\n".join(lines)
 
 

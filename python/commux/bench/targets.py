@@ -46,22 +46,23 @@ def allreduce_bound_us(nbytes: int, ranks: int, memcpy_gbps: float) -> float:
     return 3 * (ranks - 1) / ranks * nbytes / (memcpy_gbps * 1e9) * 1e6
 
 
-def _ratio_target(name, pairs, limit, kind="le") -> Target:
-    """Worst ucx/gloo over ``pairs`` [(label, ucx_us, gloo_us)] against ``limit``."""
+def _ratio_target(name, pairs, limit, other="gloo", what="sizes") -> Target:
+    """Worst ucx/other over ``pairs`` [(label, ucx_us, other_us)] against ``limit``."""
     if not pairs:
         return Target(name, "N/A", "not measured")
     ratios = [(u / g, label, u, g) for label, u, g in pairs]
     worst = max(ratios)
     misses = [r for r in ratios if r[0] > limit]
-    detail = (f"worst {worst[1]}: ucx {worst[2]:.1f} us / gloo {worst[3]:.1f} us = {worst[0]:.3f}"
-              f" (limit {limit:.3g}); {len(ratios) - len(misses)}/{len(ratios)} sizes within")
+    detail = (f"worst {worst[1]}: ucx {worst[2]:.1f} us / {other} {worst[3]:.1f} us = {worst[0]:.3f}"
+              f" (limit {limit:.3g}); {len(ratios) - len(misses)}/{len(ratios)} {what} within")
     if misses:
         detail += "; misses: " + ", ".join(f"{label} {r:.2f}" for r, label, _, _ in sorted(misses, reverse=True))
     return Target(name, "MISS" if misses else "PASS", detail)
 
 
-def evaluate(points: list[dict], floors: dict, raw: dict) -> list[Target]:
-    """``floors``: world size -> that world's floor dict; ``raw``: raw_ucx.measure()."""
+def evaluate(points: list[dict], floors: dict, raw: dict, cpp_p2p: dict | None = None) -> list[Target]:
+    """``floors``: world size -> that world's floor dict; ``raw``: raw_ucx.measure();
+    ``cpp_p2p``: commux_bench's 8 B latency when the MPI peer ran (mpi_peer)."""
     table = _pairs(points)
     ranks_measured = sorted({p["ranks"] for p in points})
     out: list[Target] = []
@@ -131,6 +132,40 @@ def evaluate(points: list[dict], floors: dict, raw: dict) -> list[Target]:
             rows = pairs(op, ranks)
             if rows:
                 out.append(_ratio_target(f"{op}, {ranks} ranks: ucx / gloo <= 1", rows, 1.0))
+    out += _mpi_targets(table, ranks_measured, cpp_p2p)
+    return out
+
+
+def _mpi_targets(table: dict, ranks_measured: list[int], cpp_p2p: dict | None) -> list[Target]:
+    """Against Open MPI, when the run had the MPI peer (--mpi)."""
+    if not any("mpi4py-torch" in by or "mpi-c" in by for by in table.values()):
+        return []
+    out = []
+
+    def pairs(other, ranks, keep):
+        return [(f"{o} {format_size(n)}", by["ucx"]["median_us"], by[other]["median_us"])
+                for (o, r, n), by in sorted(table.items())
+                if r == ranks and keep(o, n) and "ucx" in by and other in by]
+
+    for ranks in ranks_measured:
+        out.append(_ratio_target(f"every op and size, {ranks} ranks: ucx <= mpi4py on torch tensors",
+                                 pairs("mpi4py-torch", ranks, lambda o, n: True), 1.0,
+                                 "mpi4py-torch", "points"))
+        out.append(_ratio_target(f"every collective >= 1 MiB, {ranks} ranks: ucx <= Open MPI C",
+                                 pairs("mpi-c", ranks, lambda o, n: o != "p2p" and n >= 1 << 20), 1.0,
+                                 "mpi-c", "points"))
+        out.append(_ratio_target(f"allreduce >= 16 MiB, {ranks} ranks: ucx at least 1.5x faster than Open MPI C",
+                                 pairs("mpi-c", ranks, lambda o, n: o == "allreduce" and n >= 16 << 20),
+                                 1 / 1.5, "mpi-c", "sizes"))
+    mpi8 = table.get(("p2p", 2, 8), {}).get("mpi-c")
+    name = "C++ p2p 8 B, 2 ranks: commux_bench / Open MPI C <= 2"
+    if cpp_p2p and mpi8:
+        r = cpp_p2p["lat_us"] / mpi8["median_us"]
+        out.append(Target(name, "PASS" if r <= 2 else "MISS",
+                          f"commux_bench {cpp_p2p['lat_us']:.2f} us (mean one way; median "
+                          f"{cpp_p2p['lat_median_us']:.2f}) / mpi-c {mpi8['median_us']:.2f} us = {r:.2f}"))
+    else:
+        out.append(Target(name, "N/A", "needs commux_bench and mpi-c p2p 8 B at 2 ranks"))
     return out
 
 
