@@ -3,7 +3,16 @@
 # `python3` runs. Idempotent: a second run downloads nothing and rebuilds only what changed.
 #   PYTHON=...          the interpreter to install into (default: python3)
 #   COMMUX_UCX_WHEEL=.. the UCX wheel (default: libucx-cuNN matching torch's CUDA major)
+#   --mpi               also Open MPI (Debian's openmpi-bin, libopenmpi-dev) and mpi4py, for
+#                       `python3 -m commux.bench --mpi` (commux itself never uses MPI)
 set -euo pipefail
+with_mpi=0
+for arg in "$@"; do
+  case "$arg" in
+    --mpi) with_mpi=1 ;;
+    *) echo "usage: scripts/install.sh [--mpi]" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 # ccache hits across clones of the repository (CI builds in a fresh clone).
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
@@ -19,6 +28,10 @@ command -v ccache >/dev/null || missing+=(ccache)
 # Debian's UCX (1.13) backs the test of the system-UCX build option.
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 [ -f /usr/include/ucp/api/ucp.h ] || missing+=(libucx-dev)
+if [ "$with_mpi" = 1 ]; then
+  command -v mpirun >/dev/null || missing+=(openmpi-bin)
+  command -v mpicc >/dev/null || missing+=(libopenmpi-dev)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "commux: please install these Debian packages first: ${missing[*]}" >&2
@@ -47,6 +60,10 @@ need=()
 "$PY" -c "import matplotlib" 2>/dev/null || need+=(matplotlib)
 command -v ninja >/dev/null || "$PY" -c "import ninja" 2>/dev/null || need+=(ninja)
 [ ${#need[@]} -eq 0 ] || pip_install "${need[@]}"
+# mpi4py builds against the Open MPI installed above.
+if [ "$with_mpi" = 1 ]; then
+  "$PY" -c "import mpi4py" 2>/dev/null || pip_install mpi4py
+fi
 
 # Build (incrementally, in build/wheel) and install. The C++ unit tests build alongside.
 echo "commux: building and installing into $("$PY" -c 'import sys; print(sys.prefix)')"

@@ -8,7 +8,8 @@
 # wheel checks (a quicker local run; CI runs everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install.sh
+# --mpi: Open MPI and mpi4py, for the benchmark test that puts MPI beside commux.
+scripts/install.sh --mpi
 PY=${PYTHON:-python3}
 echo "== C++ tests"
 ctest --test-dir build/wheel --output-on-failure --timeout 120

@@ -59,6 +59,11 @@ struct Config {
   /// COMMUX_SHM_SMALL_BYTES: up to this size a shared-memory allreduce takes one step, with
   /// every rank folding the whole buffer; above it, each rank folds its own block.
   std::size_t shmSmallBytes = 16 * 1024;
+  /// COMMUX_SHM_CMA_BYTES: from this many bytes per rank, broadcast, (all)gather, scatter
+  /// and all-to-all read the other ranks' buffers directly (process_vm_readv), one copy
+  /// instead of two through the slots; 0 turns it off. Used only when every rank could
+  /// read its neighbour when the group set shared memory up.
+  std::size_t shmCmaBytes = 0;
   /// COMMUX_SHM_SPIN_US: how long a shared-memory wait polls before it sleeps (futex).
   std::chrono::microseconds shmSpin{50};
 

@@ -57,6 +57,7 @@ Config Config::fromEnvironment() {
   readBool("COMMUX_SHM", c.shm);
   readUnsigned("COMMUX_SHM_SLOT_BYTES", c.shmSlotBytes);
   readUnsigned("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes);
+  readUnsigned("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes);
   readMicros("COMMUX_SHM_SPIN_US", c.shmSpin);
   if (const char* raw = std::getenv("COMMUX_FAILURE_DETECTION"); raw != nullptr && *raw != '\0') {
     const std::string v(raw);

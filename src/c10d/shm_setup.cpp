@@ -5,12 +5,14 @@
 
 #include <c10/util/Logging.h>
 
+#include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "c10d/peer_table.hpp"
 #include "commux/options.hpp"
 #include "shm/channel.hpp"
+#include "shm/cma.hpp"
 
 namespace commux {
 namespace {
@@ -48,6 +50,30 @@ bool everyone(c10d::Store& store, const char* what, int size, const std::string&
   return all;
 }
 
+// Every rank checks that it can read its neighbour's memory (process_vm_readv); the group
+// reads each other's buffers only if all of them can.
+bool everyoneCanRead(c10d::Store& store, int rank, int size, bool wanted) {
+  if (wanted) shm::allowReaders();
+  put(store, key("cma-at", rank),
+      std::to_string(::getpid()) + " " +
+          std::to_string(reinterpret_cast<std::uintptr_t>(shm::cmaCanary())));
+  const std::string theirs = take(store, key("cma-at", (rank + 1) % size));
+  long pid = 0;
+  unsigned long long address = 0;
+  std::uint64_t value = 0;
+  const bool ok = std::sscanf(theirs.c_str(), "%ld %llu", &pid, &address) == 2 &&
+                  shm::cmaRead(static_cast<pid_t>(pid), reinterpret_cast<const void*>(address),
+                               &value, sizeof(value)) &&
+                  value == shm::kCmaCanaryValue;
+  if (!ok) {
+    LOG(INFO) << "commux: rank " << rank << " cannot read rank " << (rank + 1) % size
+              << "'s memory (process_vm_readv); shared-memory collectives copy through the "
+                 "segment";
+  }
+  put(store, key("cma-ok", rank), ok ? "1" : "0");
+  return everyone(store, "cma-ok", size, "1");
+}
+
 }  // namespace
 
 std::shared_ptr<shm::Channel> connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -62,6 +88,12 @@ std::shared_ptr<shm::Channel> connectShm(const c10::intrusive_ptr<c10d::Store>& 
   shape.slotBytes = config.shmSlotBytes;
   shape.smallBytes = config.shmSmallBytes;
   shape.spin = config.shmSpin;
+  // Every rank takes part in the probe, whatever its own setting, so none waits for a key
+  // that never comes; ranks whose COMMUX_SHM_CMA_BYTES differ are refused by the segment
+  // header's check.
+  if (everyoneCanRead(*store, rank, size, config.shmCmaBytes != 0)) {
+    shape.cmaBytes = config.shmCmaBytes;
+  }
   const std::size_t bytes = shm::Channel::segmentBytes(shape);
 
   std::shared_ptr<shm::Channel> channel;

@@ -1,6 +1,7 @@
 #include "shm/channel.hpp"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -47,16 +48,18 @@ Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape&
   if (initialise) {
     header_->size = static_cast<std::uint32_t>(shape.size);
     header_->slotBytes = shape.slotBytes;
+    header_->cmaBytes = shape.cmaBytes;
     __atomic_store_n(&header_->magic, layout::kMagic, __ATOMIC_RELEASE);
   } else {
     TORCH_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == layout::kMagic &&
                     header_->size == static_cast<std::uint32_t>(shape.size) &&
-                    header_->slotBytes == shape.slotBytes,
+                    header_->slotBytes == shape.slotBytes && header_->cmaBytes == shape.cmaBytes,
                 "commux: shared-memory segment ", segment_->name(),
                 " does not match this rank's layout (", shape.size, " ranks, ", shape.slotBytes,
-                "-byte slots); do all ranks run the same commux with the same COMMUX_SHM_* "
-                "settings?");
+                "-byte slots, CMA from ", shape.cmaBytes, " bytes); do all ranks run the same "
+                "commux with the same COMMUX_SHM_* settings?");
   }
+  controls_[rank_].pid = static_cast<std::int32_t>(::getpid());
   lane_ = std::thread([this] { runLane(); });
   hook_ = engine_->addHandOffHook([this] { kick(); });
 }

@@ -24,6 +24,10 @@
 //    destination folds (reduce_scatter, in rank order) or copies its piece out of every
 //    slot. all_to_all pieces may differ in size: each slot starts with the rank's send and
 //    receive counts, which every rank checks against each other in the first step.
+//  - from COMMUX_SHM_CMA_BYTES per rank, broadcast, (all)gather, scatter and all_to_all
+//    publish their buffers' addresses instead and the readers copy straight out of the
+//    owner's memory (process_vm_readv, shm/cma.hpp): one copy, all readers at once. The
+//    owner leaves once every reader has.
 //
 // The collectives run on a lane thread of the channel, one after another in issue order,
 // which is the order every rank issues collectives in. If a rank abandons a collective
@@ -57,6 +61,7 @@ struct ChannelShape {
   std::size_t slotBytes = 0;   // per rank and parity; a multiple of 4096
   std::size_t smallBytes = 0;  // one-step algorithm up to here
   std::chrono::microseconds spin{0};
+  std::size_t cmaBytes = 0;  // single-copy reads (shm/cma.hpp) from here; 0: never
 };
 
 class Channel {
@@ -116,6 +121,16 @@ class Channel {
   /// Arrives at step `s` and waits for every rank; the first step of a collective checks
   /// that the ranks agree.
   void meet(std::uint32_t s, CollectiveOp& op, bool first);
+  /// Whether a collective moving `bytes` per rank reads the others' buffers directly.
+  bool cmaFor(std::size_t bytes) const noexcept {
+    return shape_.cmaBytes != 0 && bytes >= shape_.cmaBytes;
+  }
+  /// Publishes `buffer` for the others to read in step `s`.
+  void publish(std::uint32_t s, const void* buffer);
+  /// Copies `bytes` at `offset` of what `rank` published in step `s` to `to`; on failure
+  /// breaks the channel (after leaving the step) and throws.
+  void readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, std::size_t bytes,
+                CollectiveOp& op);
   /// Waits until every rank's `field` reached step `s`; throws when interrupted.
   void waitAll(std::uint32_t Control::*field, std::uint32_t s, CollectiveOp& op);
   void arrive(std::uint32_t s, const CollectiveOp& op);

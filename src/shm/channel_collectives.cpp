@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <system_error>
 
 #include "collectives/schedule.hpp"
 #include "engine/reduce_kernels.hpp"
 #include "shm/channel.hpp"
 #include "shm/channel_layout.hpp"
+#include "shm/cma.hpp"
 #include "shm/collective_op.hpp"
 
 namespace commux::shm {
@@ -79,6 +81,32 @@ void Channel::meet(std::uint32_t s, CollectiveOp& op, bool first) {
   if (first) checkAgreement(s, op);
 }
 
+void Channel::publish(std::uint32_t s, const void* buffer) {
+  controls_[rank_].address[s & 1u] = reinterpret_cast<std::uintptr_t>(buffer);
+}
+
+void Channel::readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, std::size_t bytes,
+                       CollectiveOp& op) {
+  if (bytes == 0) return;
+  const Control& owner = controls_[rank];
+  const char* from = reinterpret_cast<const char*>(owner.address[s & 1u]) + offset;
+  if (rank == rank_) {
+    std::memmove(to, from, bytes);
+    return;
+  }
+  if (cmaRead(owner.pid, from, to, bytes)) return;
+  const std::string why = std::generic_category().message(errno);
+  // Leave the step so nobody waits for this rank, and stop the group's collectives: this
+  // rank's result is missing, the others' are not.
+  mark(&Control::departed, s);
+  abandon();
+  C10_THROW_ERROR(DistBackendError, "commux: " + op.description() + ": reading " +
+                                        std::to_string(bytes) + " bytes from rank " +
+                                        std::to_string(rank) + " (process_vm_readv) failed: " +
+                                        why + "; set COMMUX_SHM_CMA_BYTES=0 to copy through "
+                                        "the shared segment instead");
+}
+
 void Channel::allreduceSmall(CollectiveOp& op) {
   const Job& job = op.job();
   const at::Tensor& work = job.buffer;
@@ -129,6 +157,16 @@ void Channel::broadcast(CollectiveOp& op) {
   const std::size_t area = shape_.slotBytes * static_cast<std::size_t>(shape_.size);
   const bool root = rank_ == job.root;
   char* const base = total ? bytes(job.buffer) : nullptr;
+  if (cmaFor(total)) {
+    const std::uint32_t s = beginStep(op);
+    if (root) publish(s, base);
+    meet(s, op, true);
+    if (!root) readFrom(s, job.root, 0, base, total, op);
+    mark(&Control::departed, s);
+    // The root's buffer is the caller's again once every reader is done with it.
+    if (root) waitAll(&Control::departed, s, op);
+    return;
+  }
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(area, total - offset);
@@ -147,6 +185,21 @@ void Channel::allgather(CollectiveOp& op) {
   const bool reads = job.kind == Kind::Allgather || rank_ == job.root;
   const char* const in = block ? bytes(job.input) : nullptr;
   char* const out = reads && block ? bytes(job.output) : nullptr;
+  if (cmaFor(block)) {
+    const std::uint32_t s = beginStep(op);
+    publish(s, in);
+    meet(s, op, true);
+    if (out) {
+      for (int q = 0; q < shape_.size; ++q) {
+        char* to = out + static_cast<std::size_t>(q) * block;
+        // In place (the input is this rank's block of the output): nothing to copy.
+        if (q != rank_ || to != in) readFrom(s, q, 0, to, block, op);
+      }
+    }
+    mark(&Control::departed, s);
+    waitAll(&Control::departed, s, op);  // every reader is done with this rank's input
+    return;
+  }
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(shape_.slotBytes, block - offset);
@@ -169,6 +222,15 @@ void Channel::scatter(CollectiveOp& op) {
   const bool root = rank_ == job.root;
   const char* const in = root && block ? bytes(job.input) : nullptr;
   char* const out = block ? bytes(job.output) : nullptr;
+  if (cmaFor(block)) {
+    const std::uint32_t s = beginStep(op);
+    if (root) publish(s, in);
+    meet(s, op, true);
+    readFrom(s, job.root, static_cast<std::size_t>(rank_) * block, out, block, op);
+    mark(&Control::departed, s);
+    if (root) waitAll(&Control::departed, s, op);
+    return;
+  }
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(shape_.slotBytes, block - offset);
@@ -269,6 +331,7 @@ void Channel::alltoall(CollectiveOp& op) {
         counts[q] = job.sendCounts[q];
         counts[p + q] = job.recvCounts[q];
       }
+      publish(s, in);
     }
     const std::size_t lo = i * piece;
     for (std::size_t q = 0; q < p; ++q) {
@@ -286,6 +349,26 @@ void Channel::alltoall(CollectiveOp& op) {
         largest = std::max(largest, *std::max_element(counts, counts + p));
       }
       steps = std::max<std::size_t>(1, (largest + piece - 1) / piece);
+      if (steps > 1 && cmaFor(largest * es)) {
+        // This step carried each piece's first part; the rest comes straight from the
+        // senders' inputs, where each sender's piece for this rank starts after its pieces
+        // for the ranks before.
+        for (std::size_t from = 0; from < p; ++from) {
+          const std::size_t n = job.recvCounts[from];
+          if (n == 0) continue;
+          const std::size_t first = std::min(piece, n);
+          std::memcpy(out + recvAt[from] * es,
+                      slot(s, static_cast<int>(from)) + header + rank_ * piece * es, first * es);
+          if (n == first) continue;
+          const auto* theirs = reinterpret_cast<const std::uint64_t*>(slot(s, static_cast<int>(from)));
+          const std::size_t at = std::accumulate(theirs, theirs + rank_, std::uint64_t{0});
+          readFrom(s, static_cast<int>(from), (at + first) * es, out + (recvAt[from] + first) * es,
+                   (n - first) * es, op);
+        }
+        mark(&Control::departed, s);
+        waitAll(&Control::departed, s, op);  // every reader is done with this rank's input
+        return;
+      }
     }
     for (std::size_t from = 0; from < p; ++from) {
       if (lo >= job.recvCounts[from]) continue;

@@ -11,7 +11,7 @@ namespace commux::shm {
 namespace layout {
 
 // Changes whenever the layout does: ranks of different commux builds refuse each other.
-constexpr std::uint32_t kMagic = 0x324d4853;  // "SHM2"
+constexpr std::uint32_t kMagic = 0x334d4853;  // "SHM3"
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kPage = 4096;
 
@@ -28,6 +28,7 @@ struct alignas(layout::kLine) Channel::Header {
   std::uint32_t magic;
   std::uint32_t size;
   std::uint64_t slotBytes;
+  std::uint64_t cmaBytes;
   std::uint32_t brokenBy;  // 0, or 1 + the rank that abandoned a collective
   std::uint32_t deadRank;  // 0, or 1 + a rank some survivor found dead
   alignas(layout::kLine) BellWords bell;
@@ -45,6 +46,8 @@ struct alignas(layout::kLine) Channel::Control {
   std::int32_t root[2];     // for the rooted kinds
   std::uint32_t dtype[2];
   std::uint64_t count[2];  // Job::blockCount()
+  std::uint64_t address[2];  // the buffer the others read with CMA
+  std::int32_t pid;          // of the rank's process, for CMA
 };
 
 }  // namespace commux::shm

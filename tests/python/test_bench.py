@@ -127,3 +127,32 @@ def test_world_timeout_kills_every_rank(tmp_path):
     assert "TIMED OUT after 10 s" in r.stderr, r.stderr[-3000:]
     assert "op=allreduce" in r.stderr, r.stderr[-3000:]
     assert not _processes_mentioning(str(tmp_path)), "rank processes survived the timeout"
+
+
+@pytest.mark.ucx_only
+@pytest.mark.timeout(240)
+def test_mpi_peer_beside_commux(tmp_path):
+    """--mpi: the same points through Open MPI's C API and mpi4py (torch tensors, numpy),
+    in the table, the CSV and the targets. scripts/test.sh installs Open MPI and mpi4py
+    (scripts/install.sh --mpi); elsewhere the test says what is missing."""
+    from commux.bench import mpi_peer
+
+    if why := mpi_peer.missing():
+        pytest.skip(why)
+    r = _bench(["--mpi", "--ops", "p2p,allreduce,alltoall", "--ranks", "2", "--min-bytes", "8",
+                "--max-bytes", "64K", "--step", "8192", "--rounds", "1", "--block-seconds", "0.02",
+                "--no-raw-ucx", "--no-plot", "--out", str(tmp_path)], 200)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    with open(tmp_path / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    got = {(row["op"], int(row["bytes"]), row["backend"]) for row in rows}
+    for op in ("p2p", "allreduce", "alltoall"):
+        for nbytes in (8, 64 << 10):
+            for backend in ("ucx", "gloo", "mpi-c", "mpi4py-torch", "mpi4py-numpy"):
+                assert (op, nbytes, backend) in got, (op, nbytes, backend, sorted(got))
+    assert all(float(row["median_us"]) > 0 for row in rows)
+    assert "mpiC_us" in r.stdout and "m4py-t_us" in r.stdout, r.stdout[-3000:]
+    assert "ucx <= mpi4py on torch tensors" in r.stdout
+    assert "commux_bench / Open MPI C" in r.stdout
+    summary = json.load(open(tmp_path / "summary.json"))
+    assert summary["commux_cpp_p2p"]["lat_us"] > 0

@@ -1,5 +1,6 @@
 """Every collective through the shared-memory channel (ranks on one host): results over
-sizes that take one and many steps (8 KiB slots), every root, uneven all-to-all splits,
+sizes that take one and many steps (8 KiB slots), through the slots and with single-copy
+reads, every root, uneven all-to-all splits,
 non-contiguous tensors; mismatched calls fail on every rank with the same clear error and
 the channel stays in step; a timeout breaks the channel for every collective alike."""
 
@@ -111,7 +112,16 @@ def _results(rank, ws):
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_shm_every_collective_results(world_size):
-    assert all(run_ranks(_results, world_size, timeout=240, env=SMALL_SLOTS))
+    env = dict(SMALL_SLOTS, COMMUX_SHM_CMA_BYTES="0")
+    assert all(run_ranks(_results, world_size, timeout=240, env=env))
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_shm_every_collective_results_single_copy(world_size):
+    """From 4 KiB per rank, broadcast, (all)gather, scatter and all_to_all read the other
+    ranks' buffers directly (process_vm_readv)."""
+    env = dict(SMALL_SLOTS, COMMUX_SHM_CMA_BYTES="4096")
+    assert all(run_ranks(_results, world_size, timeout=240, env=env))
 
 
 def _mismatch(rank, ws):

@@ -1,0 +1,27 @@
+#pragma once
+// Cross Memory Attach: copying straight out of another process's memory
+// (process_vm_readv), so a large shared-memory collective moves each byte once instead of
+// twice through the segment's slots. The kernel allows it between processes of one user
+// unless Yama's ptrace_scope forbids it; allowReaders() lifts that for this process, as
+// Open MPI does, and the group probes that every rank can read its neighbour before it
+// relies on it.
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace commux::shm {
+
+/// Lets any process of this user read this one's memory under Yama ptrace_scope 1 (a
+/// no-op where Yama is absent).
+void allowReaders() noexcept;
+
+/// A word whose address and value ranks publish to check that they can read each other.
+const std::uint64_t* cmaCanary() noexcept;
+constexpr std::uint64_t kCmaCanaryValue = 0x434d412d636f6d6dull;
+
+/// Copies `bytes` from `remote` in process `pid` to `local`; false (errno set) when the
+/// kernel refuses or the process is gone.
+bool cmaRead(pid_t pid, const void* remote, void* local, std::size_t bytes) noexcept;
+
+}  // namespace commux::shm
