@@ -53,9 +53,12 @@ struct Config {
   /// memory segment instead of UCX. The ranks agree on it when the group first
   /// allreduces: it is used only if every rank has it on and could map the segment.
   bool shm = true;
-  /// COMMUX_SHM_SLOT_BYTES: bytes each rank stages per step of a shared-memory allreduce
-  /// (rounded up to 4 KiB); the segment holds two of these per rank.
-  std::size_t shmSlotBytes = 256 * 1024;
+  /// COMMUX_SHM_SLOT_BYTES: bytes each rank stages per step of a shared-memory collective
+  /// (rounded up to 4 KiB); the segment holds two of these per rank. 0 (the default): rank
+  /// 0 picks 256 KiB, or, when the group's ranks outnumber its cores, 16 MiB / ranks within
+  /// [256 KiB, 1 MiB]: fewer, larger steps, since every step waits for every rank and an
+  /// oversubscribed rank may be off its core (docs/performance.md).
+  std::size_t shmSlotBytes = 0;
   /// COMMUX_SHM_SMALL_BYTES: up to this size a shared-memory allreduce takes one step, with
   /// every rank folding the whole buffer; above it, each rank folds its own block.
   std::size_t shmSmallBytes = 16 * 1024;

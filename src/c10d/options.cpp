@@ -87,8 +87,7 @@ Config Config::fromEnvironment() {
       (c.sequenceWrap & (c.sequenceWrap - 1)) != 0) {
     throw std::invalid_argument("COMMUX_SEQUENCE_WRAP must be a power of two in [2, 2^20]");
   }
-  c.shmSlotBytes = (std::max<std::size_t>(c.shmSlotBytes, 1) + 4095) / 4096 * 4096;
-  c.shmSmallBytes = std::min(c.shmSmallBytes, c.shmSlotBytes);
+  c.shmSlotBytes = (c.shmSlotBytes + 4095) / 4096 * 4096;  // 0 stays 0: chosen per group
   if (c.pipelineChunkBytes == 0) throw std::invalid_argument("COMMUX_PIPELINE_CHUNK_BYTES must be > 0");
   return c;
 }

@@ -1,12 +1,15 @@
 #include "c10d/shm_setup.hpp"
 
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <c10/util/Logging.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "c10d/peer_table.hpp"
@@ -74,6 +77,20 @@ bool everyoneCanRead(c10d::Store& store, int rank, int size, bool wanted) {
   return everyone(store, "cma-ok", size, "1");
 }
 
+// Rank 0's choice of slot size (COMMUX_SHM_SLOT_BYTES, or by how crowded the host is):
+// one decision, which every rank takes from it, even where the ranks' views of the cores
+// differ (affinity masks).
+std::size_t slotBytesFor(int size) {
+  if (const std::size_t set = Config::get().shmSlotBytes; set != 0) return set;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  constexpr std::size_t kBase = 256 * 1024;
+  if (size <= cores) return kBase;
+  const std::size_t share = (std::size_t{16} << 20) / static_cast<std::size_t>(size);
+  return std::clamp<std::size_t>(share / 4096 * 4096, kBase, std::size_t{1} << 20);
+}
+
 }  // namespace
 
 std::shared_ptr<shm::Channel> connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -85,7 +102,7 @@ std::shared_ptr<shm::Channel> connectShm(const c10::intrusive_ptr<c10d::Store>& 
 
   shm::ChannelShape shape;
   shape.size = size;
-  shape.slotBytes = config.shmSlotBytes;
+  shape.slotBytes = rank == 0 ? slotBytesFor(size) : 0;  // the others take rank 0's
   shape.smallBytes = config.shmSmallBytes;
   shape.spin = config.shmSpin;
   // Every rank takes part in the probe, whatever its own setting, so none waits for a key
@@ -94,7 +111,8 @@ std::shared_ptr<shm::Channel> connectShm(const c10::intrusive_ptr<c10d::Store>& 
   if (everyoneCanRead(*store, rank, size, config.shmCmaBytes != 0)) {
     shape.cmaBytes = config.shmCmaBytes;
   }
-  const std::size_t bytes = shm::Channel::segmentBytes(shape);
+  shape.smallBytes = std::min(shape.smallBytes, shape.slotBytes);
+  std::size_t bytes = rank == 0 ? shm::Channel::segmentBytes(shape) : 0;
 
   std::shared_ptr<shm::Channel> channel;
   std::string problem;
@@ -102,6 +120,9 @@ std::shared_ptr<shm::Channel> connectShm(const c10::intrusive_ptr<c10d::Store>& 
     try {
       channel = std::make_shared<shm::Channel>(shm::Segment::create(bytes), rank, shape, true,
                                                engine);
+      // The sizes that pick the algorithms: every rank must use the same.
+      put(*store, key("slot", 0),
+          std::to_string(shape.slotBytes) + " " + std::to_string(shape.smallBytes));
       put(*store, key("name", 0), channel->segment().name());
     } catch (const std::exception& e) {
       problem = e.what();
@@ -111,6 +132,9 @@ std::shared_ptr<shm::Channel> connectShm(const c10::intrusive_ptr<c10d::Store>& 
     const std::string name = take(*store, key("name", 0));
     if (!name.empty()) {
       try {
+        std::istringstream sizes(take(*store, key("slot", 0)));
+        sizes >> shape.slotBytes >> shape.smallBytes;
+        bytes = shm::Channel::segmentBytes(shape);
         channel = std::make_shared<shm::Channel>(shm::Segment::open(name, bytes), rank, shape,
                                                  false, engine);
       } catch (const std::exception& e) {
@@ -121,7 +145,7 @@ std::shared_ptr<shm::Channel> connectShm(const c10::intrusive_ptr<c10d::Store>& 
   put(*store, key("mapped", rank), channel ? "1" : "0");
   const bool ok = everyone(*store, "mapped", size, "1");
   if (!problem.empty()) {
-    LOG(WARNING) << problem << "; allreduce uses UCX instead of shared memory";
+    LOG(WARNING) << problem << "; collectives use UCX instead of shared memory";
   }
   if (!ok) return nullptr;
   // Everyone has it mapped: drop the name, so nothing outlives the job in /dev/shm.

@@ -77,6 +77,7 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_SHM"] = c.shm;
     d["COMMUX_SHM_SLOT_BYTES"] = c.shmSlotBytes;
     d["COMMUX_SHM_SMALL_BYTES"] = c.shmSmallBytes;
+    d["COMMUX_SHM_CMA_BYTES"] = c.shmCmaBytes;
     d["COMMUX_SHM_SPIN_US"] = c.shmSpin.count();
     d["COMMUX_FAILURE_DETECTION"] =
         c.failureDetection == commux::FailureDetection::Auto
