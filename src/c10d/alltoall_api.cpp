@@ -121,8 +121,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
     const bool direct = outputBuffer.is_contiguous() && !overlap(inputBuffer, outputBuffer);
     shm::Job job;
     job.kind = shm::Kind::Alltoall;
-    job.input = flat(inputBuffer);
-    job.output = direct ? outputBuffer.view({-1}) : at::empty({outputBuffer.numel()}, outputBuffer.options());
+    job.input = dense(inputBuffer);
+    job.output = direct ? outputBuffer : at::empty({outputBuffer.numel()}, outputBuffer.options());
     job.sendCounts = std::move(sendCounts);
     job.recvCounts = std::move(recvCounts);
     std::function<void()> unpack;

@@ -24,8 +24,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
   if (auto channel = shmFor("all_gather_into_tensor", inputBuffer.is_cpu())) {
     shm::Job job;
     job.kind = shm::Kind::Allgather;
-    job.input = flat(inputBuffer);
-    job.output = flat(outputBuffer);
+    job.input = dense(inputBuffer);
+    job.output = dense(outputBuffer);
     at::Tensor output = job.output;
     return launchShm(c10d::OpType::_ALLGATHER_BASE,
                      describe("all_gather_into_tensor", {inputBuffer}, "", "shared memory",
@@ -72,7 +72,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
   if (channel) {
     shm::Job job;
     job.kind = shm::Kind::Allgather;
-    job.input = flat(input);
+    job.input = dense(input);
     job.output = work;
     return launchShm(c10d::OpType::ALLGATHER,
                      describe("all_gather", {input}, "", "shared memory", nextSequence()), outputs,
@@ -101,13 +101,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
   const int64_t contributions = size_;
   if (auto channel = shmFor("reduce_scatter_tensor", inputBuffer.is_cpu())) {
     // Only read: the input needs a private copy only when its contribution is scaled first.
-    at::Tensor input = flat(inputBuffer);
+    at::Tensor input = dense(inputBuffer);
     if (reduction.changesContribution()) {
       input = input.clone();
       reduction.prepare(input);
     }
     const bool direct = outputBuffer.is_contiguous();
-    at::Tensor output = direct ? outputBuffer.view({-1}) : at::empty({static_cast<int64_t>(n)}, outputBuffer.options());
+    at::Tensor output = direct ? outputBuffer : at::empty({static_cast<int64_t>(n)}, outputBuffer.options());
     shm::Job job;
     job.kind = shm::Kind::ReduceScatter;
     job.reduce = reduction.kind();

@@ -94,7 +94,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
   checkTensors("allreduce", tensors, true);
   const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
   auto channel = shmFor("allreduce", tensors[0].is_cpu());
-  at::Tensor work = localReduce(tensors, reduction.kind(), false);
+  at::Tensor work = channel && tensors.size() == 1 ? dense(tensors[0])
+                                                  : localReduce(tensors, reduction.kind(), false);
   reduction.prepare(work);
   const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
   auto finalize = [work, tensors, reduction, contributions] {
@@ -130,7 +131,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
   // Only the root's tensors receive the result; the others keep their input, so
   // non-roots reduce in a private buffer.
   auto channel = shmFor("reduce", tensors[0].is_cpu());
-  at::Tensor work = localReduce(tensors, reduction.kind(), !isRoot);
+  // Over shared memory a non-root's buffer is only read: it needs a private copy only when
+  // its contribution is scaled first.
+  at::Tensor work = channel && tensors.size() == 1 && (isRoot || !reduction.changesContribution())
+                        ? dense(tensors[0])
+                        : localReduce(tensors, reduction.kind(), !isRoot);
   reduction.prepare(work);
   const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
   auto finalize = [work, tensors, reduction, contributions, isRoot] {
@@ -168,9 +173,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                     tensors.size(), " tensors");
   const int root = static_cast<int>(opts.rootRank);
   auto channel = shmFor("broadcast", tensors[0].is_cpu());
-  at::Tensor work = rank_ == root ? flat(tensors[opts.rootTensor])
+  // Shared memory takes any contiguous shape; the schedules want 1-D.
+  const auto shaped = [&](const at::Tensor& t) { return channel ? dense(t) : flat(t); };
+  at::Tensor work = rank_ == root ? shaped(tensors[opts.rootTensor])
                     : tensors.size() == 1 && tensors[0].is_contiguous()
-                        ? tensors[0].view({-1})
+                        ? (channel ? tensors[0] : tensors[0].view({-1}))
                         : at::empty({tensors[0].numel()}, tensors[0].options());
   const std::string detail = "from rank " + std::to_string(root);
   if (channel) {

@@ -38,7 +38,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
     shm::Job job;
     job.kind = shm::Kind::Gather;
     job.root = root;
-    job.input = flat(input);
+    job.input = dense(input);
     std::function<void()> unpack;
     if (rank_ == root) {
       // Blocks in rank order.
@@ -109,7 +109,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
     job.kind = shm::Kind::Scatter;
     job.root = root;
     if (rank_ == root) job.input = work;
-    job.output = direct ? output.view({-1}) : at::empty({n}, output.options());
+    job.output = direct ? output : at::empty({n}, output.options());
     std::function<void()> unpack;
     if (!direct) {
       unpack = [staged = job.output, output] { output.copy_(staged.view(output.sizes())); };

@@ -26,6 +26,11 @@ inline std::size_t elementCount(const at::Tensor& t) { return static_cast<std::s
 /// A flat contiguous view of `t` when one exists, else a flat contiguous copy.
 at::Tensor flat(const at::Tensor& t);
 
+/// `t` itself when contiguous, else a contiguous copy. The shared-memory path touches only a
+/// buffer's bytes, and a flat view costs more than an 8-byte collective (autograd's view
+/// bookkeeping runs even without grad).
+inline at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
 /// The blocks of a p-block buffer whose blocks all hold `count` elements.
 std::vector<collectives::Range> equalBlocks(std::size_t count, int size);
 
