@@ -168,6 +168,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
     flatInputs.push_back(inputTensors[r].reshape({-1}));
   }
   std::vector<at::Tensor> outputs = outputTensors;
+  auto unpack = [outputs, recvCounts](const at::Tensor& received) {
+    int64_t offset = 0;
+    for (std::size_t r = 0; r < outputs.size(); ++r) {
+      const auto n = static_cast<int64_t>(recvCounts[r]);
+      outputs[r].copy_(received.narrow(0, offset, n).view(outputs[r].sizes()));
+      offset += n;
+    }
+  };
   if (auto channel = shmFor("all_to_all", inputTensors[0].is_cpu())) {
     const std::size_t total = std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0});
     at::Tensor received = at::empty({static_cast<int64_t>(total)}, inputTensors[0].options());
@@ -180,27 +188,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
     return launchShm(c10d::OpType::ALLTOALL,
                      describe("all_to_all", inputTensors, "", "shared memory", nextSequence()),
                      outputs, channel, std::move(job),
-                     [received, outputs, recvCounts] {
-                       int64_t offset = 0;
-                       for (std::size_t r = 0; r < outputs.size(); ++r) {
-                         const auto n = static_cast<int64_t>(recvCounts[r]);
-                         outputs[r].copy_(received.narrow(0, offset, n).view(outputs[r].sizes()));
-                         offset += n;
-                       }
-                     },
-                     opts.timeout);
+                     [received, unpack] { unpack(received); }, opts.timeout);
   }
   return alltoallFlat(c10d::OpType::ALLTOALL, "all_to_all", at::cat(flatInputs),
-                      std::move(sendCounts), recvCounts, outputs,
-                      [outputs, recvCounts](const at::Tensor& received) {
-                        int64_t offset = 0;
-                        for (std::size_t r = 0; r < outputs.size(); ++r) {
-                          const auto n = static_cast<int64_t>(recvCounts[r]);
-                          outputs[r].copy_(received.narrow(0, offset, n).view(outputs[r].sizes()));
-                          offset += n;
-                        }
-                      },
-                      opts.timeout);
+                      std::move(sendCounts), recvCounts, outputs, std::move(unpack), opts.timeout);
 }
 
 }  // namespace commux
