@@ -225,13 +225,9 @@ void Channel::arrive(std::uint32_t s, const CollectiveOp& op) {
   Control& mine = controls_[rank_];
   const unsigned parity = s & 1u;
   const Job& job = op.job();
-  const bool reduces =
-      job.kind == Kind::Allreduce || job.kind == Kind::Reduce || job.kind == Kind::ReduceScatter;
-  const bool rooted = job.kind == Kind::Reduce || job.kind == Kind::Broadcast ||
-                      job.kind == Kind::Gather || job.kind == Kind::Scatter;
   mine.kind[parity] = static_cast<std::uint32_t>(job.kind);
-  mine.reduce[parity] = reduces ? static_cast<std::uint32_t>(job.reduce) : 0;
-  mine.root[parity] = rooted ? job.root : 0;
+  mine.reduce[parity] = reduces(job.kind) ? static_cast<std::uint32_t>(job.reduce) : 0;
+  mine.root[parity] = hasRoot(job.kind) ? job.root : 0;
   mine.dtype[parity] = static_cast<std::uint32_t>(job.dtype());
   mine.count[parity] = job.blockCount();
   mark(&Control::arrived, s);
@@ -294,13 +290,12 @@ void Channel::checkAgreement(std::uint32_t s, CollectiveOp& op) {
     const Control& c = controls_[r];
     const auto kind = static_cast<Kind>(c.kind[parity]);
     ranks += (r ? "; rank " : "rank ") + std::to_string(r) + ": " + kindName(kind);
-    if (kind == Kind::Reduce || kind == Kind::Broadcast || kind == Kind::Gather ||
-        kind == Kind::Scatter) {
+    if (hasRoot(kind)) {
       ranks += " root " + std::to_string(c.root[parity]);
     }
     ranks += ", " + std::to_string(c.count[parity]) + " x " +
              c10::toString(static_cast<c10::ScalarType>(c.dtype[parity]));
-    if (kind == Kind::Allreduce || kind == Kind::Reduce || kind == Kind::ReduceScatter) {
+    if (reduces(kind)) {
       ranks += std::string(" ") +
                engine::reduceKindName(static_cast<engine::ReduceKind>(c.reduce[parity]));
     }

@@ -31,6 +31,11 @@ void foldInto(char* acc, char* in, std::size_t count, const at::Tensor& like,
   engine::reduceInto(view(acc, count, like), view(in, count, like), kind);
 }
 
+/// An all_to_all slot's header (first step): the rank's send counts, then its receive counts.
+const std::uint64_t* alltoallCounts(const char* slot) {
+  return reinterpret_cast<const std::uint64_t*>(slot);
+}
+
 /// Size of an all_to_all slot's header: the rank's send and then receive counts.
 std::size_t alltoallHeader(int size) {
   return layout::roundUp(2 * static_cast<std::size_t>(size) * sizeof(std::uint64_t), layout::kLine);
@@ -280,7 +285,7 @@ void Channel::reduceScatter(CollectiveOp& op) {
 }
 
 void Channel::checkAlltoallCounts(std::uint32_t s, CollectiveOp& op) {
-  const auto counts = [&](int rank) { return reinterpret_cast<const std::uint64_t*>(slot(s, rank)); };
+  const auto counts = [&](int rank) { return alltoallCounts(slot(s, rank)); };
   const std::size_t p = static_cast<std::size_t>(shape_.size);
   std::string problems;
   int shown = 0;
@@ -345,7 +350,7 @@ void Channel::alltoall(CollectiveOp& op) {
       // Every rank derives the same number of steps from the same counts.
       std::uint64_t largest = 0;
       for (int r = 0; r < shape_.size; ++r) {
-        const auto* counts = reinterpret_cast<const std::uint64_t*>(slot(s, r));
+        const auto* counts = alltoallCounts(slot(s, r));
         largest = std::max(largest, *std::max_element(counts, counts + p));
       }
       steps = std::max<std::size_t>(1, (largest + piece - 1) / piece);
@@ -360,7 +365,7 @@ void Channel::alltoall(CollectiveOp& op) {
           std::memcpy(out + recvAt[from] * es,
                       slot(s, static_cast<int>(from)) + header + rank_ * piece * es, first * es);
           if (n == first) continue;
-          const auto* theirs = reinterpret_cast<const std::uint64_t*>(slot(s, static_cast<int>(from)));
+          const auto* theirs = alltoallCounts(slot(s, static_cast<int>(from)));
           const std::size_t at = std::accumulate(theirs, theirs + rank_, std::uint64_t{0});
           readFrom(s, static_cast<int>(from), (at + first) * es, out + (recvAt[from] + first) * es,
                    (n - first) * es, op);

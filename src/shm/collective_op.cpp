@@ -23,6 +23,15 @@ const char* kindName(Kind kind) noexcept {
   return "?";
 }
 
+bool hasRoot(Kind kind) noexcept {
+  return kind == Kind::Reduce || kind == Kind::Broadcast || kind == Kind::Gather ||
+         kind == Kind::Scatter;
+}
+
+bool reduces(Kind kind) noexcept {
+  return kind == Kind::Allreduce || kind == Kind::Reduce || kind == Kind::ReduceScatter;
+}
+
 std::uint64_t Job::blockCount() const {
   switch (kind) {
     case Kind::Allreduce:

@@ -32,6 +32,10 @@ enum class Kind : std::uint32_t {
 };
 
 const char* kindName(Kind kind) noexcept;
+/// Reduce, broadcast, gather and scatter: the kinds whose root every rank must agree on.
+bool hasRoot(Kind kind) noexcept;
+/// Allreduce, reduce and reduce_scatter: the kinds whose op every rank must agree on.
+bool reduces(Kind kind) noexcept;
 
 /// What one rank brings to a shared-memory collective. Buffers are 1-D, contiguous, on the
 /// CPU; which ones a rank passes depends on the collective and on its role:
