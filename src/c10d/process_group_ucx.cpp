@@ -58,7 +58,7 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
   // No purge here: it runs later on the driver and would drop messages that peers send to
   // this new group once it is published (a destroyed group's are purged at destruction,
   // and ids come back only after every other one was used).
-  context_ = engine_->acquireContext();
+  context_ = engine_->contexts().acquire();
   peers_ = std::make_unique<PeerTable>(
       store, rank, size,
       [this](int peer, const engine::Route& route, const engine::ProcessId& process) {
@@ -73,7 +73,7 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
     peers_->publish(engine_->address(), context_);
   } catch (...) {
     engine_->removeFailureListener(failureListener_);
-    engine_->releaseContext(context_);
+    engine_->contexts().release(context_);
     throw;
   }
 }
@@ -83,7 +83,7 @@ ProcessGroupUCX::~ProcessGroupUCX() {
   std::atomic_store(&shm_, std::shared_ptr<shm::Channel>());
   failOrphans("the process group was destroyed with this receive in flight");
   engine_->purgeContext(context_);
-  engine_->releaseContext(context_);
+  engine_->contexts().release(context_);
 }
 
 void ProcessGroupUCX::failOrphans(const std::string& why) {
@@ -280,7 +280,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
   work->setPeer(dstRank);
   const bool pack = packs(tensors);
   launch(work, std::make_shared<engine::P2POp>(
-                   engine::P2POp::Kind::Send, tensors, *route,
+                   engine::P2POp::Kind::Send, tensors, route,
                    wire::p2pTag(route->context, static_cast<std::uint32_t>(rank_),
                                 static_cast<std::uint32_t>(tag), pack),
                    wire::kExactMask, pack, work->description(), work->completer()));
@@ -299,7 +299,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
                        c10d::kUnsetTimeout);
   work->setPeer(srcRank);
   launch(work, std::make_shared<engine::P2POp>(
-                   engine::P2POp::Kind::Recv, tensors, engine::Route{},
+                   engine::P2POp::Kind::Recv, tensors, nullptr,
                    wire::p2pTag(context_, static_cast<std::uint32_t>(srcRank),
                                 static_cast<std::uint32_t>(tag)),
                    wire::kExactMask, packs(tensors), work->description(), work->completer()));
@@ -320,7 +320,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recvAnysource(std::vector<at::Te
   auto work = makeWork(c10d::OpType::RECVANYSOURCE, tensors,
                        describeP2P("recv", "from", "any rank", tag, tensors), c10d::kUnsetTimeout);
   launch(work, std::make_shared<engine::P2POp>(
-                   engine::P2POp::Kind::Recv, tensors, engine::Route{},
+                   engine::P2POp::Kind::Recv, tensors, nullptr,
                    wire::p2pTag(context_, 0, static_cast<std::uint32_t>(tag)),
                    wire::kAnySourceMask, false, work->description(), work->completer()));
   return work;

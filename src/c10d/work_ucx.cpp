@@ -90,7 +90,7 @@ void WorkUCX::complete(std::exception_ptr error, int sourceRank) {
     done_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
-  if (waiterParked_.load(std::memory_order_seq_cst)) engine_->wakeParked();
+  if (waiterParked_.load(std::memory_order_seq_cst)) engine_->waker().wakeParked();
   // The op holds buffers and, through its completion callback, this Work; drop the link
   // so nothing outlives its use.
   std::atomic_store(&op_, std::shared_ptr<engine::Op>());
@@ -162,8 +162,8 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   // Drive the worker ourselves for a short while: a reply that arrives within the spin is
   // picked up with no thread hand-off at all.
   {
-    // While this thread spins, the progress thread rests unarmed (see Engine::sleep).
-    const engine::Engine::DriverScope driving(*engine_);
+    // While this thread spins, the progress thread rests unarmed (see Waker::sleep).
+    const engine::Waker::Driver driving(engine_->waker());
     const auto spinEnd =
         std::min(std::chrono::steady_clock::now() + Config::get().waitSpin, deadline);
     // Yield the core every few passes: when the peer rank (or this rank's other threads)
@@ -178,7 +178,7 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   if (done_.load(std::memory_order_acquire)) {
     // This thread drove the worker; the progress thread looks again soon, unless the
     // caller comes straight back with its next operation.
-    engine_->deferHandOff();
+    engine_->waker().driverLeft();
     return true;
   }
   // Then sleep on the worker's event fd, still driving it, so our completion wakes us
@@ -191,7 +191,7 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   const bool parked = engine_->parkUntil(done_, deadline);
   waiterParked_.store(false, std::memory_order_relaxed);
   // Either way this thread stops driving: let the progress thread look again.
-  engine_->handOff();
+  engine_->waker().handOff();
   if (parked) return done_.load(std::memory_order_acquire);
   std::unique_lock<std::mutex> lock(mutex_);
   return cv_.wait_until(lock, deadline, [this] { return completed_; });
@@ -237,7 +237,7 @@ void WorkUCX::abort() {
 c10::intrusive_ptr<c10::ivalue::Future> WorkUCX::getFuture() {
   // Whoever asks for the future may wait on it (or chain callbacks) instead of calling
   // wait(), so nobody would drive the worker until the deferred hand-off: hand off now.
-  if (!done_.load(std::memory_order_acquire)) engine_->handOff();
+  if (!done_.load(std::memory_order_acquire)) engine_->waker().handOff();
   return future_;
 }
 

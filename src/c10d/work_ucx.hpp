@@ -1,7 +1,8 @@
 #pragma once
-// The Work handed back for every commux operation. Completion is published by the progress
-// thread; waiters spin briefly on an atomic flag and then sleep on a condition variable,
-// so a rank blocked for seconds costs no CPU.
+// The Work handed back for every commux operation. Completion is published by whichever
+// thread drives the engine's worker; a waiter drives it itself for a short while, then
+// sleeps on the worker's event fd (or, when another waiter already does, on a condition
+// variable), so a rank blocked for seconds costs no CPU.
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -86,8 +87,8 @@ class WorkUCX : public c10d::Work {
   std::shared_ptr<engine::Engine> engine_;
   std::shared_ptr<engine::Op> op_;
   std::atomic<bool> done_{false};
-  std::atomic<bool> waiterParked_{false};
-  std::atomic<bool> deferred_{false};  // a waiter sleeps in Engine::parkUntil
+  std::atomic<bool> waiterParked_{false};  // a waiter sleeps in Engine::parkUntil
+  std::atomic<bool> deferred_{false};
   std::atomic<int> sourceRank_{-1};
   int peer_ = kAllRanks;
   std::function<void(std::exception_ptr)> onFailure_;

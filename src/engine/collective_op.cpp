@@ -49,7 +49,7 @@ void CollectiveOp::postStep(Engine& engine) {
   for (std::uint32_t i = 0; i < sends; ++i) {
     const auto& t = step.sends[i];
     const Route& route = *s_.routes.at(t.peer);
-    postSend(engine, engine.endpoint(route.address), sendAt(t.offset), t.count * elementSize_,
+    postSend(engine, engine.endpoint(route), sendAt(t.offset), t.count * elementSize_,
              wire::collectiveTag(route.context, s_.myRank, s_.sequence, t.round), i, memory_);
   }
   scratchOffsets_.clear();

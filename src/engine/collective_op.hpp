@@ -2,7 +2,7 @@
 // Executes a collectives::Schedule on a flat work buffer: posts each step's sends and
 // receives, waits for all of them, folds Reduce-mode receives into the work buffer, and
 // moves on. A finalizer (copy back to the user's tensors, AVG division) runs at the end,
-// still on the progress thread, before the operation reports success.
+// still under the worker lock, before the operation reports success.
 #include <ATen/ATen.h>
 
 #include <functional>

@@ -1,10 +1,6 @@
 #include "engine/engine.hpp"
 
 #include <pthread.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -26,15 +22,8 @@ std::mutex instanceMutex;
 std::weak_ptr<Engine> instanceRef;
 std::atomic<Engine::BlockingWrapper> blockingWrapper{nullptr};
 
-constexpr int kSleepSafetyNetMs = 100;
-constexpr std::uint32_t kWorkerEvent = 0;
-constexpr std::uint32_t kTimerEvent = 1;
-
-std::int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+// The longest any sleep lasts, should a wake-up be lost.
+constexpr std::chrono::milliseconds kSleepSafetyNet{100};
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -141,77 +130,31 @@ Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds
     : context_(Config::get().loopbackOnly),
       worker_(context_),
       progressSpin_(progressSpin),
-      handOffDelayNs_(std::chrono::duration_cast<std::chrono::nanoseconds>(handOffDelay).count()),
-      contextsInUse_(wire::kMaxContexts, false),
+      waker_(worker_.eventFd(), [this] { worker_.signal(); }, handOffDelay, kSleepSafetyNet),
+      contexts_(wire::kMaxContexts),
+      endpoints_(worker_,
+                 [this](const std::string& address) { return endpointErrorHandler(address); }),
       // Never refused: commands pushed while the engine stops are run by failStranded().
       streamWaits_([this](StreamWaits::Command command) {
         append(std::move(command));
-        handOff();
+        waker_.handOff();
       }),
       watch_([this](const std::string& address, const std::string& why) {
         deliverFailure(address, why);
       }) {
-  if (worker_.eventFd() >= 0) {
-    epollFd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epollFd_ < 0) throw std::runtime_error("commux: epoll_create1 failed");
-    timerFd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u32 = kWorkerEvent;
-    epoll_event timerEv{};
-    timerEv.events = EPOLLIN;
-    timerEv.data.u32 = kTimerEvent;
-    if (timerFd_ < 0 || epoll_ctl(epollFd_, EPOLL_CTL_ADD, worker_.eventFd(), &ev) != 0 ||
-        epoll_ctl(epollFd_, EPOLL_CTL_ADD, timerFd_, &timerEv) != 0) {
-      if (timerFd_ >= 0) ::close(timerFd_);
-      ::close(epollFd_);
-      throw std::runtime_error("commux: cannot watch the UCX worker's event fd");
-    }
-  }
   thread_ = std::thread([this] { run(); });
 }
 
-Engine::~Engine() {
-  stop();
-  if (timerFd_ >= 0) ::close(timerFd_);
-  if (epollFd_ >= 0) ::close(epollFd_);
-}
+Engine::~Engine() { stop(); }
 
 void Engine::stop() {
   // Process exit (ExitGuard, atexit) and the last reference may race to stop.
   std::lock_guard<std::mutex> once(stopMutex_);
   if (!thread_.joinable()) return;
   stopping_.store(true);
-  worker_.signal();
-  fireTimer();
-  {
-    std::lock_guard<std::mutex> lock(parkMutex_);
-  }
-  parkCv_.notify_all();
+  waker_.stop();
   runBlocking([](void* thread) { static_cast<std::thread*>(thread)->join(); }, &thread_);
   failStranded();
-}
-
-std::uint32_t Engine::acquireContext() {
-  // Round robin, so an id comes back only after all others were used: messages still in
-  // flight for a destroyed group can then never match the group that reuses its id.
-  std::lock_guard<std::mutex> lock(contextMutex_);
-  const auto n = static_cast<std::uint32_t>(contextsInUse_.size());
-  for (std::uint32_t i = 0; i < n; ++i) {
-    const std::uint32_t id = (nextContext_ + i) % n;
-    if (!contextsInUse_[id]) {
-      contextsInUse_[id] = true;
-      nextContext_ = (id + 1) % n;
-      return id;
-    }
-  }
-  throw std::runtime_error("commux: more than " + std::to_string(wire::kMaxContexts) +
-                           " live process groups in one process");
-}
-
-void Engine::releaseContext(std::uint32_t id) {
-  std::lock_guard<std::mutex> lock(contextMutex_);
-  if (id < contextsInUse_.size()) contextsInUse_[id] = false;
 }
 
 bool Engine::drivenByThisThread() const noexcept {
@@ -322,55 +265,16 @@ void Engine::append(std::function<void(Engine&)> command) {
   submitted_.fetch_add(1, std::memory_order_seq_cst);
 }
 
-void Engine::post(std::function<void(Engine&)> command) {
+void Engine::dispatch(std::function<void(Engine&)> command, Drive drive) {
   enqueue(std::move(command));
-  if (tryProgress()) return;
-  // Someone else drives the worker. Pairs with the store to sleeping_ in sleep(): either
-  // the progress thread sees our submission before it sleeps, or we see it asleep and
-  // wake it. A parked waiter (whose round may have drained the queue just before ours
-  // arrived) is woken too, or the command would wait for the 100 ms safety net.
-  handOff();
-}
-
-void Engine::handOff() {
-  if (sleeping_.load(std::memory_order_seq_cst) || parked_.load(std::memory_order_seq_cst)) {
-    worker_.signal();
-  }
-  if (resting_.load(std::memory_order_seq_cst)) fireTimer();
-}
-
-void Engine::fireTimer() {
-  if (timerFd_ < 0) return;
-  itimerspec spec{};
-  spec.it_value.tv_nsec = 1;
-  handOffDue_.store(nowNs(), std::memory_order_relaxed);
-  timerfd_settime(timerFd_, 0, &spec, nullptr);
-}
-
-void Engine::deferHandOff() {
-  if (timerFd_ < 0) return;  // no event fd: the progress thread polls on its own
-  const std::int64_t now = nowNs();
-  const std::int64_t due = handOffDue_.load(std::memory_order_relaxed);
-  // Pushing the timer back costs a system call; a loop of short operations does it about
-  // twice per delay, not once per operation. A timer that is due already (fired, or fired
-  // at once by handOff) has a wake-up on its way: re-arming it would cancel that.
-  if (due != 0 && (due <= now || due - now > handOffDelayNs_ / 2)) return;
-  if (handOffDelayNs_ <= 0) {
-    handOff();
-    return;
-  }
-  itimerspec spec{};
-  spec.it_value.tv_sec = handOffDelayNs_ / 1000000000;
-  spec.it_value.tv_nsec = handOffDelayNs_ % 1000000000;
-  handOffDue_.store(now + handOffDelayNs_, std::memory_order_relaxed);
-  timerfd_settime(timerFd_, 0, &spec, nullptr);
-}
-
-void Engine::consumeWake(const epoll_event& event, int ready) {
-  if (ready <= 0 || event.data.u32 != kTimerEvent) return;
-  std::uint64_t expirations = 0;
-  if (::read(timerFd_, &expirations, sizeof(expirations)) > 0) {
-    handOffDue_.store(0, std::memory_order_relaxed);
+  // Whoever drives the worker drains the submissions each round. Otherwise someone sleeps:
+  // the hand-off pairs with the state the sleeper publishes before it looks at the queue
+  // (see Waker::sleep), and also wakes a parked waiter, whose round may have drained the
+  // queue just before this command arrived.
+  if (drive == Drive::Never || !tryProgress()) {
+    waker_.handOff();
+  } else {
+    waker_.driverLeft();
   }
 }
 
@@ -404,44 +308,58 @@ void Engine::startOp(const std::shared_ptr<Op>& op) {
 }
 
 void Engine::submit(std::shared_ptr<Op> op) {
-  // A reference of our own: an operation that completes inside post() may be released by
-  // its Work right there (AddressSanitizer caught the read of a freed Op here).
-  std::shared_ptr<Op> mine = op;
-  post([op = std::move(op)](Engine& engine) { engine.startOp(op); });
-  // Posted inline but still in flight: the progress thread must carry it on, unless the
-  // caller waits for it right away (then the caller drives it).
-  if (!mine->finished()) deferHandOff();
+  // `op` is our own reference: an operation that completes here may be released by its
+  // Work right away (AddressSanitizer caught the read of a freed Op here).
+  if (workerMutex_.try_lock()) {
+    {
+      Driving driving(workerMutex_, driver_, /*locked=*/true);
+      if (stopping_.load()) throw std::runtime_error("commux: the communication engine has shut down");
+      // Started directly, with no command queued: commands queued before it go first.
+      drainSubmissions();
+      startOp(op);
+      // Let UCX move what was just posted; work that is not UCX's needs no round.
+      if (op->usesWorker()) progressRound();
+    }
+    // If still in flight, the progress thread carries it on after the delay, unless the
+    // caller waits for it right away (then the caller drives it).
+    waker_.driverLeft();
+  } else {
+    enqueue([op](Engine& engine) { engine.startOp(op); });
+    waker_.handOff();
+  }
 }
 
 void Engine::submit(std::vector<std::shared_ptr<Op>> ops) {
   auto shared = std::make_shared<std::vector<std::shared_ptr<Op>>>(std::move(ops));
-  post([shared](Engine& engine) {
-    for (const auto& op : *shared) engine.startOp(op);
-  });
+  dispatch(
+      [shared](Engine& engine) {
+        for (const auto& op : *shared) engine.startOp(op);
+      },
+      Drive::IfFree);
   for (const auto& op : *shared) {
     if (!op->finished()) {
-      deferHandOff();
+      waker_.deferHandOff();
       break;
     }
   }
 }
 
 void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error) {
-  post([op = std::move(op), error](Engine& engine) { op->fail(engine, error); });
+  dispatch([op = std::move(op), error](Engine& engine) { op->fail(engine, error); }, Drive::IfFree);
 }
 
 void Engine::cancelQuietly(std::shared_ptr<Op> op, std::exception_ptr error) {
-  postQuietly([op = std::move(op), error](Engine& engine) { op->fail(engine, error); });
+  dispatch([op = std::move(op), error](Engine& engine) { op->fail(engine, error); }, Drive::Never);
 }
 
 void Engine::failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error) {
-  postQuietly([op = std::move(op), error](Engine& engine) {
+  dispatch([op = std::move(op), error](Engine& engine) {
     // A collective may need a few rounds: each step's receives match messages already here.
     for (int round = 0; round < 64 && !op->finished(); ++round) {
       if (!engine.progressRound()) break;
     }
     if (!op->finished()) op->fail(engine, error);
-  });
+  }, Drive::Never);
 }
 
 void Engine::watchPeer(const std::string& address, const ProcessId& id) {
@@ -454,13 +372,15 @@ void Engine::watchPeer(const std::string& address, const ProcessId& id) {
   }
   // UCX notices a failure only on an endpoint, so make one now, also for a peer this
   // process only ever receives from.
-  postQuietly([address](Engine& engine) {
-    try {
-      engine.endpoint(address);
-    } catch (const std::exception& e) {
-      engine.watch_.report(address, std::string("cannot connect to it: ") + e.what());
-    }
-  });
+  dispatch(
+      [address](Engine& engine) {
+        try {
+          engine.endpoints_.get(address);
+        } catch (const std::exception& e) {
+          engine.watch_.report(address, std::string("cannot connect to it: ") + e.what());
+        }
+      },
+      Drive::Never);
 }
 
 std::uint64_t Engine::addFailureListener(FailureListener listener) {
@@ -489,7 +409,7 @@ void Engine::purgeContext(std::uint32_t context) {
   // Queued for the driver, never done here: the caller may hold the GIL (a group destroyed
   // from Python), and the thread that holds the worker lock may be waiting for it.
   try {
-    postQuietly([context](Engine& engine) { engine.dropUnexpected(context); });
+    dispatch([context](Engine& engine) { engine.dropUnexpected(context); }, Drive::Never);
   } catch (const std::exception&) {
     // The engine is shutting down: its worker and every queued message go with it.
   }
@@ -528,26 +448,24 @@ std::size_t Engine::dropUnexpected(std::uint32_t context) {
   return dropped;
 }
 
-void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error, bool drive) {
-  auto report = [op = std::move(op), error](Engine& engine) {
-    if (error) {
-      op->fail(engine, error);
-    } else {
-      op->succeed();
-    }
-  };
-  if (drive) {
-    post(std::move(report));
+void Engine::report(const std::shared_ptr<Op>& op, const std::exception_ptr& error) {
+  if (error) {
+    op->fail(*this, error);
   } else {
-    postQuietly(std::move(report));
+    op->succeed();
   }
 }
 
-void Engine::postQuietly(std::function<void(Engine&)> command) {
-  enqueue(std::move(command));
-  // Whoever drives the worker drains submissions each round; only a sleeper needs waking,
-  // which is what a hand-off does (the pairing with sleep() is as in post()).
-  handOff();
+void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error, Drive drive) {
+  // Reported directly when the worker is free: the operation's work is done, so no
+  // progress round and no queued command (this was ~4% of an 8-byte collective).
+  if (drive == Drive::IfFree && workerMutex_.try_lock()) {
+    Driving driving(workerMutex_, driver_, /*locked=*/true);
+    report(op, error);
+    return;
+  }
+  enqueue([op = std::move(op), error](Engine& engine) { engine.report(op, error); });
+  waker_.handOff();
 }
 
 std::uint64_t Engine::addHandOffHook(std::function<void()> hook) {
@@ -570,25 +488,13 @@ void Engine::runHandOffHooks() {
   for (auto& entry : hooks_) entry.second();
 }
 
-ucp_ep_h Engine::endpoint(const std::string& peerAddress) {
-  auto it = endpoints_.find(peerAddress);
-  if (it == endpoints_.end()) {
-    ucx::Endpoint::OnError onError;
-    {
-      std::lock_guard<std::mutex> lock(remoteMutex_);
-      if (remoteWatched_.count(peerAddress) != 0) {
-        onError = [this, peerAddress](ucs_status_t status) {
-          watch_.report(peerAddress, std::string("UCX reports its connection failed (") +
-                                         ucs_status_string(status) + ")");
-        };
-      }
-    }
-    it = endpoints_
-             .emplace(peerAddress,
-                      std::make_unique<ucx::Endpoint>(worker_, peerAddress, std::move(onError)))
-             .first;
-  }
-  return it->second->get();
+ucx::Endpoint::OnError Engine::endpointErrorHandler(const std::string& address) {
+  std::lock_guard<std::mutex> lock(remoteMutex_);
+  if (remoteWatched_.count(address) == 0) return nullptr;
+  return [this, address](ucs_status_t status) {
+    watch_.report(address, std::string("UCX reports its connection failed (") +
+                               ucs_status_string(status) + ")");
+  };
 }
 
 void Engine::queueCompletion(Pending* pending, ucs_status_t status, const RecvInfo& info) {
@@ -648,73 +554,9 @@ bool Engine::progressRound() {
 
 void Engine::progressOnce() { progressRound(); }
 
-void Engine::sleep() {
-  if (parked_.load(std::memory_order_seq_cst)) {
-    // A waiter sleeps on the event fd and drives the worker; stand by until it leaves, so
-    // events wake one thread instead of two. This thread may have taken the event the
-    // waiter armed for (epoll wakes one sleeper) and driven the worker since: UCX's arming
-    // is one-shot, so wake the waiter to re-arm, or it sleeps through its completion until
-    // the safety net (~100 ms stalls at 8 ranks on 2 cores).
-    worker_.signal();
-    std::unique_lock<std::mutex> lock(parkMutex_);
-    const auto leftPark = [this] { return !parked_.load() || stopping_.load(); };
-    if (!haveHooks_.load()) {
-      parkCv_.wait(lock, leftPark);
-      return;
-    }
-    // Standing by must not stop hand-offs of work that is not UCX's (a shared-memory
-    // lane): the parked waiter may be waiting for a peer that waits for that work.
-    while (!parkCv_.wait_for(lock, std::chrono::milliseconds(5), leftPark)) {
-      lock.unlock();
-      runHandOffHooks();
-      lock.lock();
-    }
-    return;
-  }
-  sleeping_.store(true, std::memory_order_seq_cst);
-  if (submitted_.load(std::memory_order_seq_cst) != 0 || stopping_.load()) {
-    sleeping_.store(false);
-    return;
-  }
-  if (epollFd_ < 0) {
-    // Transports without wakeup support: poll gently.
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  } else if (drivers_.load(std::memory_order_seq_cst) > 0) {
-    // A waiter drives the worker right now. An armed worker would make every message from
-    // a peer signal this thread (a system call on the sender, a wake-up here, a fight for
-    // the worker lock), all for nothing: rest on the hand-off timer alone, which a leaving
-    // waiter sets (deferHandOff) and handOff() fires.
-    resting_.store(true, std::memory_order_seq_cst);
-    if (drivers_.load(std::memory_order_seq_cst) > 0 && submitted_.load() == 0 && !stopping_.load()) {
-      pollfd timer{timerFd_, POLLIN, 0};
-      if (::poll(&timer, 1, kSleepSafetyNetMs) > 0) {
-        epoll_event ev{};
-        ev.data.u32 = kTimerEvent;
-        consumeWake(ev, 1);
-      }
-    }
-    resting_.store(false, std::memory_order_relaxed);
-  } else {
-    bool armed;
-    {
-      Driving driving(workerMutex_, driver_, /*locked=*/false);
-      armed = worker_.arm();
-    }
-    if (armed) {
-      // Without the lock: others may drive the worker meanwhile; they hand off (signal)
-      // when they stop. The timeout is a safety net only.
-      epoll_event ev{};
-      consumeWake(ev, epoll_wait(epollFd_, &ev, 1, kSleepSafetyNetMs));
-    }
-  }
-  sleeping_.store(false, std::memory_order_relaxed);
-}
-
 bool Engine::parkUntil(const std::atomic<bool>& done,
                        std::chrono::steady_clock::time_point deadline) {
-  if (epollFd_ < 0) return false;
-  bool expected = false;
-  if (!parked_.compare_exchange_strong(expected, true)) return false;  // another waiter is
+  if (!waker_.tryPark()) return false;  // another waiter is parked, or no event fd
   while (!done.load(std::memory_order_acquire)) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline || stopping_.load()) break;
@@ -726,25 +568,27 @@ bool Engine::parkUntil(const std::atomic<bool>& done,
       armed = worker_.arm();
     }
     if (!armed) continue;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
-    epoll_event ev{};
-    consumeWake(ev, epoll_wait(epollFd_, &ev, 1,
-                               static_cast<int>(std::min<long long>(left, kSleepSafetyNetMs))));
+    waker_.waitForEvent(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+        std::chrono::milliseconds(1));
   }
-  {
-    std::lock_guard<std::mutex> lock(parkMutex_);
-    parked_.store(false, std::memory_order_seq_cst);
-  }
-  parkCv_.notify_all();
+  waker_.unpark();
   return true;
-}
-
-void Engine::wakeParked() {
-  if (parked_.load(std::memory_order_seq_cst)) worker_.signal();
 }
 
 void Engine::run() {
   pthread_setname_np(pthread_self(), "commux-progress");
+  const std::function<bool()> arm = [this] {
+    Driving driving(workerMutex_, driver_, /*locked=*/false);
+    return worker_.arm();
+  };
+  const std::function<bool()> hasWork = [this] {
+    return submitted_.load(std::memory_order_seq_cst) != 0 || stopping_.load();
+  };
+  // Standing by must not stop hand-offs of work that is not UCX's (a shared-memory lane):
+  // the parked waiter may be waiting for a peer that waits for that work.
+  const std::function<void()> duty = [this] { runHandOffHooks(); };
+  const std::function<void()> noDuty;
   auto lastActive = std::chrono::steady_clock::now();
   auto lastHooks = lastActive;
   while (!stopping_.load(std::memory_order_relaxed)) {
@@ -765,7 +609,7 @@ void Engine::run() {
       cpuRelax();
       continue;
     }
-    sleep();
+    waker_.sleep(arm, hasWork, haveHooks_.load() ? duty : noDuty);
     runHandOffHooks();
     lastActive = lastHooks = std::chrono::steady_clock::now();
   }

@@ -1,21 +1,19 @@
 #pragma once
 // The progress engine: one per process, shared by every process group in it. It owns the
 // UCP context and one single-threaded worker. Whoever holds the worker lock drives it:
-//  - a caller submitting an Op posts it to UCX itself when the lock is free, so a send
-//    leaves without waking another thread;
+//  - a caller submitting an Op starts it itself when the lock is free, so a send leaves
+//    without waking another thread;
 //  - a waiter polls the worker itself for a short while (COMMUX_WAIT_SPIN_US), so a reply
 //    is picked up without a thread hand-off, then sleeps on the worker's event fd itself
 //    ("parks"), so the completion wakes it directly;
 //  - the progress thread moves everything else (operations nobody waits on, connection
-//    set-up, rendezvous hand-shakes) and, when idle, sleeps on the worker's event fd.
+//    set-up, rendezvous hand-shakes) and, when idle, sleeps.
+// Who sleeps where, and who wakes whom, is the Waker's state machine (waker.hpp).
 // A thread hand-off costs ~7.5 us on a 2-vCPU VM, against ~0.5 us for a UCX message, which is
 // why the hand-offs are off the common paths. Nobody spins without a bound, so a blocked
 // or idle rank burns no CPU.
-#include <sys/epoll.h>
-
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,9 +24,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/context_ids.hpp"
+#include "engine/endpoint_cache.hpp"
 #include "engine/op.hpp"
 #include "engine/peer_watch.hpp"
 #include "engine/stream_waits.hpp"
+#include "engine/waker.hpp"
 #include "ucx/context.hpp"
 #include "ucx/worker.hpp"
 
@@ -60,16 +61,25 @@ class Engine {
   std::vector<std::string> transports() const { return context_.transports(); }
 
   /// Communicator ids are local to this process (see wire/tag.hpp).
-  std::uint32_t acquireContext();
-  void releaseContext(std::uint32_t id);
+  ContextIds& contexts() noexcept { return contexts_; }
+  /// The sleep/wake protocol (hand-offs, parking, the progress thread's rest).
+  Waker& waker() noexcept { return waker_; }
 
-  /// Any thread: start `op` on the progress thread.
+  /// Whether a thread that queues a command may run it (and drive the worker) itself.
+  enum class Drive {
+    IfFree,  // when the worker lock is free: no thread hand-off (callers, waiters)
+    Never,   // only queue it and wake the driver (threads that must never run user
+             // callbacks: the peer watch, the shared-memory lane)
+  };
+
+  /// Any thread: start `op`, on this thread when the worker lock is free (ops started
+  /// before it by other threads go first), else through the driver.
   void submit(std::shared_ptr<Op> op);
   /// Any thread: start `op` once `stream` (a CUDA stream) has run what is queued on it now:
   /// the kernels producing its inputs finish first, and neither the caller nor the device
   /// is synchronised. If the engine stops first, `op` fails (it never goes missing).
   void submitAfter(const c10::Stream& stream, std::shared_ptr<Op> op);
-  /// Progress thread (ops): run `command` on the driver once `stream` has run what is
+  /// Worker-lock holders (ops): run `command` on the driver once `stream` has run what is
   /// queued on it now, without holding the worker while the GPU works. `command` must hold
   /// a reference to `op`; `op` fails if the engine stops first.
   void continueAfter(const c10::Stream& stream, std::shared_ptr<Op> op,
@@ -111,11 +121,10 @@ class Engine {
   /// and were never received (a destroyed group's), so that they can never match a
   /// receive of a later group that reuses the id.
   void purgeContext(std::uint32_t context);
-  /// Any thread: report `op` done, successfully when `error` is null. With `drive`, this
-  /// thread runs the report (and the Work's callbacks) itself when the worker is free, as
-  /// a waiter that did the operation's work wants; without, it only wakes whoever drives
-  /// the worker next (the shared-memory lane, which must never run user callbacks).
-  void finish(std::shared_ptr<Op> op, std::exception_ptr error, bool drive);
+  /// Any thread: report `op` done, successfully when `error` is null (operations whose work
+  /// is not UCX's: a shared-memory collective). Drive::IfFree runs the report here when the
+  /// worker lock is free, as a waiter that did the operation's work wants.
+  void finish(std::shared_ptr<Op> op, std::exception_ptr error, Drive drive);
   /// Work that is not UCX's (a shared-memory lane) waits to be handed off like UCX
   /// operations: the progress thread calls every hook each time it takes over (after a
   /// hand-off, and every few ms while busy). A hook must be quick and must not block.
@@ -130,36 +139,10 @@ class Engine {
   bool onProgressThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
   /// Drives the worker once if its lock is free; false if another thread holds it.
   bool tryProgress();
-  /// Hands progress back to the progress thread (wakes it if asleep). A thread that drove
-  /// the worker calls this before it stops: UCX defers ("misses") wakeup events that
-  /// arrive while another thread is inside the worker, and only a later progress call
-  /// replays them, so the sleeper must look again.
-  void handOff();
-  /// handOff() a little later (COMMUX_HANDOFF_DELAY_US), through a timer in the sleeper's
-  /// epoll set. A caller that posts and then waits drives the worker itself, so waking the
-  /// progress thread at once would only make it fight the waiter for the worker lock (and,
-  /// on a small machine, for the peer's core); in a tight loop the timer keeps being pushed
-  /// back and never fires. An operation nobody waits on is picked up after the delay.
-  void deferHandOff();
-  /// Held by a waiter while it drives the worker itself (see sleep()).
-  class DriverScope {
-   public:
-    explicit DriverScope(Engine& engine) : engine_(engine) {
-      engine_.drivers_.fetch_add(1, std::memory_order_seq_cst);
-    }
-    ~DriverScope() { engine_.drivers_.fetch_sub(1, std::memory_order_seq_cst); }
-    DriverScope(const DriverScope&) = delete;
-    DriverScope& operator=(const DriverScope&) = delete;
-
-   private:
-    Engine& engine_;
-  };
   /// A waiter's slow path: sleep on the worker's event fd and drive the worker until
   /// `done` or `deadline`, so a completion wakes exactly this thread. Only one waiter
   /// parks at a time; returns false (without waiting) when another one already does.
   bool parkUntil(const std::atomic<bool>& done, std::chrono::steady_clock::time_point deadline);
-  /// Wakes the parked waiter (after completing its operation from another thread).
-  void wakeParked();
   /// True inside a completion callback (this thread drives the worker): a wait() there must
   /// progress inline, since nobody else can.
   bool drivenByThisThread() const noexcept;
@@ -173,7 +156,7 @@ class Engine {
 
   // Services for Ops, called with the worker lock held.
   ucp_worker_h worker() noexcept { return worker_.get(); }
-  ucp_ep_h endpoint(const std::string& peerAddress);
+  ucp_ep_h endpoint(const Route& route) { return endpoints_.get(route); }
   void queueCompletion(Pending* pending, ucs_status_t status, const RecvInfo& info);
   void opStarted(Op* op) { active_.insert(op); }
   void opFinished(Op* op) { active_.erase(op); }
@@ -187,21 +170,20 @@ class Engine {
 
   void run();
   void startOp(const std::shared_ptr<Op>& op);
+  void report(const std::shared_ptr<Op>& op, const std::exception_ptr& error);
+  /// What an endpoint to `address` does when UCX finds the peer unreachable (nothing,
+  /// unless that peer is watched through UCX's peer error handling).
+  ucx::Endpoint::OnError endpointErrorHandler(const std::string& address);
   bool progressRound();
   bool drainSubmissions();
   bool drainCompletions();
-  void sleep();
-  /// After an epoll wake-up: consumes the hand-off timer if it was what fired.
-  void consumeWake(const epoll_event& event, int ready);
-  /// Makes the hand-off timer fire now (wakes a resting progress thread).
-  void fireTimer();
   /// Appends `command` to the submissions (throws once the engine stops).
   void enqueue(std::function<void(Engine&)> command);
   /// Appends `command` to the submissions, stopping or not.
   void append(std::function<void(Engine&)> command);
-  void post(std::function<void(Engine&)> command);
-  /// Queues `command` for the next driver and wakes a sleeper; never drives the worker.
-  void postQuietly(std::function<void(Engine&)> command);
+  /// Queues `command` for the driver; with Drive::IfFree, runs the queue here (one
+  /// progress round) when the worker lock is free, else wakes whoever sleeps.
+  void dispatch(std::function<void(Engine&)> command, Drive drive);
   void stop();
   void teardown();
   /// After the progress thread is gone: fails the operations still behind a CUDA stream and
@@ -216,14 +198,7 @@ class Engine {
   ucx::Context context_;
   ucx::Worker worker_;
   const std::chrono::microseconds progressSpin_;
-  int epollFd_ = -1;
-  int timerFd_ = -1;
-  const std::int64_t handOffDelayNs_;
-  // Steady-clock time (ns) the hand-off timer fires at; 0 when disarmed.
-  std::atomic<std::int64_t> handOffDue_{0};
-  std::atomic<int> drivers_{0};
-  // The progress thread sleeps on the hand-off timer alone, worker unarmed.
-  std::atomic<bool> resting_{false};
+  Waker waker_;
 
   // Recursive: a completion callback may wait on another operation and progress inline.
   std::recursive_mutex workerMutex_;
@@ -232,21 +207,15 @@ class Engine {
   std::mutex submitMutex_;
   std::vector<std::function<void(Engine&)>> submissions_;
   std::atomic<std::size_t> submitted_{0};
-  std::atomic<bool> sleeping_{false};
   std::atomic<bool> stopping_{false};
   std::mutex stopMutex_;
-  std::atomic<bool> parked_{false};
-  std::mutex parkMutex_;
-  std::condition_variable parkCv_;
 
   std::mutex hooksMutex_;
   std::map<std::uint64_t, std::function<void()>> hooks_;
   std::uint64_t nextHook_ = 0;
   std::atomic<bool> haveHooks_{false};
 
-  std::mutex contextMutex_;
-  std::vector<bool> contextsInUse_;
-  std::uint32_t nextContext_ = 0;
+  ContextIds contexts_;
 
   // UCX may run request callbacks on its own async thread (connection and rendezvous
   // events), outside any worker lock of ours, so the completion queue has its own lock.
@@ -261,7 +230,7 @@ class Engine {
   std::unordered_set<std::string> remoteWatched_;
 
   // Worker-lock state.
-  std::map<std::string, std::unique_ptr<ucx::Endpoint>> endpoints_;
+  EndpointCache endpoints_;
   std::unordered_set<Op*> active_;
   std::vector<std::unique_ptr<char[]>> purgeSinks_;  // purged messages UCX may still write
   std::size_t purged_ = 0;

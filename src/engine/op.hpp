@@ -1,7 +1,8 @@
 #pragma once
 // An Op is one communication operation in flight (a point-to-point call, a collective).
-// It is created on the caller's thread, then lives on the progress thread: it posts UCX
-// requests, reacts to their completions, and reports success or failure exactly once
+// It is created on the caller's thread, then lives under the engine's worker lock (on
+// whichever thread drives the worker: the caller, a waiter, the progress thread): it posts
+// UCX requests, reacts to their completions, and reports success or failure exactly once
 // through its Done callback.
 #include <c10/core/Stream.h>
 #include <ucp/api/ucp.h>
@@ -40,7 +41,7 @@ struct Pending {
 
 class Op : public std::enable_shared_from_this<Op> {
  public:
-  /// Called once, on the progress thread: (nullptr, source rank) on success, (error, -1)
+  /// Called once, under the worker lock: (nullptr, source rank) on success, (error, -1)
   /// on failure. The source rank is meaningful for receives from any source.
   using Done = std::function<void(std::exception_ptr, int)>;
 
@@ -59,15 +60,18 @@ class Op : public std::enable_shared_from_this<Op> {
   const std::optional<c10::Device>& cudaDevice() const noexcept { return cudaDevice_; }
   bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
 
-  /// Progress thread: post the first requests.
+  /// Worker-lock holder: post the first requests.
   virtual void start(Engine& engine) = 0;
+  /// False for operations whose work is not UCX's (a shared-memory collective): starting
+  /// them needs no progress round.
+  virtual bool usesWorker() const noexcept { return true; }
   /// A thread about to wait for this operation (not one that drives the worker) may do the
   /// operation's work itself instead of waking another thread to do it; `deadline` is its
   /// wait's. Most operations have nothing to do here.
   virtual void assist(std::chrono::steady_clock::time_point deadline) {}
-  /// Progress thread: fail the operation now and cancel its outstanding requests.
+  /// Worker-lock holder: fail the operation now and cancel its outstanding requests.
   void fail(Engine& engine, std::exception_ptr error);
-  /// Progress thread: route one request's completion.
+  /// Worker-lock holder: route one request's completion.
   void handle(Engine& engine, Pending& pending, ucs_status_t status, const RecvInfo& info);
 
  protected:

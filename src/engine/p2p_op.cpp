@@ -10,8 +10,8 @@
 
 namespace commux::engine {
 
-P2POp::P2POp(Kind kind, std::vector<at::Tensor> tensors, Route route, wire::Tag tag,
-             wire::Tag mask, bool pack, std::string description, Done done)
+P2POp::P2POp(Kind kind, std::vector<at::Tensor> tensors, std::shared_ptr<const Route> route,
+             wire::Tag tag, wire::Tag mask, bool pack, std::string description, Done done)
     : Op(std::move(description), std::move(done)),
       kind_(kind),
       route_(std::move(route)),
@@ -43,7 +43,7 @@ void* P2POp::address(const Buffer& b) {
 void P2POp::start(Engine& engine) {
   if (pack_) {
     if (kind_ == Kind::Send) {
-      postSend(engine, engine.endpoint(route_.address), iov_.data(), iov_.size(), tag_, 0,
+      postSend(engine, engine.endpoint(*route_), iov_.data(), iov_.size(), tag_, 0,
                memory_, ucp_dt_make_iov());
     } else {
       postRecv(engine, iov_.data(), iov_.size(), tag_, mask_, 0, memory_, ucp_dt_make_iov());
@@ -51,7 +51,7 @@ void P2POp::start(Engine& engine) {
     return;
   }
   if (kind_ == Kind::Send) {
-    ucp_ep_h ep = engine.endpoint(route_.address);
+    ucp_ep_h ep = engine.endpoint(*route_);
     for (std::uint32_t i = 0; i < buffers_.size(); ++i) {
       postSend(engine, ep, address(buffers_[i]), buffers_[i].bytes, tag_, i, memory_);
     }

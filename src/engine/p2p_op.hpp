@@ -6,6 +6,7 @@
 // packing bit of the tag set so that a receiver expecting the other format fails clearly.
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <vector>
 
 #include "engine/op.hpp"
@@ -17,12 +18,13 @@ class P2POp final : public Op {
  public:
   enum class Kind { Send, Recv };
 
-  /// Send: `route` is the destination. Recv: `route` is unused; `mask` selects exact or
+  /// Send: `route` is the destination. Recv: `route` is unused (may be null); `mask` selects exact or
   /// any-source matching. Runs on the caller's thread: non-contiguous tensors are staged
   /// here, so a send captures the tensor's value at call time.
   /// `pack`: send or expect one IOV message for all tensors (`tag` must then carry the
   /// packing bit for a send).
-  P2POp(Kind kind, std::vector<at::Tensor> tensors, Route route, wire::Tag tag, wire::Tag mask,
+  P2POp(Kind kind, std::vector<at::Tensor> tensors, std::shared_ptr<const Route> route,
+        wire::Tag tag, wire::Tag mask,
         bool pack, std::string description, Done done);
 
   void start(Engine& engine) override;
@@ -46,7 +48,7 @@ class P2POp final : public Op {
 
   Kind kind_;
   std::vector<Buffer> buffers_;
-  Route route_;
+  std::shared_ptr<const Route> route_;
   wire::Tag tag_;
   wire::Tag mask_;
   bool pack_;

@@ -9,6 +9,10 @@ namespace commux::engine {
 struct Route {
   std::string address;
   std::uint32_t context = 0;
+  // The endpoint to `address`, remembered by the EndpointCache that made it (written and
+  // read under the worker lock only; endpoints live until the engine tears down).
+  mutable void* endpoint = nullptr;
+  mutable const void* endpointOwner = nullptr;
 };
 
 }  // namespace commux::engine

@@ -205,7 +205,7 @@ bool Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
     error = std::current_exception();
   }
   try {
-    engine_->finish(op, error, drive);
+    engine_->finish(op, error, drive ? engine::Engine::Drive::IfFree : engine::Engine::Drive::Never);
   } catch (...) {
     // The engine has shut down; it failed the operation already.
   }

@@ -68,6 +68,7 @@ class CollectiveOp final : public engine::Op {
   void start(engine::Engine& engine) override;
   /// Runs the collective on the waiting thread when it is next in line and the lane idles.
   void assist(std::chrono::steady_clock::time_point deadline) override;
+  bool usesWorker() const noexcept override { return false; }
 
   const Job& job() const noexcept { return job_; }
   /// Copies the result out to the user's tensors (lane thread, after the collective).
