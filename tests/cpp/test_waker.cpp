@@ -33,6 +33,8 @@ constexpr auto kSafetyNet = 5000ms;
 constexpr auto kLostWakeUp = kSafetyNet / 2;
 
 struct Item {
+  // The model completes an item under its lock: whoever frees it waits until that is over.
+  ~Item() { std::lock_guard<std::mutex> lock(mutex); }
   std::atomic<bool> done{false};
   Clock::time_point posted;
   std::atomic<std::int64_t> latencyNs{0};
@@ -306,8 +308,6 @@ TEST(Waker, QueuedWorkIsNeverStranded) {
         // Polled without sleeping, so the next item often arrives just as the progress
         // thread goes to sleep.
         if (!eventually([&] { return item.done.load(); }, kLostWakeUp, 0us)) stranded.fetch_add(1);
-        // The model completes the item under its lock; let it finish with `item`.
-        std::lock_guard<std::mutex> lock(item.mutex);
       }
     });
   }
