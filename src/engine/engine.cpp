@@ -210,11 +210,16 @@ void Engine::afterRelease(std::function<void()> fn) {
   }
 }
 
-bool Engine::tryProgress() {
+template <typename Work>
+bool Engine::driveIfFree(Work&& work) {
   if (!workerMutex_.try_lock()) return false;
   Driving driving(workerMutex_, driver_, /*locked=*/true);
-  progressOnce();
+  work();
   return true;
+}
+
+bool Engine::tryProgress() {
+  return driveIfFree([this] { progressOnce(); });
 }
 
 void Engine::failStranded() {
@@ -310,16 +315,15 @@ void Engine::startOp(const std::shared_ptr<Op>& op) {
 void Engine::submit(std::shared_ptr<Op> op) {
   // `op` is our own reference: an operation that completes here may be released by its
   // Work right away (AddressSanitizer caught the read of a freed Op here).
-  if (workerMutex_.try_lock()) {
-    {
-      Driving driving(workerMutex_, driver_, /*locked=*/true);
-      if (stopping_.load()) throw std::runtime_error("commux: the communication engine has shut down");
-      // Started directly, with no command queued: commands queued before it go first.
-      drainSubmissions();
-      startOp(op);
-      // Let UCX move what was just posted; work that is not UCX's needs no round.
-      if (op->usesWorker()) progressRound();
-    }
+  const bool started = driveIfFree([&] {
+    if (stopping_.load()) throw std::runtime_error("commux: the communication engine has shut down");
+    // Started directly, with no command queued: commands queued before it go first.
+    drainSubmissions();
+    startOp(op);
+    // Let UCX move what was just posted; work that is not UCX's needs no round.
+    if (op->usesWorker()) progressRound();
+  });
+  if (started) {
     // If still in flight, the progress thread carries it on after the delay, unless the
     // caller waits for it right away (then the caller drives it).
     waker_.driverLeft();
@@ -459,11 +463,7 @@ void Engine::report(const std::shared_ptr<Op>& op, const std::exception_ptr& err
 void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error, Drive drive) {
   // Reported directly when the worker is free: the operation's work is done, so no
   // progress round and no queued command (this was ~4% of an 8-byte collective).
-  if (drive == Drive::IfFree && workerMutex_.try_lock()) {
-    Driving driving(workerMutex_, driver_, /*locked=*/true);
-    report(op, error);
-    return;
-  }
+  if (drive == Drive::IfFree && driveIfFree([&] { report(op, error); })) return;
   enqueue([op = std::move(op), error](Engine& engine) { engine.report(op, error); });
   waker_.handOff();
 }

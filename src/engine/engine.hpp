@@ -170,6 +170,9 @@ class Engine {
 
   void run();
   void startOp(const std::shared_ptr<Op>& op);
+  /// Runs `work` holding the worker lock if it is free; false (nothing run) if not.
+  template <typename Work>
+  bool driveIfFree(Work&& work);
   void report(const std::shared_ptr<Op>& op, const std::exception_ptr& error);
   /// What an endpoint to `address` does when UCX finds the peer unreachable (nothing,
   /// unless that peer is watched through UCX's peer error handling).

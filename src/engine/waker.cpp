@@ -146,7 +146,10 @@ void Waker::epollWait(std::chrono::milliseconds timeout) {
   epoll_event ev{};
   const int ready = epoll_wait(epollFd_, &ev, 1, toMs(timeout));
   if (ready == 0 && timeout >= safetyNet_) safetyNetWakes_.fetch_add(1, std::memory_order_relaxed);
-  if (ready <= 0 || ev.data.u32 != kTimerEvent) return;
+  if (ready > 0 && ev.data.u32 == kTimerEvent) consumeTimer();
+}
+
+void Waker::consumeTimer() {
   std::uint64_t expirations = 0;
   if (::read(timerFd_, &expirations, sizeof(expirations)) > 0) {
     handOffDue_.store(0, std::memory_order_relaxed);
@@ -158,11 +161,7 @@ void Waker::restOnTimer() {
   pollfd timer{timerFd_, POLLIN, 0};
   const int ready = ::poll(&timer, 1, toMs(safetyNet_));
   if (ready == 0) safetyNetWakes_.fetch_add(1, std::memory_order_relaxed);
-  std::uint64_t expirations = 0;
-  if (ready > 0 && ::read(timerFd_, &expirations, sizeof(expirations)) > 0) {
-    handOffDue_.store(0, std::memory_order_relaxed);
-    timerWakes_.fetch_add(1, std::memory_order_relaxed);
-  }
+  if (ready > 0) consumeTimer();
 }
 
 void Waker::standBy(const std::function<void()>& duty) {

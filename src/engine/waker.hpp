@@ -121,6 +121,8 @@ class Waker {
   /// epoll on the event fd and the timer; consumes the timer if it fired.
   void epollWait(std::chrono::milliseconds timeout);
   void restOnTimer();
+  /// Reads the fired hand-off timer, which disarms it.
+  void consumeTimer();
   void standBy(const std::function<void()>& duty);
 
   const int eventFd_;
