@@ -5,6 +5,12 @@
 ``torch.backends`` entry point, so ``init_process_group(backend="ucx")`` works without
 importing it. This module stays import-light on purpose: torch imports it while torch
 itself is loading, and UCX is only loaded when a process group is first created.
+
+Registering also reads the variables that ``mpirun`` (Open MPI, MPICH/Hydra), PMIx and
+``srun`` set and fills in the unset ones of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``, so that the default ``env://``
+rendezvous works without torchrun (``commux.launcher`` lists what is read;
+``COMMUX_LAUNCHER=0`` turns it off).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import warnings
 
 __version__ = "0.1.0"
 __all__ = [
@@ -126,11 +133,36 @@ def _skip_torch_flight_recorder() -> None:
         )
 
 
+_launcher_applied = False
+
+
+def _apply_launcher() -> None:
+    """Fills RANK, WORLD_SIZE, LOCAL_RANK, ... from mpirun's or srun's variables, once per
+    process (see commux.launcher). Never raises: registering must not fail over it."""
+    global _launcher_applied
+    if _launcher_applied:
+        return
+    _launcher_applied = True
+    try:
+        from . import launcher
+
+        launcher.apply()
+    except Exception as error:  # noqa: BLE001 - a malformed launcher variable, at import time
+        warnings.warn(
+            f"commux: the launcher's variables were not used ({error}); set RANK, WORLD_SIZE, "
+            "MASTER_ADDR and MASTER_PORT yourself (or COMMUX_LAUNCHER=0 to skip this)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def register() -> None:
-    """Registers the ``ucx`` and ``commux`` backends with torch.distributed (idempotent)."""
+    """Registers the ``ucx`` and ``commux`` backends with torch.distributed (idempotent),
+    and fills the env:// variables from the launcher's (commux.launcher) the first time."""
     import torch.distributed as dist
 
     with _lock:
+        _apply_launcher()
         for name in BACKEND_NAMES:
             if name in dist.Backend.backend_list:
                 continue
