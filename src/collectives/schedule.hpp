@@ -90,4 +90,34 @@ Schedule scatterBinomial(int rank, int size, int root, std::size_t count);
 Schedule alltoallPairwise(int rank, int size, const std::vector<Range>& sendBlocks,
                           const std::vector<Range>& recvBlocks);
 
+
+// Logarithmic algorithms for large groups (halving_doubling.cpp). The block lists must be
+// contiguous (block i+1 starts where block i ends); blocks land at their final offsets.
+// Rounds stay below 2 * log2(p) + 2 (at most 34 at the 65,536 ranks the tag can name), far
+// inside the tag's 12-bit round field (wire/tag.hpp).
+
+bool isPowerOfTwo(int size);
+/// Recursive-doubling allgather: log2(p) pairwise exchanges of doubling ranges. Power-of-two
+/// groups only (throws std::invalid_argument otherwise).
+Schedule allgatherRecursiveDoubling(int rank, int size, const std::vector<Range>& blocks,
+                                    std::uint32_t firstRound = 0);
+/// Dissemination (Bruck) allgather for any p: ceil(log2 p) steps, rank r sends to r - 2^k
+/// and receives from r + 2^k; a range that wraps around the buffer is two transfers.
+Schedule allgatherDissemination(int rank, int size, const std::vector<Range>& blocks,
+                                std::uint32_t firstRound = 0);
+/// Recursive-halving reduce-scatter: rank r ends with the reduction of blocks[r]. Any p
+/// (the first 2 * (p - pof2) ranks fold in pairs before and get their block back after).
+Schedule reduceScatterRecursiveHalving(int rank, int size, const std::vector<Range>& blocks,
+                                       std::uint32_t firstRound = 0);
+/// Rabenseifner's allreduce: recursive-halving reduce-scatter of pof2 segments, then a
+/// recursive-doubling allgather of them. Any p (same fold as allreduceRecursiveDoubling).
+Schedule allreduceRabenseifner(int rank, int size, std::size_t count);
+/// Broadcast for large buffers in large groups (van de Geijn): binomial scatter of p
+/// segments, then a dissemination allgather of them; about 2 log2(p) steps and twice the
+/// buffer through each rank, against log2(p) whole buffers (binomial) or p-2+chunks chunk
+/// steps (chain).
+Schedule broadcastScatterAllgather(int rank, int size, int root, std::size_t count);
+/// The largest round a schedule uses (to check it against the tag's round field).
+std::uint32_t maxRound(const Schedule& s);
+
 }  // namespace commux::collectives

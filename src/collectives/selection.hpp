@@ -2,10 +2,22 @@
 // The one place that picks an algorithm for a collective from its size and the group size.
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "collectives/schedule.hpp"
 
 namespace commux::collectives {
+
+/// The alpha-beta cost model the choices for large groups come from (docs/design.md,
+/// "Algorithms at scale"). A step costs alpha + gamma + beta * bytes moved (+ delta *
+/// bytes folded for reductions). Defaults fitted on this machine (2 ranks, UCX over shared
+/// memory); tools/cost_model.cpp prints what they predict.
+struct CostModel {
+  double alpha = 1.8e-6;    // s per message (one-way latency)
+  double beta = 0.25e-9;    // s per byte moved (4 GB/s)
+  double gamma = 1.3e-6;    // s per schedule step (posting, completion, step change)
+  double delta = 0.15e-9;   // s per byte folded (a += b)
+};
 
 struct Thresholds {
   /// Allreduce switches from recursive doubling to the ring at this many bytes.
@@ -14,6 +26,14 @@ struct Thresholds {
   std::size_t chainMinBytes = 512 * 1024;
   /// Chunk size of the pipelined chains.
   std::size_t pipelineChunkBytes = 512 * 1024;
+  /// Groups smaller than this keep the measured choices above (rings for allgather and
+  /// reduce-scatter, recursive doubling / ring for allreduce).
+  int logAlgorithmsMinRanks = 9;
+  /// From this many bytes per rank's block, allgather, reduce-scatter and allreduce stay on
+  /// the (chunked) ring at any group size: its p-1 steps then cost under ~5% of its
+  /// transfer time, its traffic goes to neighbours only and its scratch is one chunk.
+  std::size_t ringMinBlockBytes = 256 * 1024;
+  CostModel model{};
 };
 
 struct Plan {
@@ -28,5 +48,27 @@ Plan planBroadcast(int rank, int size, int root, std::size_t count, std::size_t 
 Plan planReduce(int rank, int size, int root, std::size_t count, std::size_t elementSize,
                 const Thresholds& t);
 Plan planBarrier(int rank, int size);
+/// Allgather over contiguous blocks (rank r contributes blocks[r]): ring, recursive
+/// doubling (power-of-two groups) or dissemination (others).
+Plan planAllgather(int rank, int size, const std::vector<Range>& blocks, std::size_t elementSize,
+                   const Thresholds& t);
+/// Reduce-scatter over contiguous blocks (rank r ends with blocks[r] reduced): chunked ring
+/// or recursive halving.
+Plan planReduceScatter(int rank, int size, const std::vector<Range>& blocks,
+                       std::size_t elementSize, const Thresholds& t);
+
+/// Closed-form predictions of the model (seconds) for `bytes` in the whole buffer, used by
+/// the selection. tools/cost_model.cpp computes the times from the schedules themselves
+/// instead; the two agree (e.g. Rabenseifner, 1,024 ranks, 64 KiB: 104.6 us both).
+namespace cost {
+double allreduceRecursiveDoubling(const CostModel& m, int p, double bytes);
+double allreduceRabenseifner(const CostModel& m, int p, double bytes);
+double allreduceRing(const CostModel& m, int p, double bytes);
+double reduceScatterRing(const CostModel& m, int p, double bytes);
+double reduceScatterRecursiveHalving(const CostModel& m, int p, double bytes);
+double broadcastBinomial(const CostModel& m, int p, double bytes);
+double broadcastChain(const CostModel& m, int p, double bytes, double chunkBytes);
+double broadcastScatterAllgather(const CostModel& m, int p, double bytes);
+}  // namespace cost
 
 }  // namespace commux::collectives

@@ -6,12 +6,15 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <deque>
+#include <stdexcept>
 #include <tuple>
 #include <vector>
 
 #include "collectives/schedule.hpp"
 #include "collectives/selection.hpp"
+#include "wire/tag.hpp"
 
 using namespace commux::collectives;
 
@@ -354,4 +357,219 @@ TEST(Schedules, AlltoallPairwiseUnevenSplits) {
       }
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Logarithmic algorithms for large groups (halving_doubling.cpp, issue 14): every group
+// size 1..70, counts below, at and above the group size, 1,024 ranks at a few sizes and a
+// spot check at 4,096 ranks. The simulator also checks that no Copy receive of a step
+// overlaps another transfer of that step (the executor writes it while the sends read).
+
+namespace {
+
+using BlockAlgo = std::function<Schedule(int rank, int size, const std::vector<Range>& blocks)>;
+
+std::vector<int> ranksUpTo(int last) {
+  std::vector<int> out;
+  for (int p = 1; p <= last; ++p) out.push_back(p);
+  return out;
+}
+
+std::vector<std::size_t> countsAround(int p) {
+  const auto n = static_cast<std::size_t>(p);
+  return {0, 1, 3, n > 1 ? n - 1 : 2, n, n + 1, 3 * n + 2};
+}
+
+void expectNoOverlap(const Schedule& s, int rank) {
+  for (const Step& step : s.steps) {
+    if (step.recvMode != RecvMode::Copy) continue;
+    for (std::size_t i = 0; i < step.recvs.size(); ++i) {
+      const Transfer& r = step.recvs[i];
+      if (r.count == 0) continue;
+      auto overlaps = [&](const Transfer& t) {
+        return t.count > 0 && t.offset < r.offset + r.count && r.offset < t.offset + t.count;
+      };
+      for (const Transfer& t : step.sends) EXPECT_FALSE(overlaps(t)) << "rank " << rank << ": receive overlaps a send";
+      for (std::size_t j = i + 1; j < step.recvs.size(); ++j) EXPECT_FALSE(overlaps(step.recvs[j])) << "rank " << rank;
+    }
+  }
+}
+
+/// Builds every rank's schedule once, checks its rounds fit the tag and its steps do not
+/// overlap, and hands the schedules to the simulator.
+Maker checked(int p, const Maker& make, std::size_t maxSteps) {
+  auto all = std::make_shared<std::vector<Schedule>>();
+  for (int r = 0; r < p; ++r) {
+    all->push_back(make(r));
+    const Schedule& s = all->back();
+    EXPECT_LT(maxRound(s), 1u << commux::wire::kRoundBits) << "p=" << p;
+    EXPECT_LE(s.steps.size(), maxSteps) << "p=" << p << " rank " << r;
+    expectNoOverlap(s, r);
+  }
+  return [all](int r) { return (*all)[static_cast<std::size_t>(r)]; };
+}
+
+std::size_t logSteps(int p) {  // ceil(log2 p)
+  return p <= 1 ? 0 : static_cast<std::size_t>(floorLog2(static_cast<std::uint64_t>(p - 1)) + 1);
+}
+
+void checkAllgatherAt(int p, const std::vector<Range>& blocks, const BlockAlgo& algo, std::size_t maxSteps) {
+  const std::size_t total = blocks.back().offset + blocks.back().count;
+  Buffer want(total);
+  std::vector<Buffer> in(p, Buffer(total, -1));
+  for (int r = 0; r < p; ++r) {
+    for (std::size_t i = 0; i < blocks[r].count; ++i) {
+      want[blocks[r].offset + i] = in[r][blocks[r].offset + i] = r * 100000 + static_cast<std::int64_t>(i);
+    }
+  }
+  auto res = simulate(p, checked(p, [&](int r) { return algo(r, p, blocks); }, maxSteps), std::move(in));
+  expectAllDone(res);
+  for (int r = 0; r < p; ++r) ASSERT_EQ(res.buffers[r], want) << "p=" << p << " rank " << r << " total " << total;
+}
+
+void checkReduceScatterAt(int p, const std::vector<Range>& blocks, const BlockAlgo& algo, std::size_t maxSteps) {
+  const std::size_t total = blocks.back().offset + blocks.back().count;
+  std::vector<Buffer> in;
+  for (int r = 0; r < p; ++r) in.push_back(input(r, total));
+  const Buffer sum = sumOfInputs(p, total);
+  auto res = simulate(p, checked(p, [&](int r) { return algo(r, p, blocks); }, maxSteps), std::move(in));
+  expectAllDone(res);
+  for (int r = 0; r < p; ++r) {
+    for (std::size_t i = 0; i < blocks[r].count; ++i) {
+      ASSERT_EQ(res.buffers[r][blocks[r].offset + i], sum[blocks[r].offset + i])
+          << "p=" << p << " rank " << r << " total " << total;
+    }
+  }
+}
+
+void checkAllreduceAt(int p, std::size_t n, std::size_t maxSteps) {
+  std::vector<Buffer> in;
+  for (int r = 0; r < p; ++r) in.push_back(input(r, n));
+  auto res = simulate(p, checked(p, [&](int r) { return allreduceRabenseifner(r, p, n); }, maxSteps), std::move(in));
+  expectAllDone(res);
+  const Buffer want = sumOfInputs(p, n);
+  for (int r = 0; r < p; ++r) ASSERT_EQ(res.buffers[r], want) << "p=" << p << " n=" << n << " rank " << r;
+}
+
+const BlockAlgo kDissemination = [](int r, int p, const std::vector<Range>& b) { return allgatherDissemination(r, p, b); };
+const BlockAlgo kRecursiveDoubling = [](int r, int p, const std::vector<Range>& b) { return allgatherRecursiveDoubling(r, p, b); };
+const BlockAlgo kHalving = [](int r, int p, const std::vector<Range>& b) { return reduceScatterRecursiveHalving(r, p, b); };
+
+std::size_t foldedSteps(int p) {  // log2(pof2) + 2 if p is not a power of two
+  return static_cast<std::size_t>(floorLog2(static_cast<std::uint64_t>(p))) + (isPowerOfTwo(p) ? 0 : 2);
+}
+
+}  // namespace
+
+TEST(SchedulesAtScale, AllgatherDisseminationAnySize) {
+  for (int p : ranksUpTo(70)) {
+    for (std::size_t n : countsAround(p)) checkAllgatherAt(p, evenBlocks(n, p), kDissemination, logSteps(p));
+    checkAllgatherAt(p, unevenBlocks(p), kDissemination, logSteps(p));
+  }
+}
+
+TEST(SchedulesAtScale, AllgatherRecursiveDoublingPowersOfTwo) {
+  for (int p : {1, 2, 4, 8, 16, 32, 64}) {
+    for (std::size_t n : countsAround(p)) checkAllgatherAt(p, evenBlocks(n, p), kRecursiveDoubling, logSteps(p));
+    checkAllgatherAt(p, unevenBlocks(p), kRecursiveDoubling, logSteps(p));
+  }
+  EXPECT_THROW(allgatherRecursiveDoubling(0, 6, evenBlocks(6, 6)), std::invalid_argument);
+  // Blocks that are not contiguous are refused, not mis-sent.
+  EXPECT_THROW(allgatherDissemination(0, 2, {Range{0, 1}, Range{2, 1}}), std::invalid_argument);
+}
+
+TEST(SchedulesAtScale, ReduceScatterRecursiveHalvingAnySize) {
+  for (int p : ranksUpTo(70)) {
+    for (std::size_t n : countsAround(p)) checkReduceScatterAt(p, evenBlocks(n, p), kHalving, foldedSteps(p));
+    checkReduceScatterAt(p, unevenBlocks(p), kHalving, foldedSteps(p));
+  }
+}
+
+TEST(SchedulesAtScale, AllreduceRabenseifnerAnySize) {
+  for (int p : ranksUpTo(70)) {
+    const std::size_t steps = 2 * static_cast<std::size_t>(floorLog2(static_cast<std::uint64_t>(std::max(p, 1)))) +
+                              (isPowerOfTwo(p) ? 0 : 2);
+    for (std::size_t n : countsAround(p)) checkAllreduceAt(p, n, steps);
+    checkAllreduceAt(p, 1001, steps);
+  }
+}
+
+TEST(SchedulesAtScale, ThousandRanks) {
+  for (int p : {1000, 1024}) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{700}, std::size_t{3 * 1024 + 5}}) {
+      checkAllgatherAt(p, evenBlocks(n, p), kDissemination, 10);
+      if (isPowerOfTwo(p)) checkAllgatherAt(p, evenBlocks(n, p), kRecursiveDoubling, 10);
+      checkReduceScatterAt(p, evenBlocks(n, p), kHalving, foldedSteps(p));
+      checkAllreduceAt(p, n, 2 * 9 + 2 + (isPowerOfTwo(p) ? 0 : 0));
+    }
+  }
+}
+
+TEST(SchedulesAtScale, FourThousandRanksSpotCheck) {
+  const int p = 4096;
+  const std::size_t n = 4096 + 3;
+  checkAllgatherAt(p, evenBlocks(n, p), kRecursiveDoubling, 12);
+  checkReduceScatterAt(p, evenBlocks(n, p), kHalving, 12);
+  checkAllreduceAt(p, n, 24);
+  checkAllgatherAt(p - 1, evenBlocks(n, p - 1), kDissemination, 12);
+}
+
+TEST(SchedulesAtScale, SelectionByBytesAndRanks) {
+  Thresholds t;
+  // Up to 8 ranks: today's choices.
+  EXPECT_STREQ(planAllreduce(0, 4, 2, 4, t).algorithm, "recursive_doubling");
+  EXPECT_STREQ(planAllreduce(0, 4, 1 << 20, 4, t).algorithm, "ring");
+  EXPECT_STREQ(planAllgather(0, 8, evenBlocks(16, 8), 4, t).algorithm, "ring");
+  EXPECT_STREQ(planReduceScatter(0, 8, evenBlocks(16, 8), 4, t).algorithm, "ring");
+  // 1,024 ranks: logarithmic below 256 KiB per rank, the ring above.
+  EXPECT_STREQ(planAllreduce(0, 1024, 2, 4, t).algorithm, "recursive_doubling");
+  EXPECT_STREQ(planAllreduce(0, 1024, 16 * 1024, 4, t).algorithm, "rabenseifner");  // 64 KiB
+  EXPECT_STREQ(planAllreduce(0, 1024, 16 << 20, 4, t).algorithm, "rabenseifner");   // 64 MiB
+  EXPECT_STREQ(planAllreduce(0, 1024, 64 << 20, 4, t).algorithm, "ring");           // 256 MiB
+  EXPECT_STREQ(planAllgather(0, 1024, evenBlocks(1024, 1024), 4, t).algorithm, "recursive_doubling");
+  EXPECT_STREQ(planAllgather(0, 1000, evenBlocks(1000, 1000), 4, t).algorithm, "dissemination");
+  EXPECT_STREQ(planAllgather(0, 1000, evenBlocks(1000 << 16, 1000), 4, t).algorithm, "ring");  // 256 KiB each
+  EXPECT_STREQ(planReduceScatter(0, 1024, evenBlocks(1024 << 10, 1024), 4, t).algorithm, "recursive_halving");
+  EXPECT_STREQ(planReduceScatter(0, 1000, evenBlocks(1000, 1000), 4, t).algorithm, "recursive_halving");
+  // 64 KiB per rank at 1,000 ranks: folding 64 MB costs more than the ring's extra steps.
+  EXPECT_STREQ(planReduceScatter(0, 1000, evenBlocks(1000 << 14, 1000), 4, t).algorithm, "ring");
+  // Every plan's schedule is the algorithm it names (spot check at 16 ranks).
+  EXPECT_EQ(planAllgather(3, 16, evenBlocks(16, 16), 4, t).schedule.steps.size(), 4u);
+  EXPECT_EQ(planReduceScatter(3, 16, evenBlocks(16, 16), 4, t).schedule.steps.size(), 4u);
+}
+
+namespace {
+
+void checkBroadcastAt(int p, int root, std::size_t n) {
+  std::vector<Buffer> in(p, Buffer(n, -1));
+  in[root] = input(root, n);
+  const std::size_t maxSteps = 1 + 2 * logSteps(p) + 1;
+  auto res = simulate(p, checked(p, [&](int r) { return broadcastScatterAllgather(r, p, root, n); }, maxSteps),
+                      std::move(in));
+  expectAllDone(res);
+  const Buffer want = input(root, n);
+  for (int r = 0; r < p; ++r) ASSERT_EQ(res.buffers[r], want) << "p=" << p << " root " << root << " n=" << n << " rank " << r;
+}
+
+}  // namespace
+
+TEST(SchedulesAtScale, BroadcastScatterAllgatherAnySizeAndRoot) {
+  for (int p : ranksUpTo(70)) {
+    for (int root : {0, 1, p / 2, p - 1}) {
+      if (root >= p) continue;
+      for (std::size_t n : countsAround(p)) checkBroadcastAt(p, root, n);
+    }
+  }
+  for (int root : {0, 777}) checkBroadcastAt(1000, root, 3 * 1000 + 5);
+  checkBroadcastAt(1024, 5, 1024 + 3);
+  checkBroadcastAt(4096, 4095, 4096 + 3);
+}
+
+TEST(SchedulesAtScale, BroadcastSelection) {
+  Thresholds t;
+  EXPECT_STREQ(planBroadcast(0, 4, 0, 1 << 20, 4, t).algorithm, "chain");  // today's at 4 ranks
+  EXPECT_STREQ(planBroadcast(0, 1024, 0, 2, 4, t).algorithm, "binomial");
+  EXPECT_STREQ(planBroadcast(0, 1024, 0, 1 << 18, 4, t).algorithm, "scatter_allgather");  // 1 MiB
+  EXPECT_STREQ(planBroadcast(0, 1024, 0, 16 << 20, 4, t).algorithm, "scatter_allgather");  // 64 MiB
+  EXPECT_STREQ(planBroadcast(0, 16, 0, 64 << 20, 4, t).algorithm, "chain");  // 256 MiB, 16 ranks
 }
