@@ -21,6 +21,7 @@ namespace commux {
 namespace engine {
 class Engine;
 class Op;
+class Description;
 enum class ReduceKind : std::uint8_t;
 }  // namespace engine
 namespace collectives {
@@ -157,11 +158,11 @@ class ProcessGroupUCX : public c10d::Backend {
 
  private:
   c10::intrusive_ptr<WorkUCX> makeWork(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                       std::string description,
+                                       engine::Description description,
                                        std::chrono::milliseconds timeout);
   /// Runs `schedule` over the flat buffer `work`; `finalize` runs on completion.
   c10::intrusive_ptr<c10d::Work> launchCollective(
-      c10d::OpType type, std::uint32_t sequence, std::string description,
+      c10d::OpType type, std::uint32_t sequence, engine::Description description,
       std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
       std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
       std::chrono::milliseconds timeout, at::Tensor sendBuffer = {}, int onlyPeer = -1);
@@ -175,7 +176,7 @@ class ProcessGroupUCX : public c10d::Backend {
   /// when collectives may not run (an earlier one failed).
   std::shared_ptr<shm::Channel> shmFor(const char* what, bool cpu);
   /// Runs `job` on `channel`; `finalize` copies the results out when it completes.
-  c10::intrusive_ptr<c10d::Work> launchShm(c10d::OpType type, std::string description,
+  c10::intrusive_ptr<c10d::Work> launchShm(c10d::OpType type, engine::Description description,
                                            std::vector<at::Tensor> outputs,
                                            const std::shared_ptr<shm::Channel>& channel,
                                            shm::Job&& job, std::function<void()> finalize,
@@ -190,6 +191,8 @@ class ProcessGroupUCX : public c10d::Backend {
   /// Raises before a collective is staged when an earlier collective failed here (or the
   /// shared-memory channel broke): the ranks may be out of step.
   void checkCollectivesAllowed(const char* what);
+  /// A cheap test: false when checkCollectivesAllowed would surely pass.
+  bool collectivesMayBeRefused() const;
   /// Watch thread: the peer process at `address` died.
   void onPeerFailed(const std::string& address, const std::string& why);
   /// `rank` died: fail what waits on it, refuse what would.

@@ -34,7 +34,7 @@ at::Tensor localReduce(const std::vector<at::Tensor>& tensors, engine::ReduceKin
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
-    c10d::OpType type, std::uint32_t sequence, std::string description,
+    c10d::OpType type, std::uint32_t sequence, engine::Description description,
     std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work, std::optional<engine::ReduceKind> reduce,
     std::function<void()> finalize, std::chrono::milliseconds timeout, at::Tensor sendBuffer,
     int onlyPeer) {
@@ -59,7 +59,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
   // The tag keeps the sequence modulo the wrap (COMMUX_SEQUENCE_WRAP, 2^20 by default).
   setup.sequence = sequence & (Config::get().sequenceWrap - 1);
   setup.finalize = std::move(finalize);
-  launch(w, std::make_shared<engine::CollectiveOp>(std::move(setup), w->description(),
+  launch(w, std::make_shared<engine::CollectiveOp>(std::move(setup), w->parts(),
                                                    w->completer()));
   return w;
 }
@@ -72,7 +72,7 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmFor(const char* what, bool cpu
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
-    c10d::OpType type, std::string description, std::vector<at::Tensor> outputs,
+    c10d::OpType type, engine::Description description, std::vector<at::Tensor> outputs,
     const std::shared_ptr<shm::Channel>& channel, shm::Job&& job, std::function<void()> finalize,
     std::chrono::milliseconds timeout) {
   const NoAutograd noAutograd;
@@ -81,7 +81,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
   launch(w, std::make_shared<shm::CollectiveOp>(channel, std::move(job), std::move(finalize),
-                                                w->description(), w->completer()));
+                                                w->parts(), w->completer()));
   return w;
 }
 

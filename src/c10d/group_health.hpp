@@ -32,6 +32,9 @@ class GroupHealth {
   void collectiveFailed(const std::string& why);
   /// Why collectives are refused; empty while they are not.
   std::string collectiveFailure() const;
+  bool anyCollectiveFailed() const noexcept {
+    return collectiveFailed_.load(std::memory_order_acquire);
+  }
 
  private:
   mutable std::mutex mutex_;

@@ -30,14 +30,6 @@ std::size_t totalBytes(const std::vector<at::Tensor>& tensors) {
   return bytes;
 }
 
-std::string describeP2P(const char* what, const char* preposition, const std::string& peer,
-                        int tag, const std::vector<at::Tensor>& tensors) {
-  std::string s = std::string(what) + " " + preposition + " " + peer + " (tag " +
-                  std::to_string(tag) + ", " + std::to_string(totalBytes(tensors)) + " bytes";
-  if (tensors.size() > 1) s += " in " + std::to_string(tensors.size()) + " tensors";
-  return s + ")";
-}
-
 // Several tensors to one peer travel as one IOV message when COMMUX_COALESCE is on.
 bool packs(const std::vector<at::Tensor>& tensors) {
   return tensors.size() > 1 && Config::get().coalesce;
@@ -130,7 +122,10 @@ void ProcessGroupUCX::markDead(int peer, const std::string& why) {
 }
 
 std::string ProcessGroupUCX::checkHealthy(const WorkUCX& work) {
-  if (work.collective()) checkCollectivesAllowed(work.description().c_str());
+  // The description is formatted only when the check may refuse.
+  if (work.collective() && collectivesMayBeRefused()) {
+    checkCollectivesAllowed(work.description().c_str());
+  }
   if (!health_->anyDead()) return "";
   std::string why;
   int dead = -1;
@@ -149,6 +144,12 @@ std::string ProcessGroupUCX::checkHealthy(const WorkUCX& work) {
     C10_THROW_ERROR(DistBackendError, message + "; operations with it fail from now on");
   }
   return message;
+}
+
+bool ProcessGroupUCX::collectivesMayBeRefused() const {
+  if (health_->anyCollectiveFailed()) return true;
+  auto channel = std::atomic_load(&shm_);
+  return channel && channel->broken();
 }
 
 void ProcessGroupUCX::checkCollectivesAllowed(const char* what) {
@@ -210,7 +211,7 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
 
 c10::intrusive_ptr<WorkUCX> ProcessGroupUCX::makeWork(c10d::OpType type,
                                                       std::vector<at::Tensor> outputs,
-                                                      std::string description,
+                                                      engine::Description description,
                                                       std::chrono::milliseconds timeout) {
   checkUsable();
   return c10::make_intrusive<WorkUCX>(rank_, type, std::move(outputs),
@@ -275,7 +276,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
   checkPeer("send", "destination", dstRank, size_);
   auto route = peers_->get(dstRank);
   auto work = makeWork(c10d::OpType::SEND, tensors,
-                       describeP2P("send", "to", "rank " + std::to_string(dstRank), tag, tensors),
+                       engine::Description::p2p("send", "to", dstRank, tag, totalBytes(tensors), tensors.size()),
                        c10d::kUnsetTimeout);
   work->setPeer(dstRank);
   const bool pack = packs(tensors);
@@ -283,7 +284,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
                    engine::P2POp::Kind::Send, tensors, route,
                    wire::p2pTag(route->context, static_cast<std::uint32_t>(rank_),
                                 static_cast<std::uint32_t>(tag), pack),
-                   wire::kExactMask, pack, work->description(), work->completer()));
+                   wire::kExactMask, pack, work->parts(), work->completer()));
   return work;
 }
 
@@ -295,14 +296,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
   checkPeer("recv", "source", srcRank, size_);
   peers_->get(srcRank);  // watched from now on
   auto work = makeWork(c10d::OpType::RECV, tensors,
-                       describeP2P("recv", "from", "rank " + std::to_string(srcRank), tag, tensors),
+                       engine::Description::p2p("recv", "from", srcRank, tag, totalBytes(tensors), tensors.size()),
                        c10d::kUnsetTimeout);
   work->setPeer(srcRank);
   launch(work, std::make_shared<engine::P2POp>(
                    engine::P2POp::Kind::Recv, tensors, nullptr,
                    wire::p2pTag(context_, static_cast<std::uint32_t>(srcRank),
                                 static_cast<std::uint32_t>(tag)),
-                   wire::kExactMask, packs(tensors), work->description(), work->completer()));
+                   wire::kExactMask, packs(tensors), work->parts(), work->completer()));
   return work;
 }
 
@@ -318,11 +319,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recvAnysource(std::vector<at::Te
                     tensors.size());
   peers_->resolveAll();  // any member's death fails it
   auto work = makeWork(c10d::OpType::RECVANYSOURCE, tensors,
-                       describeP2P("recv", "from", "any rank", tag, tensors), c10d::kUnsetTimeout);
+                       engine::Description::p2p("recv", "from", -1, tag, totalBytes(tensors), tensors.size()), c10d::kUnsetTimeout);
   launch(work, std::make_shared<engine::P2POp>(
                    engine::P2POp::Kind::Recv, tensors, nullptr,
                    wire::p2pTag(context_, 0, static_cast<std::uint32_t>(tag)),
-                   wire::kAnySourceMask, false, work->description(), work->completer()));
+                   wire::kAnySourceMask, false, work->parts(), work->completer()));
   return work;
 }
 

@@ -28,17 +28,12 @@ void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors)
   }
 }
 
-std::string describe(const char* op, const std::vector<at::Tensor>& tensors,
-                     const std::string& detail, const char* algorithm, std::uint32_t seq) {
-  std::string s = std::string(op) + " (";
-  if (!detail.empty()) s += detail + ", ";
-  if (!tensors.empty()) {
-    s += std::to_string(elementCount(tensors[0])) + " x " +
-         std::string(c10::toString(tensors[0].scalar_type()));
-    if (tensors.size() > 1) s += " x " + std::to_string(tensors.size()) + " tensors";
-    s += ", ";
-  }
-  return s + algorithm + ", collective #" + std::to_string(seq) + ")";
+engine::Description describe(const char* op, c10::ArrayRef<at::Tensor> tensors, std::string detail,
+                             const char* algorithm, std::uint32_t seq) {
+  const bool any = !tensors.empty();
+  return engine::Description::collective(
+      op, std::move(detail), tensors.size(), any ? tensors[0].numel() : 0,
+      any ? tensors[0].scalar_type() : c10::ScalarType::Undefined, algorithm, seq);
 }
 
 std::size_t ringChunk(std::size_t elementSize) {

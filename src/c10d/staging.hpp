@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collectives/selection.hpp"
+#include "engine/description.hpp"
 
 namespace commux {
 
@@ -37,8 +38,9 @@ std::vector<collectives::Range> equalBlocks(std::size_t count, int size);
 /// Copies `work` back into every tensor that does not already alias it.
 void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors);
 
-/// "op (detail, N x dtype, algorithm, collective #seq)", for messages and errors.
-std::string describe(const char* op, const std::vector<at::Tensor>& tensors,
-                     const std::string& detail, const char* algorithm, std::uint32_t seq);
+/// "op (detail, N x dtype, algorithm, collective #seq)", for messages and errors (formatted
+/// when one needs it). `op` and `algorithm` must be literals.
+engine::Description describe(const char* op, c10::ArrayRef<at::Tensor> tensors, std::string detail,
+                             const char* algorithm, std::uint32_t seq);
 
 }  // namespace commux

@@ -39,14 +39,13 @@ std::vector<c10::Device> cudaDevicesOf(const std::vector<at::Tensor>& tensors) {
 }  // namespace
 
 WorkUCX::WorkUCX(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-                 std::chrono::milliseconds timeout, std::string description,
+                 std::chrono::milliseconds timeout, engine::Description description,
                  std::shared_ptr<engine::Engine> engine)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
       timeout_(timeout),
       description_(std::move(description)),
-      engine_(std::move(engine)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType(), cudaDevicesOf(outputs_))) {}
+      engine_(std::move(engine)) {}
 
 WorkUCX::~WorkUCX() = default;
 
@@ -57,7 +56,18 @@ std::optional<c10::Device> WorkUCX::cudaDevice() const {
   return std::nullopt;
 }
 
-void WorkUCX::attach(std::shared_ptr<engine::Op> op) { std::atomic_store(&op_, std::move(op)); }
+void WorkUCX::attach(std::shared_ptr<engine::Op> op) {
+  // Only operations that do their own work (shared memory) have anything to assist with;
+  // the others spare every wait the lock that reading op_ takes.
+  assists_ = !op->usesWorker();
+  std::lock_guard<std::mutex> lock(mutex_);
+  op_ = std::move(op);
+}
+
+std::shared_ptr<engine::Op> WorkUCX::op() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return op_;
+}
 
 engine::Op::Done WorkUCX::completer() {
   return [self = c10::intrusive_ptr<WorkUCX>::reclaim_copy(this)](std::exception_ptr error,
@@ -72,40 +82,50 @@ bool WorkUCX::collective() const noexcept {
 
 void WorkUCX::failQuietly(std::exception_ptr error) {
   if (done_.load(std::memory_order_acquire)) return;
-  if (auto op = std::atomic_load(&op_)) engine_->cancelQuietly(std::move(op), std::move(error));
+  if (auto op = this->op()) engine_->cancelQuietly(std::move(op), std::move(error));
 }
 
 void WorkUCX::failAfterDraining(std::exception_ptr error) {
   if (done_.load(std::memory_order_acquire)) return;
-  if (auto op = std::atomic_load(&op_)) engine_->failAfterDraining(std::move(op), std::move(error));
+  if (auto op = this->op()) engine_->failAfterDraining(std::move(op), std::move(error));
 }
 
 void WorkUCX::complete(std::exception_ptr error, int sourceRank) {
   if (error && onFailure_) onFailure_(error);
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  // The op holds buffers and, through its completion callback, this Work; drop the link
+  // so nothing outlives its use (released below, outside the lock).
+  std::shared_ptr<engine::Op> op;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    op = std::move(op_);
     exception_ = error;
     sourceRank_.store(sourceRank, std::memory_order_relaxed);
     completed_ = true;
     done_.store(true, std::memory_order_release);
+    future = future_;  // only when someone asked for it before now (see getFuture)
   }
   cv_.notify_all();
   if (waiterParked_.load(std::memory_order_seq_cst)) engine_->waker().wakeParked();
-  // The op holds buffers and, through its completion callback, this Work; drop the link
-  // so nothing outlives its use.
-  std::atomic_store(&op_, std::shared_ptr<engine::Op>());
+  op.reset();
+  if (!future) return;
   // The future runs its callbacks (the user's, DDP's comm hooks) in markCompleted: not
   // under the worker lock, which this thread holds now.
-  engine::Engine::afterRelease([self = c10::intrusive_ptr<WorkUCX>::reclaim_copy(this), error] {
-    // The future records its completion on the current stream: make that the caller's, on
-    // which the operation's last copies were queued.
-    const c10::OptionalStreamGuard onCallersStream(self->stream_);
-    if (error) {
-      self->future_->setError(error);
-    } else {
-      self->future_->markCompleted(c10::IValue(self->outputs_));
-    }
-  });
+  engine::Engine::afterRelease(
+      [self = c10::intrusive_ptr<WorkUCX>::reclaim_copy(this), future = std::move(future)] {
+        self->completeFuture(*future);
+      });
+}
+
+void WorkUCX::completeFuture(c10::ivalue::Future& future) {
+  // The future records its completion on the current stream: make that the caller's, on
+  // which the operation's last copies were queued.
+  const c10::OptionalStreamGuard onCallersStream(stream_);
+  if (auto error = exception()) {
+    future.setError(error);
+  } else {
+    future.markCompleted(c10::IValue(outputs_));
+  }
 }
 
 bool WorkUCX::isCompleted() { return done_.load(std::memory_order_acquire); }
@@ -155,7 +175,7 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   }
   // An operation this thread can run itself (a shared-memory collective) runs here, saving
   // two thread hand-offs.
-  if (auto op = std::atomic_load(&op_)) {
+  if (auto op = assists_ ? this->op() : nullptr) {
     op->assist(deadline);
     if (done_.load(std::memory_order_acquire)) return true;
   }
@@ -170,8 +190,9 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
     // shares the core, a spin that never yields makes it wait out the whole spin before it
     // can send the reply, a stable ~100 us per message. With the core to itself,
     // sched_yield returns at once.
+    // The clock is read every few passes: it was a twentieth of a small send's time.
     for (unsigned pass = 1; !done_.load(std::memory_order_acquire); ++pass) {
-      if (std::chrono::steady_clock::now() >= spinEnd) break;
+      if ((pass & 7u) == 0 && std::chrono::steady_clock::now() >= spinEnd) break;
       if (!engine_->tryProgress() || (pass & 15u) == 0) std::this_thread::yield();
     }
   }
@@ -198,7 +219,7 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
 }
 
 bool WorkUCX::wait(std::chrono::milliseconds timeout) {
-  TORCH_CHECK(!deferred_.load(std::memory_order_acquire), "commux: ", description_,
+  TORCH_CHECK(!deferred_.load(std::memory_order_acquire), "commux: ", description(),
               ": waited on inside a coalescing window; with COMMUX_GROUP=1 operations start "
               "at endCoalescing, so end the window first (or wait on the Work it returns)");
   const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
@@ -206,7 +227,7 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
   if (!waitUntil(deadline)) {
     // "Timed out" in Gloo's words: torch's own tests and users' scripts match on it.
     const std::string what =
-        "commux: " + description_ + ": Timed out after " + std::to_string(limit.count()) + " ms";
+        "commux: " + description() + ": Timed out after " + std::to_string(limit.count()) + " ms";
     const std::string message =
         what + "; the operation was cancelled" +
         (collective() ? "; the group runs no more collectives (the ranks may be out of step), "
@@ -216,29 +237,54 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
     // Recorded now, not when the cancellation is processed: the caller's next collective
     // must already be refused.
     if (onFailure_) onFailure_(error);
-    if (auto op = std::atomic_load(&op_)) engine_->cancel(std::move(op), error);
+    if (auto op = this->op()) engine_->cancel(std::move(op), error);
     C10_THROW_ERROR(DistBackendError, message);
   }
   // The future completes just after, when the thread that completed us lets go of the
   // worker; whoever reads it after wait() must find it complete. (Not when this thread
   // holds the worker itself: its own release will complete it.)
-  if (!future_->completed() && !engine_->drivenByThisThread()) future_->wait();
-  if (auto error = exception()) std::rethrow_exception(error);
+  std::exception_ptr error;
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error = exception_;
+    future = future_;
+  }
+  if (future && !future->completed() && !engine_->drivenByThisThread()) future->wait();
+  if (error) std::rethrow_exception(error);
   synchronize();
   return true;
 }
 
 void WorkUCX::abort() {
   if (done_.load(std::memory_order_acquire)) return;
-  auto error = engine::commError("commux: " + description_ + " was aborted");
-  if (auto op = std::atomic_load(&op_)) engine_->cancel(std::move(op), error);
+  auto error = engine::commError("commux: " + description() + " was aborted");
+  if (auto op = this->op()) engine_->cancel(std::move(op), error);
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkUCX::getFuture() {
-  // Whoever asks for the future may wait on it (or chain callbacks) instead of calling
-  // wait(), so nobody would drive the worker until the deferred hand-off: hand off now.
-  if (!done_.load(std::memory_order_acquire)) engine_->waker().handOff();
-  return future_;
+  // Built on first request: most operations are only waited on, and a future (with its
+  // IValue list) per Work was a measurable part of a small send.
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  bool completeNow = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!future_) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(tensorListType(), cudaDevicesOf(outputs_));
+      // Completed before anyone asked: complete() left no callback for it, and no user
+      // callback is attached yet, so completing it on this thread runs nothing of theirs.
+      completeNow = completed_;
+    }
+    future = future_;
+  }
+  if (completeNow) {
+    completeFuture(*future);
+  } else if (!done_.load(std::memory_order_acquire)) {
+    // Whoever asks for the future may wait on it (or chain callbacks) instead of calling
+    // wait(), so nobody would drive the worker until the deferred hand-off: hand off now.
+    engine_->waker().handOff();
+  }
+  return future;
 }
 
 }  // namespace commux

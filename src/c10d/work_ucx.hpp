@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/description.hpp"
 #include "engine/op.hpp"
 
 namespace commux {
@@ -31,7 +32,7 @@ inline std::chrono::milliseconds spentAsTiny(std::chrono::milliseconds limit) {
 class WorkUCX : public c10d::Work {
  public:
   WorkUCX(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-          std::chrono::milliseconds timeout, std::string description,
+          std::chrono::milliseconds timeout, engine::Description description,
           std::shared_ptr<engine::Engine> engine);
   ~WorkUCX() override;
 
@@ -68,7 +69,10 @@ class WorkUCX : public c10d::Work {
   // Not marked override: c10d::Work only declares getTimeout in newer torch (not 2.5).
   std::chrono::milliseconds getTimeout() const { return timeout_; }
 
-  const std::string& description() const noexcept { return description_; }
+  /// For messages: formatted on each call.
+  std::string description() const { return description_.str(); }
+  /// What the Op of this Work is given.
+  const engine::Description& parts() const noexcept { return description_; }
   /// Set while the operation waits for endCoalescing to be posted (COMMUX_GROUP): waiting
   /// then could never finish, so wait() raises instead.
   void setDeferred(bool deferred) { deferred_.store(deferred, std::memory_order_release); }
@@ -79,13 +83,17 @@ class WorkUCX : public c10d::Work {
 
  private:
   void complete(std::exception_ptr error, int sourceRank);
+  /// Completes `future` with this (completed) Work's outcome.
+  void completeFuture(c10::ivalue::Future& future);
   bool waitUntil(std::chrono::steady_clock::time_point deadline);
+  std::shared_ptr<engine::Op> op() const;
 
   std::vector<at::Tensor> outputs_;
   const std::chrono::milliseconds timeout_;
-  const std::string description_;
+  const engine::Description description_;
   std::shared_ptr<engine::Engine> engine_;
-  std::shared_ptr<engine::Op> op_;
+  std::shared_ptr<engine::Op> op_;  // until it completes; under mutex_
+  bool assists_ = false;            // op_ has work a waiter can do (Op::assist)
   std::atomic<bool> done_{false};
   std::atomic<bool> waiterParked_{false};  // a waiter sleeps in Engine::parkUntil
   std::atomic<bool> deferred_{false};
@@ -93,7 +101,7 @@ class WorkUCX : public c10d::Work {
   int peer_ = kAllRanks;
   std::function<void(std::exception_ptr)> onFailure_;
   std::optional<c10::Stream> stream_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // built by getFuture; under mutex_
 };
 
 }  // namespace commux

@@ -11,7 +11,7 @@
 
 namespace commux::engine {
 
-CollectiveOp::CollectiveOp(Setup setup, std::string description, Done done)
+CollectiveOp::CollectiveOp(Setup setup, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       s_(std::move(setup)),
       elementSize_(static_cast<std::size_t>(s_.work.element_size())),

@@ -35,7 +35,7 @@ class CollectiveOp final : public Op {
     std::function<void()> finalize;
   };
 
-  CollectiveOp(Setup setup, std::string description, Done done);
+  CollectiveOp(Setup setup, Description description, Done done);
   void start(Engine& engine) override;
 
  protected:

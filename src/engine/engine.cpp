@@ -283,6 +283,43 @@ void Engine::dispatch(std::function<void(Engine&)> command, Drive drive) {
   }
 }
 
+void Engine::opStarted(Op* op) {
+  if (op->listed_) return;
+  op->listed_ = true;
+  op->prevActive_ = nullptr;
+  op->nextActive_ = activeHead_;
+  if (activeHead_ != nullptr) activeHead_->prevActive_ = op;
+  activeHead_ = op;
+  ++activeCount_;
+}
+
+void Engine::opFinished(Op* op) {
+  if (!op->listed_) return;
+  op->listed_ = false;
+  if (op->prevActive_ != nullptr) {
+    op->prevActive_->nextActive_ = op->nextActive_;
+  } else {
+    activeHead_ = op->nextActive_;
+  }
+  if (op->nextActive_ != nullptr) op->nextActive_->prevActive_ = op->prevActive_;
+  op->prevActive_ = op->nextActive_ = nullptr;
+  --activeCount_;
+}
+
+Pending* Engine::makePending(std::shared_ptr<Op> op, std::uint32_t slot) {
+  if (pendingPool_.empty()) return new Pending{std::move(op), this, slot, nullptr};
+  Pending* pending = pendingPool_.back().release();
+  pendingPool_.pop_back();
+  *pending = Pending{std::move(op), this, slot, nullptr};
+  return pending;
+}
+
+void Engine::recycle(std::unique_ptr<Pending> pending) {
+  pending->op.reset();  // the Op may go now
+  // A bounded pool: a burst of thousands of requests does not stay allocated.
+  if (pendingPool_.size() < 256) pendingPool_.push_back(std::move(pending));
+}
+
 void Engine::startOp(const std::shared_ptr<Op>& op) {
   // An op cancelled before it started (abort inside a coalescing window) posts nothing.
   if (op->finished()) return;
@@ -406,7 +443,7 @@ void Engine::deliverFailure(const std::string& address, const std::string& why) 
 
 Engine::Stats Engine::stats() {
   Driving driving(workerMutex_, driver_, /*locked=*/false);
-  return Stats{active_.size(), inflightRequests_, endpoints_.size(), purged_};
+  return Stats{activeCount_, inflightRequests_, endpoints_.size(), purged_};
 }
 
 void Engine::purgeContext(std::uint32_t context) {
@@ -521,19 +558,28 @@ bool Engine::drainSubmissions() {
 bool Engine::drainCompletions() {
   // Handlers may post new requests that complete at once and queue more completions;
   // swap so that this loop and any nested progressOnce() never share a vector.
-  std::vector<Completion> batch;
+  // The spare keeps its capacity, so a steady stream of completions allocates nothing (a
+  // nested call finds it taken and uses a fresh vector).
+  std::vector<Completion> batch = std::move(spareCompletions_);
+  batch.clear();
   {
     std::lock_guard<std::mutex> lock(completionMutex_);
-    if (completions_.empty()) return false;
+    if (completions_.empty()) {
+      spareCompletions_ = std::move(batch);
+      return false;
+    }
     batch.swap(completions_);
   }
   for (auto& c : batch) {
     std::unique_ptr<Pending> pending(c.pending);
     --inflightRequests_;
-    auto op = pending->op;
-    op->handle(*this, *pending, c.status, c.info);
+    // `pending` holds the op until it is recycled.
+    pending->op->handle(*this, *pending, c.status, c.info);
     if (pending->request != nullptr) ucp_request_free(pending->request);
+    recycle(std::move(pending));
   }
+  batch.clear();
+  if (batch.capacity() > spareCompletions_.capacity()) spareCompletions_ = std::move(batch);
   return true;
 }
 
@@ -621,7 +667,8 @@ void Engine::teardown() {
   // Fail whatever is still in flight, give UCX a moment to return cancelled requests, then
   // release endpoints while the worker still exists.
   auto error = commError("commux: the process group was shut down with this operation in flight");
-  std::vector<Op*> live(active_.begin(), active_.end());
+  std::vector<Op*> live;
+  for (Op* op = activeHead_; op != nullptr; op = op->nextActive_) live.push_back(op);
   for (Op* op : live) op->fail(*this, error);
   runQueuedWhileStopping();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);

@@ -158,8 +158,14 @@ class Engine {
   ucp_worker_h worker() noexcept { return worker_.get(); }
   ucp_ep_h endpoint(const Route& route) { return endpoints_.get(route); }
   void queueCompletion(Pending* pending, ucs_status_t status, const RecvInfo& info);
-  void opStarted(Op* op) { active_.insert(op); }
-  void opFinished(Op* op) { active_.erase(op); }
+  // The started, unfinished operations: an intrusive list (no allocation per operation),
+  // failed at teardown and counted in stats().
+  void opStarted(Op* op);
+  void opFinished(Op* op);
+  /// Worker-lock holders: an unused Pending for `op`'s request in `slot` (pooled: one per
+  /// UCX request was a heap allocation per message).
+  Pending* makePending(std::shared_ptr<Op> op, std::uint32_t slot);
+  void recycle(std::unique_ptr<Pending> pending);
 
  private:
   struct Completion {
@@ -234,7 +240,10 @@ class Engine {
 
   // Worker-lock state.
   EndpointCache endpoints_;
-  std::unordered_set<Op*> active_;
+  Op* activeHead_ = nullptr;
+  std::size_t activeCount_ = 0;
+  std::vector<std::unique_ptr<Pending>> pendingPool_;
+  std::vector<Completion> spareCompletions_;  // drainCompletions' batch, kept for its capacity
   std::vector<std::unique_ptr<char[]>> purgeSinks_;  // purged messages UCX may still write
   std::size_t purged_ = 0;
   std::size_t inflightRequests_ = 0;  // posted and not yet handled

@@ -27,7 +27,7 @@ void onRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
 
 }  // namespace
 
-Op::Op(std::string description, Done done)
+Op::Op(Description description, Done done)
     : description_(std::move(description)), done_(std::move(done)) {}
 
 Op::~Op() = default;
@@ -35,7 +35,7 @@ Op::~Op() = default;
 void Op::postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t count,
                   wire::Tag tag, std::uint32_t slot, ucs_memory_type_t memory,
                   ucp_datatype_t datatype) {
-  auto* pending = new Pending{shared_from_this(), &engine, slot, nullptr};
+  Pending* pending = engine.makePending(shared_from_this(), slot);
   ucp_request_param_t params{};
   // FAST_CMPL lets UCX pick the protocol that completes soonest: on shared memory that is
   // fragmented eager copies up to 256 KiB instead of a rendezvous hand-shake, which cut a
@@ -53,7 +53,7 @@ void Op::postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t cou
 
 void Op::postRecv(Engine& engine, void* data, std::size_t count, wire::Tag tag, wire::Tag mask,
                   std::uint32_t slot, ucs_memory_type_t memory, ucp_datatype_t datatype) {
-  auto* pending = new Pending{shared_from_this(), &engine, slot, nullptr};
+  Pending* pending = engine.makePending(shared_from_this(), slot);
   ucp_request_param_t params{};
   // Always complete through the callback: UCX 1.13 reports no length for a receive that
   // completes at once, and the length check needs it.
@@ -102,7 +102,7 @@ void Op::handle(Engine& engine, Pending& pending, ucs_status_t status, const Rec
 
 std::string Op::describeFailure(std::uint32_t slot, ucs_status_t status,
                                 const RecvInfo& info) const {
-  return "commux: " + description_ + " failed: " + ucs_status_string(status);
+  return "commux: " + description() + " failed: " + ucs_status_string(status);
 }
 
 void Op::fail(Engine& engine, std::exception_ptr error) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/description.hpp"
 #include "wire/tag.hpp"
 
 namespace commux::engine {
@@ -45,12 +46,13 @@ class Op : public std::enable_shared_from_this<Op> {
   /// on failure. The source rank is meaningful for receives from any source.
   using Done = std::function<void(std::exception_ptr, int)>;
 
-  Op(std::string description, Done done);
+  Op(Description description, Done done);
   virtual ~Op();
   Op(const Op&) = delete;
   Op& operator=(const Op&) = delete;
 
-  const std::string& description() const noexcept { return description_; }
+  /// For messages: formatted on each call.
+  std::string description() const { return description_.str(); }
   /// The caller's CUDA stream (set for operations on CUDA tensors): work done for the
   /// caller after the transfer (copies back, AVG division) is queued on it, so the
   /// caller's later kernels see the result without a host synchronisation.
@@ -99,7 +101,7 @@ class Op : public std::enable_shared_from_this<Op> {
   friend class Engine;
   void track(Engine& engine, Pending* pending, void* request);
 
-  std::string description_;
+  Description description_;
   std::optional<c10::Stream> userStream_;
 
  protected:
@@ -107,6 +109,10 @@ class Op : public std::enable_shared_from_this<Op> {
 
  private:
   Engine* engine_ = nullptr;  // set by Engine before start()
+  // Engine's list of started, unfinished operations (worker lock).
+  Op* prevActive_ = nullptr;
+  Op* nextActive_ = nullptr;
+  bool listed_ = false;
   Done done_;
   std::atomic<bool> finished_{false};
   std::size_t outstanding_ = 0;

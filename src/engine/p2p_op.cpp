@@ -11,7 +11,7 @@
 namespace commux::engine {
 
 P2POp::P2POp(Kind kind, std::vector<at::Tensor> tensors, std::shared_ptr<const Route> route,
-             wire::Tag tag, wire::Tag mask, bool pack, std::string description, Done done)
+             wire::Tag tag, wire::Tag mask, bool pack, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       kind_(kind),
       route_(std::move(route)),

@@ -25,7 +25,7 @@ class P2POp final : public Op {
   /// packing bit for a send).
   P2POp(Kind kind, std::vector<at::Tensor> tensors, std::shared_ptr<const Route> route,
         wire::Tag tag, wire::Tag mask,
-        bool pack, std::string description, Done done);
+        bool pack, Description description, Done done);
 
   void start(Engine& engine) override;
 

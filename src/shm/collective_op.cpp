@@ -55,7 +55,7 @@ at::ScalarType Job::dtype() const {
 }
 
 CollectiveOp::CollectiveOp(std::weak_ptr<Channel> channel, Job job, std::function<void()> finalize,
-                           std::string description, Done done)
+                           engine::Description description, Done done)
     : Op(std::move(description), std::move(done)),
       channel_(std::move(channel)),
       job_(std::move(job)),

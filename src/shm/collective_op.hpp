@@ -63,7 +63,7 @@ struct Job {
 class CollectiveOp final : public engine::Op {
  public:
   CollectiveOp(std::weak_ptr<Channel> channel, Job job, std::function<void()> finalize,
-               std::string description, Done done);
+               engine::Description description, Done done);
 
   void start(engine::Engine& engine) override;
   /// Runs the collective on the waiting thread when it is next in line and the lane idles.
