@@ -35,9 +35,9 @@ at::Tensor localReduce(const std::vector<at::Tensor>& tensors, engine::ReduceKin
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     c10d::OpType type, std::uint32_t sequence, engine::Description description,
-    std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work, std::optional<engine::ReduceKind> reduce,
-    std::function<void()> finalize, std::chrono::milliseconds timeout, at::Tensor sendBuffer,
-    int onlyPeer) {
+    std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
+    std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
+    std::chrono::milliseconds timeout, at::Tensor sendBuffer, int onlyPeer) {
   const NoAutograd noAutograd;
   // Every member is watched: a collective fails when any of them dies, also one this rank
   // does not talk to directly (its partners would wait for it).
@@ -59,8 +59,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
   // The tag keeps the sequence modulo the wrap (COMMUX_SEQUENCE_WRAP, 2^20 by default).
   setup.sequence = sequence & (Config::get().sequenceWrap - 1);
   setup.finalize = std::move(finalize);
-  launch(w, std::make_shared<engine::CollectiveOp>(std::move(setup), w->parts(),
-                                                   w->completer()));
+  launch(w, std::make_shared<engine::CollectiveOp>(std::move(setup), w->parts(), w->completer()));
   return w;
 }
 

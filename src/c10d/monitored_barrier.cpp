@@ -46,10 +46,11 @@ void ProcessGroupUCX::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
   auto transfer = [&](int peer, std::uint32_t round, bool send) {
     const std::string what = std::string("monitored_barrier ") + (send ? "signal to" : "wait for") +
                              " rank " + std::to_string(peer);
-    return launchCollective(c10d::OpType::BARRIER, seq,
-                            engine::Description(what + " (collective #" + std::to_string(seq) + ")"),
-                            {}, oneTransfer(peer, round, send), at::empty({0}, at::kByte),
-                            std::nullopt, nullptr, spentAsTiny(timeout), {}, peer);
+    return launchCollective(
+        c10d::OpType::BARRIER, seq,
+        engine::Description(what + " (collective #" + std::to_string(seq) + ")"), {},
+        oneTransfer(peer, round, send), at::empty({0}, at::kByte), std::nullopt, nullptr,
+        spentAsTiny(timeout), {}, peer);
   };
 
   if (rank_ != 0) {

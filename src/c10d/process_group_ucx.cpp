@@ -275,9 +275,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
   checkTag("send", tag);
   checkPeer("send", "destination", dstRank, size_);
   auto route = peers_->get(dstRank);
-  auto work = makeWork(c10d::OpType::SEND, tensors,
-                       engine::Description::p2p("send", "to", dstRank, tag, totalBytes(tensors), tensors.size()),
-                       c10d::kUnsetTimeout);
+  auto work = makeWork(
+      c10d::OpType::SEND, tensors,
+      engine::Description::p2p("send", "to", dstRank, tag, totalBytes(tensors), tensors.size()),
+      c10d::kUnsetTimeout);
   work->setPeer(dstRank);
   const bool pack = packs(tensors);
   launch(work, std::make_shared<engine::P2POp>(
@@ -295,9 +296,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
   checkTag("recv", tag);
   checkPeer("recv", "source", srcRank, size_);
   peers_->get(srcRank);  // watched from now on
-  auto work = makeWork(c10d::OpType::RECV, tensors,
-                       engine::Description::p2p("recv", "from", srcRank, tag, totalBytes(tensors), tensors.size()),
-                       c10d::kUnsetTimeout);
+  auto work = makeWork(
+      c10d::OpType::RECV, tensors,
+      engine::Description::p2p("recv", "from", srcRank, tag, totalBytes(tensors), tensors.size()),
+      c10d::kUnsetTimeout);
   work->setPeer(srcRank);
   launch(work, std::make_shared<engine::P2POp>(
                    engine::P2POp::Kind::Recv, tensors, nullptr,
@@ -318,12 +320,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recvAnysource(std::vector<at::Te
                     "commux: a receive from any source takes exactly one tensor, got ",
                     tensors.size());
   peers_->resolveAll();  // any member's death fails it
-  auto work = makeWork(c10d::OpType::RECVANYSOURCE, tensors,
-                       engine::Description::p2p("recv", "from", -1, tag, totalBytes(tensors), tensors.size()), c10d::kUnsetTimeout);
+  auto work = makeWork(
+      c10d::OpType::RECVANYSOURCE, tensors,
+      engine::Description::p2p("recv", "from", -1, tag, totalBytes(tensors), tensors.size()),
+      c10d::kUnsetTimeout);
   launch(work, std::make_shared<engine::P2POp>(
                    engine::P2POp::Kind::Recv, tensors, nullptr,
-                   wire::p2pTag(context_, 0, static_cast<std::uint32_t>(tag)),
-                   wire::kAnySourceMask, false, work->parts(), work->completer()));
+                   wire::p2pTag(context_, 0, static_cast<std::uint32_t>(tag)), wire::kAnySourceMask,
+                   false, work->parts(), work->completer()));
   return work;
 }
 

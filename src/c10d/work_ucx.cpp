@@ -111,10 +111,8 @@ void WorkUCX::complete(std::exception_ptr error, int sourceRank) {
   if (!future) return;
   // The future runs its callbacks (the user's, DDP's comm hooks) in markCompleted: not
   // under the worker lock, which this thread holds now.
-  engine::Engine::afterRelease(
-      [self = c10::intrusive_ptr<WorkUCX>::reclaim_copy(this), future = std::move(future)] {
-        self->completeFuture(*future);
-      });
+  engine::Engine::afterRelease([self = c10::intrusive_ptr<WorkUCX>::reclaim_copy(this),
+                                future = std::move(future)] { self->completeFuture(*future); });
 }
 
 void WorkUCX::completeFuture(c10::ivalue::Future& future) {

@@ -33,8 +33,10 @@ Description Description::collective(const char* name, std::string detail, std::s
 std::string Description::str() const {
   std::string s;
   switch (form_) {
-    case Form::Empty: return "operation";
-    case Form::Text: return detail_;
+    case Form::Empty:
+      return "operation";
+    case Form::Text:
+      return detail_;
     case Form::P2P:
       s = std::string(name_) + " " + word_ + " " +
           (peer_ < 0 ? std::string("any rank") : "rank " + std::to_string(peer_)) + " (tag " +

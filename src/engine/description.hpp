@@ -25,8 +25,8 @@ class Description {
   /// count and dtype those of the first tensor (none when `tensors` is 0). `name` and
   /// `algorithm` must outlive the description (literals).
   static Description collective(const char* name, std::string detail, std::size_t tensors,
-                                std::int64_t count, c10::ScalarType dtype,
-                                const char* algorithm, std::uint32_t seq);
+                                std::int64_t count, c10::ScalarType dtype, const char* algorithm,
+                                std::uint32_t seq);
 
   std::string str() const;
 

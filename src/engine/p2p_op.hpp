@@ -24,8 +24,7 @@ class P2POp final : public Op {
   /// `pack`: send or expect one IOV message for all tensors (`tag` must then carry the
   /// packing bit for a send).
   P2POp(Kind kind, std::vector<at::Tensor> tensors, std::shared_ptr<const Route> route,
-        wire::Tag tag, wire::Tag mask,
-        bool pack, Description description, Done done);
+        wire::Tag tag, wire::Tag mask, bool pack, Description description, Done done);
 
   void start(Engine& engine) override;
 
