@@ -538,6 +538,7 @@ void Engine::queueCompletion(Pending* pending, ucs_status_t status, const RecvIn
   {
     std::lock_guard<std::mutex> lock(completionMutex_);
     completions_.push_back(Completion{pending, status, info});
+    haveCompletions_.store(true, std::memory_order_release);
   }
   // A callback on UCX's own async thread: whoever sleeps on the event fd must look again.
   if (!drivenByThisThread()) worker_.signal();
@@ -560,10 +561,14 @@ bool Engine::drainCompletions() {
   // swap so that this loop and any nested progressOnce() never share a vector.
   // The spare keeps its capacity, so a steady stream of completions allocates nothing (a
   // nested call finds it taken and uses a fresh vector).
+  // An idle round (a spinning waiter makes millions) takes no lock: a completion queued
+  // while this looks is seen by the next round, which its queueing wakes up if needed.
+  if (!haveCompletions_.load(std::memory_order_acquire)) return false;
   std::vector<Completion> batch = std::move(spareCompletions_);
   batch.clear();
   {
     std::lock_guard<std::mutex> lock(completionMutex_);
+    haveCompletions_.store(false, std::memory_order_relaxed);
     if (completions_.empty()) {
       spareCompletions_ = std::move(batch);
       return false;

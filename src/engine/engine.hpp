@@ -230,6 +230,7 @@ class Engine {
   // events), outside any worker lock of ours, so the completion queue has its own lock.
   std::mutex completionMutex_;
   std::vector<Completion> completions_;
+  std::atomic<bool> haveCompletions_{false};  // completions_ may be non-empty
 
   std::mutex failureMutex_;  // held while listeners run
   std::map<std::uint64_t, FailureListener> failureListeners_;
