@@ -36,7 +36,10 @@ PeerTable::PeerTable(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
       rank_(rank),
       onResolved_(std::move(onResolved)),
       prefix_(storeKeyPrefix() + "peer/"),
-      routes_(static_cast<std::size_t>(size)) {}
+      routes_(static_cast<std::size_t>(size)),
+      known_(new std::atomic<bool>[static_cast<std::size_t>(size)]) {
+  for (int r = 0; r < size; ++r) known_[r].store(false, std::memory_order_relaxed);
+}
 
 void PeerTable::publish(const std::string& address, std::uint32_t context) {
   const auto self = engine::ProcessId::self();
@@ -53,13 +56,13 @@ void PeerTable::publish(const std::string& address, std::uint32_t context) {
   store_->set(prefix_ + std::to_string(rank_), record);
   std::lock_guard<std::mutex> lock(mutex_);
   routes_[rank_] = std::make_shared<engine::Route>(engine::Route{address, context});
+  known_[rank_].store(true, std::memory_order_release);
 }
 
 std::shared_ptr<const engine::Route> PeerTable::get(int rank) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (routes_.at(rank)) return routes_[rank];
-  }
+  TORCH_CHECK(rank >= 0 && static_cast<std::size_t>(rank) < routes_.size(), "commux: rank ", rank,
+              " is outside the group");
+  if (known_[rank].load(std::memory_order_acquire)) return routes_[rank];
   const std::vector<uint8_t> record = store_->get(prefix_ + std::to_string(rank));
   TORCH_CHECK(record.size() >= 28 && getU32(record, 0) == kMagic,
               "commux: rank ", rank, " published an unreadable peer record; "
@@ -79,7 +82,10 @@ std::shared_ptr<const engine::Route> PeerTable::get(int rank) {
   // Watch first: an operation on this route may only start once a death would be seen.
   if (onResolved_) onResolved_(rank, *route, process);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!routes_[rank]) routes_[rank] = std::move(route);
+  if (!routes_[rank]) {
+    routes_[rank] = std::move(route);
+    known_[rank].store(true, std::memory_order_release);
+  }
   return routes_[rank];
 }
 

@@ -7,6 +7,7 @@
 // rank (a member's death must fail them).
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,9 @@ class PeerTable {
   const std::string prefix_;
   mutable std::mutex mutex_;
   std::vector<std::shared_ptr<const engine::Route>> routes_;
+  // known_[r]: routes_[r] is set and never changes again, so it is read without the lock
+  // (every send looks its route up).
+  std::unique_ptr<std::atomic<bool>[]> known_;
   bool allResolved_ = false;
 };
 

@@ -5,6 +5,7 @@
 // UCX requests, reacts to their completions, and reports success or failure exactly once
 // through its Done callback.
 #include <c10/core/Stream.h>
+#include <c10/util/SmallVector.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
@@ -116,7 +117,8 @@ class Op : public std::enable_shared_from_this<Op> {
   Done done_;
   std::atomic<bool> finished_{false};
   std::size_t outstanding_ = 0;
-  std::vector<Pending*> inflight_;  // requests still owned by UCX, for cancellation
+  // Requests still owned by UCX, for cancellation; inline for the usual one or two.
+  c10::SmallVector<Pending*, 4> inflight_;
 };
 
 }  // namespace commux::engine

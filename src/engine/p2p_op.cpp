@@ -10,7 +10,7 @@
 
 namespace commux::engine {
 
-P2POp::P2POp(Kind kind, std::vector<at::Tensor> tensors, std::shared_ptr<const Route> route,
+P2POp::P2POp(Kind kind, const std::vector<at::Tensor>& tensors, std::shared_ptr<const Route> route,
              wire::Tag tag, wire::Tag mask, bool pack, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       kind_(kind),
@@ -21,10 +21,10 @@ P2POp::P2POp(Kind kind, std::vector<at::Tensor> tensors, std::shared_ptr<const R
       memory_(tensors.empty() ? UCS_MEMORY_TYPE_HOST : memoryTypeOf(tensors.front())) {
   if (memory_ == UCS_MEMORY_TYPE_CUDA) cudaDevice_ = tensors.front().device();
   buffers_.reserve(tensors.size());
-  for (auto& t : tensors) {
+  for (const auto& t : tensors) {
     at::Tensor staged = t.is_contiguous() ? t : (kind == Kind::Send ? t.contiguous() : at::empty_like(t, at::MemoryFormat::Contiguous));
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
-    buffers_.push_back(Buffer{std::move(t), std::move(staged), bytes});
+    buffers_.push_back(Buffer{t, std::move(staged), bytes});
   }
   if (pack_) {
     for (const auto& b : buffers_) {

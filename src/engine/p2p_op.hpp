@@ -5,6 +5,7 @@
 // (COMMUX_COALESCE), they travel as ONE message described by a UCX IOV list, with the
 // packing bit of the tag set so that a receiver expecting the other format fails clearly.
 #include <ATen/ATen.h>
+#include <c10/util/SmallVector.h>
 
 #include <memory>
 #include <vector>
@@ -23,7 +24,7 @@ class P2POp final : public Op {
   /// here, so a send captures the tensor's value at call time.
   /// `pack`: send or expect one IOV message for all tensors (`tag` must then carry the
   /// packing bit for a send).
-  P2POp(Kind kind, std::vector<at::Tensor> tensors, std::shared_ptr<const Route> route,
+  P2POp(Kind kind, const std::vector<at::Tensor>& tensors, std::shared_ptr<const Route> route,
         wire::Tag tag, wire::Tag mask, bool pack, Description description, Done done);
 
   void start(Engine& engine) override;
@@ -46,7 +47,7 @@ class P2POp final : public Op {
   void finishRecv(const Buffer& b);
 
   Kind kind_;
-  std::vector<Buffer> buffers_;
+  c10::SmallVector<Buffer, 1> buffers_;  // inline for the usual single tensor
   std::shared_ptr<const Route> route_;
   wire::Tag tag_;
   wire::Tag mask_;
