@@ -48,6 +48,13 @@ struct Config {
   /// COMMUX_PIPELINE_CHUNK_BYTES: chunk size of the pipelined chains, and the piece size in
   /// which ring reduce-scatter steps move and fold their blocks.
   std::size_t pipelineChunkBytes = 512 * 1024;
+  /// COMMUX_LOG_ALGORITHMS_MIN_RANKS: from this group size on, allgather, reduce-scatter,
+  /// allreduce and broadcast pick logarithmic algorithms (recursive doubling/halving,
+  /// dissemination, Rabenseifner, scatter+allgather) by the cost model; smaller groups keep
+  /// the rings and trees measured on one host (docs/design.md, "Algorithms at scale").
+  int logAlgorithmsMinRanks = 9;
+  /// COMMUX_RING_MIN_BLOCK_BYTES: from this many bytes per rank's block the rings stay.
+  std::size_t ringMinBlockBytes = 256 * 1024;
 
   /// COMMUX_SHM: allreduce between ranks that all run on one host goes through a shared-
   /// memory segment instead of UCX. The ranks agree on it when the group first

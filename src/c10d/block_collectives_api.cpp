@@ -37,10 +37,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
   work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n))
       .copy_(inputBuffer.reshape({-1}));
   const std::uint32_t seq = nextSequence();
+  auto plan = collectives::planAllgather(rank_, size_, equalBlocks(n, size_), work.element_size(),
+                                         thresholds());
   return launchCollective(
       c10d::OpType::_ALLGATHER_BASE, seq,
-      describe("all_gather_into_tensor", {inputBuffer}, "", "ring", seq), {outputBuffer},
-      collectives::allgatherRing(rank_, size_, equalBlocks(n, size_)), work, std::nullopt,
+      describe("all_gather_into_tensor", {inputBuffer}, "", plan.algorithm, seq), {outputBuffer},
+      std::move(plan.schedule), work, std::nullopt,
       [work, outputBuffer] { scatterBack(work, {outputBuffer}); }, opts.timeout);
 }
 
@@ -80,9 +82,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
   }
   work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n)).copy_(input.reshape({-1}));
   const std::uint32_t seq = nextSequence();
+  auto plan = collectives::planAllgather(rank_, size_, equalBlocks(n, size_), work.element_size(),
+                                         thresholds());
   return launchCollective(
-      c10d::OpType::ALLGATHER, seq, describe("all_gather", {input}, "", "ring", seq), outputs,
-      collectives::allgatherRing(rank_, size_, equalBlocks(n, size_)), work, std::nullopt,
+      c10d::OpType::ALLGATHER, seq, describe("all_gather", {input}, "", plan.algorithm, seq),
+      outputs, std::move(plan.schedule), work, std::nullopt,
       std::move(unpack), opts.timeout);
 }
 
@@ -128,12 +132,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
   reduction.prepare(work);
   const int64_t offset = static_cast<int64_t>(n) * rank_;
   const std::uint32_t seq = nextSequence();
+  auto plan = collectives::planReduceScatter(rank_, size_, equalBlocks(n, size_),
+                                             work.element_size(), thresholds());
   return launchCollective(
       c10d::OpType::_REDUCE_SCATTER_BASE, seq,
-      describe("reduce_scatter_tensor", {outputBuffer}, reduction.label(), "ring", seq),
-      {outputBuffer}, collectives::reduceScatterRing(rank_, size_, equalBlocks(n, size_), 0,
-                                                    ringChunk(work.element_size())),
-      work,
+      describe("reduce_scatter_tensor", {outputBuffer}, reduction.label(), plan.algorithm, seq),
+      {outputBuffer}, std::move(plan.schedule), work,
       reduction.kind(),
       [work, outputBuffer, n, offset, reduction, contributions] {
         at::Tensor mine = work.narrow(0, offset, static_cast<int64_t>(n));

@@ -129,11 +129,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_coalesced(
   const Packing packing = packBytes(inputTensors);
   at::Tensor work = stageGather(inputTensors, packing, rank_, size_);
   const std::uint32_t seq = nextSequence();
+  auto plan = collectives::planAllgather(
+      rank_, size_, equalBlocks(static_cast<std::size_t>(packing.total), size_),
+      work.element_size(), thresholds());
   return launchCollective(
-      c10d::OpType::ALLGATHER_COALESCED, seq, describe(op, inputTensors, "", "ring", seq),
-      outputs,
-      collectives::allgatherRing(rank_, size_,
-                                 equalBlocks(static_cast<std::size_t>(packing.total), size_)),
+      c10d::OpType::ALLGATHER_COALESCED, seq,
+      describe(op, inputTensors, "", plan.algorithm, seq), outputs, std::move(plan.schedule),
       work, std::nullopt,
       [work, packing, lists = outputTensorLists] {
         for (std::size_t r = 0; r < lists.size(); ++r) {
@@ -166,11 +167,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_into_tensor_coalesced(
   at::Tensor work = stageGather(inputs, packing, rank_, size_);
   const std::uint32_t seq = nextSequence();
   const int p = size_;
+  auto plan = collectives::planAllgather(
+      rank_, size_, equalBlocks(static_cast<std::size_t>(packing.total), size_),
+      work.element_size(), thresholds());
   return launchCollective(
-      c10d::OpType::COALESCED, seq, describe(op, inputs, "", "ring", seq), outputs,
-      collectives::allgatherRing(rank_, size_,
-                                 equalBlocks(static_cast<std::size_t>(packing.total), size_)),
-      work, std::nullopt,
+      c10d::OpType::COALESCED, seq, describe(op, inputs, "", plan.algorithm, seq), outputs,
+      std::move(plan.schedule), work, std::nullopt,
       [work, packing, outputs, p] {
         for (std::size_t i = 0; i < outputs.size(); ++i) {
           at::Tensor out = flat(outputs[i]);
@@ -214,13 +216,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce_scatter_tensor_coalesced(
   const int64_t contributions = size_;
   const int64_t mine = packing.total * rank_;
   const std::uint32_t seq = nextSequence();
+  auto plan = collectives::planReduceScatter(
+      rank_, size_, equalBlocks(static_cast<std::size_t>(packing.total), size_),
+      work.element_size(), thresholds());
   return launchCollective(
-      c10d::OpType::COALESCED, seq, describe(op, outputs, reduction.label(), "ring", seq),
-      outputs,
-      collectives::reduceScatterRing(rank_, size_,
-                                     equalBlocks(static_cast<std::size_t>(packing.total), size_),
-                                     0, ringChunk(work.element_size())),
-      work, reduction.kind(),
+      c10d::OpType::COALESCED, seq, describe(op, outputs, reduction.label(), plan.algorithm, seq),
+      outputs, std::move(plan.schedule), work, reduction.kind(),
       [work, packing, outputs, reduction, contributions, mine] {
         at::Tensor block = work.narrow(0, mine, packing.total);
         reduction.finish(block, contributions);

@@ -54,6 +54,10 @@ Config Config::fromEnvironment() {
   readUnsigned("COMMUX_ALLREDUCE_RING_MIN_BYTES", c.allreduceRingMinBytes);
   readUnsigned("COMMUX_CHAIN_MIN_BYTES", c.chainMinBytes);
   readUnsigned("COMMUX_PIPELINE_CHUNK_BYTES", c.pipelineChunkBytes);
+  std::size_t logMinRanks = static_cast<std::size_t>(c.logAlgorithmsMinRanks);
+  readUnsigned("COMMUX_LOG_ALGORITHMS_MIN_RANKS", logMinRanks);
+  c.logAlgorithmsMinRanks = static_cast<int>(std::min<std::size_t>(logMinRanks, 1u << 30));
+  readUnsigned("COMMUX_RING_MIN_BLOCK_BYTES", c.ringMinBlockBytes);
   readBool("COMMUX_SHM", c.shm);
   readUnsigned("COMMUX_SHM_SLOT_BYTES", c.shmSlotBytes);
   readUnsigned("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes);

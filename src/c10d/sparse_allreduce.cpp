@@ -43,10 +43,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_sparse(
   at::Tensor counts = at::zeros({size_}, at::kLong);
   counts.data_ptr<int64_t>()[rank_] = mine._nnz();
   const std::uint32_t countSeq = nextSequence();
+  auto countPlan = collectives::planAllgather(rank_, size_, equalBlocks(1, size_),
+                                              counts.element_size(), thresholds());
   launchCollective(c10d::OpType::ALLGATHER, countSeq,
-                   describe(op, {target}, "non-zero counts", "ring", countSeq), {},
-                   collectives::allgatherRing(rank_, size_, equalBlocks(1, size_)), counts,
-                   std::nullopt, nullptr, opts.timeout)
+                   describe(op, {target}, "non-zero counts", countPlan.algorithm, countSeq), {},
+                   std::move(countPlan.schedule), counts, std::nullopt, nullptr, opts.timeout)
       ->wait();
 
   // Phase 2: block r = [indices of r | values of r], in bytes.
@@ -77,9 +78,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_sparse(
   valuesOf(rank_).copy_(values);
   const std::uint32_t seq = nextSequence();
   const int p = size_;
+  auto plan = collectives::planAllgather(rank_, size_, blocks, work.element_size(), thresholds());
   return launchCollective(
-      c10d::OpType::ALLREDUCE, seq, describe(op, {target}, "SUM", "ring allgather", seq),
-      tensors, collectives::allgatherRing(rank_, size_, blocks), work, std::nullopt,
+      c10d::OpType::ALLREDUCE, seq, describe(op, {target}, "SUM, an allgather", plan.algorithm, seq),
+      tensors, std::move(plan.schedule), work, std::nullopt,
       [target, indicesOf, valuesOf, p] {
         std::vector<at::Tensor> allIndices;
         std::vector<at::Tensor> allValues;

@@ -8,7 +8,13 @@ namespace commux {
 
 collectives::Thresholds thresholds() {
   const Config& c = Config::get();
-  return collectives::Thresholds{c.allreduceRingMinBytes, c.chainMinBytes, c.pipelineChunkBytes};
+  collectives::Thresholds t;
+  t.allreduceRingMinBytes = c.allreduceRingMinBytes;
+  t.chainMinBytes = c.chainMinBytes;
+  t.pipelineChunkBytes = c.pipelineChunkBytes;
+  t.logAlgorithmsMinRanks = c.logAlgorithmsMinRanks;
+  t.ringMinBlockBytes = c.ringMinBlockBytes;
+  return t;
 }
 
 at::Tensor flat(const at::Tensor& t) {
@@ -34,10 +40,6 @@ engine::Description describe(const char* op, c10::ArrayRef<at::Tensor> tensors, 
   return engine::Description::collective(
       op, std::move(detail), tensors.size(), any ? tensors[0].numel() : 0,
       any ? tensors[0].scalar_type() : c10::ScalarType::Undefined, algorithm, seq);
-}
-
-std::size_t ringChunk(std::size_t elementSize) {
-  return std::max<std::size_t>(1, Config::get().pipelineChunkBytes / std::max<std::size_t>(elementSize, 1));
 }
 
 }  // namespace commux

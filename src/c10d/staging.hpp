@@ -19,8 +19,6 @@ namespace commux {
 using NoAutograd = at::NoGradGuard;
 
 collectives::Thresholds thresholds();
-/// Elements per piece of a ring reduce-scatter step (COMMUX_PIPELINE_CHUNK_BYTES).
-std::size_t ringChunk(std::size_t elementSize);
 
 inline std::size_t elementCount(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 
