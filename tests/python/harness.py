@@ -113,6 +113,19 @@ def get_backend_obj(group=None):
     return pg._get_backend(torch.device("cpu"))
 
 
+def shm_threads() -> int:
+    """Threads named commux-shm in this process: commux runs one per group that took the
+    shared-memory path (src/shm/channel.cpp)."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().strip() == "commux-shm"
+        except OSError:
+            pass
+    return n
+
+
 def side_barrier(name: str, timeout_s: float = 60.0) -> None:
     """Barrier through the default group's *store*, not through the backend.
 

@@ -32,6 +32,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from harness import shm_threads
+
 BACKEND = os.environ.get("MULTIHOST_BACKEND", "ucx")
 if BACKEND in ("ucx", "commux"):
     import commux  # noqa: F401  (torch's backend autoload registers it as well)
@@ -88,17 +90,11 @@ class timed:
 
 
 def shm_channels(expected):
-    """commux runs one thread named commux-shm per group that took the shared-memory path
-    (src/shm/channel.cpp). Waits briefly for a new thread to have set its name."""
+    """Channels (commux-shm threads) in this process; waits briefly for a new thread to have
+    set its name."""
     deadline = time.monotonic() + 2.0
     while True:
-        n = 0
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/comm") as f:
-                    n += f.read().strip() == "commux-shm"
-            except OSError:
-                pass
+        n = shm_threads()
         if n == expected or time.monotonic() > deadline:
             return n
         time.sleep(0.05)

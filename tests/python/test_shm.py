@@ -12,21 +12,13 @@ import torch.distributed as dist
 
 import commux
 
-from harness import assert_group_works, expect_error, get_backend_obj, run_ranks, side_barrier
+from harness import (assert_group_works, expect_error, get_backend_obj, run_ranks, shm_threads,
+                     side_barrier)
 
 pytestmark = pytest.mark.ucx_only
 
 
-def _shm_threads():
-    """Threads named commux-shm in this process (one per group that uses the channel)."""
-    n = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                n += f.read().strip() == "commux-shm"
-        except OSError:
-            pass
-    return n
+_shm_threads = shm_threads
 
 
 def _reference(ws, n, dtype, op, salt):
