@@ -248,7 +248,13 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
     error = exception_;
     future = future_;
   }
-  if (future && !future->completed() && !engine_->drivenByThisThread()) future->wait();
+  // Not from a future's callback either: the completion of our future may be queued on this
+  // very thread behind the callback that waits (two Works completed in one round), and would
+  // never run. It completes as soon as that callback returns.
+  if (future && !future->completed() && !engine_->drivenByThisThread() &&
+      !engine::Engine::inAfterRelease()) {
+    future->wait();
+  }
   if (error) std::rethrow_exception(error);
   synchronize();
   return true;

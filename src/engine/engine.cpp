@@ -167,8 +167,13 @@ namespace {
 // deeply it holds it.
 thread_local std::vector<std::function<void()>> afterReleaseQueue;
 thread_local int drivingDepth = 0;
+thread_local int runningAfterRelease = 0;
 
 void runAfterRelease() {
+  struct Running {
+    Running() { ++runningAfterRelease; }
+    ~Running() { --runningAfterRelease; }
+  } running;
   // A callback may drive the worker again and queue more: loop until none are left.
   while (!afterReleaseQueue.empty()) {
     std::vector<std::function<void()>> batch;
@@ -201,6 +206,8 @@ class Driving {
 };
 
 }  // namespace
+
+bool Engine::inAfterRelease() noexcept { return runningAfterRelease > 0; }
 
 void Engine::afterRelease(std::function<void()> fn) {
   if (drivingDepth > 0) {

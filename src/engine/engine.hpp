@@ -151,6 +151,8 @@ class Engine {
   /// operation of the process while they run, and deadlock if they wait for another
   /// thread that needs the worker.
   static void afterRelease(std::function<void()> fn);
+  /// True while this thread runs what afterRelease queued (a future's callbacks).
+  static bool inAfterRelease() noexcept;
   /// Worker-lock holders only: one round of progress without sleeping.
   void progressOnce();
 

@@ -430,3 +430,41 @@ def test_slow_future_callback_does_not_stall_other_operations():
     callback under the lock they waited for it)."""
     elapsed = run_ranks(_slow_callback, 2)[0]
     assert elapsed < 1.0, f"20 ping-pongs took {elapsed:.2f} s behind a 2 s callback"
+
+
+def _wait_in_callback(rank, world_size):
+    rounds = 30
+    if rank == 1:
+        for i in range(rounds):
+            side_barrier(f"posted{i}")
+            # Back to back: both usually complete in one progress round on rank 0, so the
+            # two futures' completions queue on one thread, the first callback's wait ahead
+            # of the second future's completion.
+            dist.send(torch.full((2,), float(i)), 0, tag=1)
+            dist.send(torch.full((2,), float(-i)), 0, tag=2)
+        return True
+    for i in range(rounds):
+        a, b = torch.empty(2), torch.empty(2)
+        w1 = dist.irecv(a, 1, tag=1)
+        w2 = dist.irecv(b, 1, tag=2)
+        f2 = w2.get_future()
+
+        def waits_for_w2(fut, w2=w2, b=b, i=i):
+            w2.wait()  # from inside w1's callback, on the thread that completes both
+            assert torch.equal(b, torch.full((2,), float(-i)))
+            return True
+
+        chained = w1.get_future().then(waits_for_w2)
+        side_barrier(f"posted{i}")
+        assert chained.wait(), "the callback did not finish"
+        f2.wait()
+        assert torch.equal(a, torch.full((2,), float(i)))
+    return True
+
+
+@pytest.mark.ucx_only
+def test_wait_inside_a_future_callback_does_not_hang():
+    """A future callback that waits on another Work completed in the same progress round
+    (whose future's completion is queued on the same thread, behind the callback) returns;
+    it used to wait forever for that future."""
+    assert all(run_ranks(_wait_in_callback, 2, timeout=90))
