@@ -21,7 +21,7 @@ for kind in "${kinds[@]}"; do
   cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMMUX_SANITIZE="$kind" \
     -DCOMMUX_BUILD_TESTS=ON -DCOMMUX_BUILD_PYTHON=OFF -DCOMMUX_BUILD_BENCH=OFF \
     -DPython3_EXECUTABLE="$(command -v "$PY")" >/dev/null
-  cmake --build "$dir" --target commux_unit_tests commux_rank_tests
+  cmake --build "$dir" --target commux_unit_tests commux_rank_tests commux_cost_model
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
@@ -32,9 +32,10 @@ for kind in "${kinds[@]}"; do
   # UCX patches mmap/munmap/brk to track memory; under TSan's own interceptors that
   # crashes at start-up. commux registers no memory, so it needs no such events.
   export UCX_MEM_EVENTS=no UCX_MEM_MMAP_HOOK_MODE=none
-  # The schedule simulator runs every rank in one thread: TSan has nothing to look at
-  # there and makes it ~6x slower (minutes), so the thread run leaves it to ASan.
+  # The schedule simulator and the cost model run every rank in one thread: TSan has
+  # nothing to look at there and makes them ~6x slower (minutes), so the thread run leaves
+  # them to ASan.
   skip=()
-  [ "$kind" = thread ] && skip=(-E '^Schedules\.')
+  [ "$kind" = thread ] && skip=(-E '^(Schedules|SchedulesAtScale|CostModel)\.')
   ctest --test-dir "$dir" --output-on-failure "${skip[@]}"
 done
