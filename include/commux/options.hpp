@@ -3,6 +3,7 @@
 // The README's environment table documents each one; UCX's own UCX_* variables pass
 // through to UCX untouched.
 #include <chrono>
+#include <string>
 #include <cstddef>
 #include <cstdint>
 
@@ -18,6 +19,8 @@ enum class FailureDetection {
   /// Not at all: a dead peer shows as a timeout.
   Off,
 };
+
+enum class Hierarchy { Auto, Leader, Parallel, Off };
 
 struct Config {
   /// COMMUX_PROGRESS_SPIN_US: how long the progress thread keeps polling UCX after its last
@@ -76,6 +79,17 @@ struct Config {
   std::size_t shmCmaBytes = 0;
   /// COMMUX_SHM_SPIN_US: how long a shared-memory wait polls before it sleeps (futex).
   std::chrono::microseconds shmSpin{50};
+  /// COMMUX_HOST: ranks share memory only if this is equal on them too (empty by default).
+  /// Splits one machine into several "hosts", so the host-aware collectives can be tried on
+  /// one machine; it never joins ranks that do not share a kernel and /dev/shm.
+  std::string host;
+  /// COMMUX_HIERARCHY: how a group that spans hosts runs allreduce, reduce, broadcast and
+  /// barrier (CPU tensors): shared memory inside each host and UCX between hosts (leader:
+  /// one rank per host crosses; parallel, allreduce only: every rank crosses with its
+  /// counterparts for its block), or off: flat UCX between all ranks. auto: parallel from
+  /// COMMUX_HIERARCHY_PARALLEL_MIN_BYTES when every host has as many ranks, else leader.
+  Hierarchy hierarchy = Hierarchy::Auto;
+  std::size_t hierarchyParallelMinBytes = 256 * 1024;
 
   /// COMMUX_FAILURE_DETECTION: auto, ucx or off (see FailureDetection).
   FailureDetection failureDetection = FailureDetection::Auto;

@@ -30,7 +30,9 @@ struct Schedule;
 namespace shm {
 class Channel;
 struct Job;
+enum class Kind : std::uint32_t;
 }  // namespace shm
+struct HostLayout;
 class GroupHealth;
 class PeerTable;
 class WorkUCX;
@@ -150,6 +152,9 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  /// The group's ranks by host (see HostLayout) once its first collective found that it
+  /// spans hosts and shares memory inside them; empty otherwise.
+  std::vector<std::vector<int>> hosts() const;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
   /// A barrier through rank 0 that names the ranks that did not arrive in time (all of
@@ -175,6 +180,18 @@ class ProcessGroupUCX : public c10d::Backend {
   /// group whose ranks share a host), else null; every rank decides alike. Raises first
   /// when collectives may not run (an earlier one failed).
   std::shared_ptr<shm::Channel> shmFor(const char* what, bool cpu);
+  /// Whether allreduce, reduce, broadcast and barrier run hierarchically: the group spans
+  /// hosts and some host has several ranks (known once shmFor has run), on CPU tensors,
+  /// unless COMMUX_HIERARCHY=off. Every rank decides alike.
+  bool hierarchical(bool cpu) const;
+  /// The collective of `kind` on `buffer` (dense; undefined for a barrier) in parts: shared
+  /// memory inside hosts, UCX between them (hierarchical_api.cpp). `sequence` numbers its
+  /// UCX part.
+  c10::intrusive_ptr<c10d::Work> launchHierarchical(
+      c10d::OpType type, shm::Kind kind, int root, at::Tensor buffer,
+      std::optional<engine::ReduceKind> reduce, engine::Description description,
+      std::vector<at::Tensor> outputs, std::function<void()> finalize,
+      std::chrono::milliseconds timeout, std::uint32_t sequence);
   /// Runs `job` on `channel`; `finalize` copies the results out when it completes.
   c10::intrusive_ptr<c10d::Work> launchShm(c10d::OpType type, engine::Description description,
                                            std::vector<at::Tensor> outputs,
@@ -234,8 +251,10 @@ class ProcessGroupUCX : public c10d::Backend {
   std::vector<c10::weak_intrusive_ptr<WorkUCX>> inflight_;
   std::size_t pruneAt_ = 64;
 
-  std::mutex shmMutex_;
+  mutable std::mutex shmMutex_;
   bool shmDecided_ = false;
+  // Set (before shmDecided_) when the group spans hosts and shares memory inside them.
+  std::shared_ptr<const HostLayout> layout_;
   // Declared last: destroyed first, so its lane stops while the engine still runs. Read
   // and written with std::atomic_load/store: the watch thread reads it without shmMutex_,
   // which a first allreduce holds through the (blocking) shared-memory set-up.

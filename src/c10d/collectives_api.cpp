@@ -67,7 +67,8 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmFor(const char* what, bool cpu
   // Before the shared-memory set-up, which waits for every rank in the store.
   checkCollectivesAllowed(what);
   auto channel = shmChannel();
-  return cpu ? channel : nullptr;
+  // A channel of a group that spans hosts holds this host's ranks only.
+  return cpu && !layout_ ? channel : nullptr;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
@@ -93,8 +94,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
   checkTensors("allreduce", tensors, true);
   const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
   auto channel = shmFor("allreduce", tensors[0].is_cpu());
-  at::Tensor work = channel && tensors.size() == 1 ? dense(tensors[0])
-                                                  : localReduce(tensors, reduction.kind(), false);
+  const bool parts = hierarchical(tensors[0].is_cpu());
+  at::Tensor work = (channel || parts) && tensors.size() == 1
+                        ? dense(tensors[0])
+                        : localReduce(tensors, reduction.kind(), false);
   reduction.prepare(work);
   const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
   auto finalize = [work, tensors, reduction, contributions] {
@@ -109,6 +112,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
     return launchShm(c10d::OpType::ALLREDUCE,
                      describe("allreduce", tensors, reduction.label(), "shared memory", nextSequence()),
                      tensors, channel, std::move(job), std::move(finalize), opts.timeout);
+  }
+  if (parts) {
+    const std::uint32_t seq = nextSequence();
+    return launchHierarchical(
+        c10d::OpType::ALLREDUCE, shm::Kind::Allreduce, 0, work, reduction.kind(),
+        describe("allreduce", tensors, reduction.label(), "hierarchical", seq), tensors,
+        std::move(finalize), opts.timeout, seq);
   }
   auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
                                          thresholds());
@@ -130,9 +140,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
   // Only the root's tensors receive the result; the others keep their input, so
   // non-roots reduce in a private buffer.
   auto channel = shmFor("reduce", tensors[0].is_cpu());
+  const bool parts = hierarchical(tensors[0].is_cpu());
   // Over shared memory a non-root's buffer is only read: it needs a private copy only when
-  // its contribution is scaled first.
-  at::Tensor work = channel && tensors.size() == 1 && (isRoot || !reduction.changesContribution())
+  // its contribution is scaled first. In parts, a host's leader gathers into its buffer.
+  at::Tensor work = (channel || (parts && isRoot)) && tensors.size() == 1 &&
+                            (isRoot || !reduction.changesContribution())
                         ? dense(tensors[0])
                         : localReduce(tensors, reduction.kind(), !isRoot);
   reduction.prepare(work);
@@ -153,6 +165,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
                      describe("reduce", tensors, detail, "shared memory", nextSequence()), tensors,
                      channel, std::move(job), std::move(finalize), opts.timeout);
   }
+  if (parts) {
+    const std::uint32_t seq = nextSequence();
+    return launchHierarchical(c10d::OpType::REDUCE, shm::Kind::Reduce, root, work,
+                              reduction.kind(),
+                              describe("reduce", tensors, detail, "hierarchical", seq), tensors,
+                              std::move(finalize), opts.timeout, seq);
+  }
   auto plan = collectives::planReduce(rank_, size_, root, elementCount(work), work.element_size(),
                                       thresholds());
   const std::uint32_t seq = nextSequence();
@@ -172,11 +191,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                     tensors.size(), " tensors");
   const int root = static_cast<int>(opts.rootRank);
   auto channel = shmFor("broadcast", tensors[0].is_cpu());
+  const bool parts = hierarchical(tensors[0].is_cpu());
   // Shared memory takes any contiguous shape; the schedules want 1-D.
-  const auto shaped = [&](const at::Tensor& t) { return channel ? dense(t) : flat(t); };
+  const bool anyShape = channel || parts;
+  const auto shaped = [&](const at::Tensor& t) { return anyShape ? dense(t) : flat(t); };
   at::Tensor work = rank_ == root ? shaped(tensors[opts.rootTensor])
                     : tensors.size() == 1 && tensors[0].is_contiguous()
-                        ? (channel ? tensors[0] : tensors[0].view({-1}))
+                        ? (anyShape ? tensors[0] : tensors[0].view({-1}))
                         : at::empty({tensors[0].numel()}, tensors[0].options());
   const std::string detail = "from rank " + std::to_string(root);
   if (channel) {
@@ -188,6 +209,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                      describe("broadcast", tensors, detail, "shared memory", nextSequence()),
                      tensors, channel, std::move(job), [work, tensors] { scatterBack(work, tensors); },
                      opts.timeout);
+  }
+  if (parts) {
+    const std::uint32_t seq = nextSequence();
+    return launchHierarchical(c10d::OpType::BROADCAST, shm::Kind::Broadcast, root, work,
+                              std::nullopt,
+                              describe("broadcast", tensors, detail, "hierarchical", seq), tensors,
+                              [work, tensors] { scatterBack(work, tensors); }, opts.timeout, seq);
   }
   auto plan = collectives::planBroadcast(rank_, size_, root, elementCount(work), work.element_size(),
                                          thresholds());
@@ -204,6 +232,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptio
   if (auto channel = shmFor("barrier", true)) {
     return launchShm(c10d::OpType::BARRIER, describe("barrier", {}, "", "shared memory", nextSequence()),
                      {}, channel, shm::Job{}, nullptr, opts.timeout);
+  }
+  if (hierarchical(true)) {
+    const std::uint32_t seq = nextSequence();
+    return launchHierarchical(c10d::OpType::BARRIER, shm::Kind::Barrier, 0, at::Tensor(),
+                              std::nullopt, describe("barrier", {}, "", "hierarchical", seq), {},
+                              nullptr, opts.timeout, seq);
   }
   auto plan = collectives::planBarrier(rank_, size_);
   const std::uint32_t seq = nextSequence();

@@ -63,6 +63,23 @@ Config Config::fromEnvironment() {
   readUnsigned("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes);
   readUnsigned("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes);
   readMicros("COMMUX_SHM_SPIN_US", c.shmSpin);
+  if (const char* raw = std::getenv("COMMUX_HOST"); raw != nullptr) c.host = raw;
+  if (const char* raw = std::getenv("COMMUX_HIERARCHY"); raw != nullptr && *raw != '\0') {
+    const std::string v(raw);
+    if (v == "auto") {
+      c.hierarchy = Hierarchy::Auto;
+    } else if (v == "leader") {
+      c.hierarchy = Hierarchy::Leader;
+    } else if (v == "parallel") {
+      c.hierarchy = Hierarchy::Parallel;
+    } else if (v == "off" || v == "0") {
+      c.hierarchy = Hierarchy::Off;
+    } else {
+      throw std::invalid_argument("COMMUX_HIERARCHY='" + v +
+                                  "' is not auto, leader, parallel or off");
+    }
+  }
+  readUnsigned("COMMUX_HIERARCHY_PARALLEL_MIN_BYTES", c.hierarchyParallelMinBytes);
   if (const char* raw = std::getenv("COMMUX_FAILURE_DETECTION"); raw != nullptr && *raw != '\0') {
     const std::string v(raw);
     if (v == "auto") {

@@ -201,7 +201,9 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   // The set-up waits for every rank in the store, which a dead one never reaches.
   if (!shmDecided_ && health_->anyDead()) return nullptr;
   if (!shmDecided_) {
-    std::atomic_store(&shm_, connectShm(store_, rank_, size_, engine_));
+    ShmSetup setup = connectShm(store_, rank_, size_, engine_);
+    if (setup.hierarchical) layout_ = std::make_shared<const HostLayout>(std::move(setup.layout));
+    std::atomic_store(&shm_, std::move(setup.channel));
     shmDecided_ = true;
   }
   // A broken channel refuses the collective (checkCollectivesAllowed) rather than sending it

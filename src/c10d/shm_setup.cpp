@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -20,8 +21,8 @@
 namespace commux {
 namespace {
 
-std::string key(const char* what, int rank) {
-  return storeKeyPrefix() + "shm/" + what + "/" + std::to_string(rank);
+std::string key(const std::string& what, int index) {
+  return storeKeyPrefix() + "shm/" + what + "/" + std::to_string(index);
 }
 
 void put(c10d::Store& store, const std::string& k, const std::string& value) {
@@ -33,9 +34,20 @@ std::string take(c10d::Store& store, const std::string& k) {
   return std::string(raw.begin(), raw.end());
 }
 
+/// One round trip for many keys where the store supports it (TCPStore); waits for them.
+std::vector<std::string> takeAll(c10d::Store& store, const std::vector<std::string>& keys) {
+  std::vector<std::string> out;
+  if (keys.empty()) return out;
+  out.reserve(keys.size());
+  for (auto& raw : store.multiGet(keys)) out.emplace_back(raw.begin(), raw.end());
+  return out;
+}
+
 // Ranks share memory when they share the kernel (boot id) and the /dev/shm mount; the
 // host name alone would also match two containers with private /dev/shm mounts.
 std::string hostIdentity() {
+  const Config& config = Config::get();
+  if (!config.shm) return "";
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   std::string boot;
@@ -43,24 +55,55 @@ std::string hostIdentity() {
   struct stat st {};
   if (::stat("/dev/shm", &st) != 0) return "";
   return std::string(host) + "|" + boot + "|" + std::to_string(st.st_dev) + ":" +
-         std::to_string(st.st_ino);
+         std::to_string(st.st_ino) + "|" + config.host;
 }
 
-// Every rank reads every rank's answer, so every rank reaches the same verdict.
-bool everyone(c10d::Store& store, const char* what, int size, const std::string& expected) {
-  bool all = true;
-  for (int r = 0; r < size; ++r) all = take(store, key(what, r)) == expected && all;
-  return all;
+// Rank 0 groups the identities; a rank without one is a host of its own.
+std::string groupHosts(const std::vector<std::string>& identities) {
+  std::map<std::string, int> seen;
+  std::string out;
+  int next = 0;
+  for (const auto& id : identities) {
+    int host = next;
+    if (!id.empty()) {
+      auto [it, fresh] = seen.emplace(id, next);
+      host = it->second;
+      if (fresh) ++next;
+    } else {
+      ++next;
+    }
+    out += std::to_string(host) + " ";
+  }
+  return out;
 }
 
-// Every rank checks that it can read its neighbour's memory (process_vm_readv); the group
-// reads each other's buffers only if all of them can.
-bool everyoneCanRead(c10d::Store& store, int rank, int size, bool wanted) {
+HostLayout parseLayout(const std::string& text, int size) {
+  HostLayout layout;
+  layout.hostOf.resize(size);
+  layout.localIndexOf.resize(size);
+  std::istringstream in(text);
+  for (int r = 0; r < size; ++r) {
+    int host = -1;
+    in >> host;
+    TORCH_CHECK(host >= 0 && host <= r, "commux: unreadable host layout from rank 0");
+    if (host == static_cast<int>(layout.hosts.size())) layout.hosts.emplace_back();
+    layout.hostOf[r] = host;
+    layout.localIndexOf[r] = static_cast<int>(layout.hosts[host].size());
+    layout.hosts[host].push_back(r);
+  }
+  return layout;
+}
+
+// Each rank checks that it can read its neighbour on the host (process_vm_readv); the
+// host's leader collects the answers.
+bool canReadNeighbour(c10d::Store& store, int rank, const std::vector<int>& local, int index,
+                      bool wanted) {
   if (wanted) shm::allowReaders();
   put(store, key("cma-at", rank),
       std::to_string(::getpid()) + " " +
           std::to_string(reinterpret_cast<std::uintptr_t>(shm::cmaCanary())));
-  const std::string theirs = take(store, key("cma-at", (rank + 1) % size));
+  const int neighbour = local[(index + 1) % local.size()];
+  const std::string theirs = take(store, key("cma-at", neighbour));
   long pid = 0;
   unsigned long long address = 0;
   std::uint64_t value = 0;
@@ -69,17 +112,23 @@ bool everyoneCanRead(c10d::Store& store, int rank, int size, bool wanted) {
                                &value, sizeof(value)) &&
                   value == shm::kCmaCanaryValue;
   if (!ok) {
-    LOG(INFO) << "commux: rank " << rank << " cannot read rank " << (rank + 1) % size
+    LOG(INFO) << "commux: rank " << rank << " cannot read rank " << neighbour
               << "'s memory (process_vm_readv); shared-memory collectives copy through the "
                  "segment";
   }
-  put(store, key("cma-ok", rank), ok ? "1" : "0");
-  return everyone(store, "cma-ok", size, "1");
+  return ok;
 }
 
-// Rank 0's choice of slot size (COMMUX_SHM_SLOT_BYTES, or by how crowded the host is):
-// one decision, which every rank takes from it, even where the ranks' views of the cores
-// differ (affinity masks).
+bool allSay(c10d::Store& store, const std::string& what, const std::vector<int>& ranks) {
+  std::vector<std::string> keys;
+  for (int r : ranks) keys.push_back(key(what, r));
+  const auto answers = takeAll(store, keys);
+  return std::all_of(answers.begin(), answers.end(), [](const std::string& a) { return a == "1"; });
+}
+
+// The leader's choice of slot size (COMMUX_SHM_SLOT_BYTES, or by how crowded the host is):
+// one decision, which every rank of the host takes from it, even where the ranks' views of
+// the cores differ (affinity masks).
 std::size_t slotBytesFor(int size) {
   if (const std::size_t set = Config::get().shmSlotBytes; set != 0) return set;
   cpu_set_t cpus;
@@ -91,66 +140,114 @@ std::size_t slotBytesFor(int size) {
   return std::clamp<std::size_t>(share / 4096 * 4096, kBase, std::size_t{1} << 20);
 }
 
-}  // namespace
-
-std::shared_ptr<shm::Channel> connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                         int size, std::shared_ptr<engine::Engine> engine) {
+// This host's channel: the leader creates the segment and says how it is shaped, the
+// others map it. Null where it failed (logged), and then on every rank of the host.
+std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host,
+                                          const std::vector<int>& local,
+                                          std::shared_ptr<engine::Engine> engine) {
   const Config& config = Config::get();
-  const std::string me = config.shm ? hostIdentity() : "";
-  put(*store, key("host", rank), me);
-  if (me.empty() || !everyone(*store, "host", size, me)) return nullptr;
-
-  shm::ChannelShape shape;
-  shape.size = size;
-  shape.slotBytes = rank == 0 ? slotBytesFor(size) : 0;  // the others take rank 0's
-  shape.smallBytes = config.shmSmallBytes;
-  shape.spin = config.shmSpin;
+  const int index = static_cast<int>(std::find(local.begin(), local.end(), rank) - local.begin());
+  const bool leader = index == 0;
+  const int count = static_cast<int>(local.size());
   // Every rank takes part in the probe, whatever its own setting, so none waits for a key
   // that never comes; ranks whose COMMUX_SHM_CMA_BYTES differ are refused by the segment
   // header's check.
-  if (everyoneCanRead(*store, rank, size, config.shmCmaBytes != 0)) {
-    shape.cmaBytes = config.shmCmaBytes;
-  }
-  shape.smallBytes = std::min(shape.smallBytes, shape.slotBytes);
-  std::size_t bytes = rank == 0 ? shm::Channel::segmentBytes(shape) : 0;
+  put(store, key("cma-ok", rank),
+      canReadNeighbour(store, rank, local, index, config.shmCmaBytes != 0) ? "1" : "0");
 
+  shm::ChannelShape shape;
+  shape.size = count;
+  shape.spin = config.shmSpin;
   std::shared_ptr<shm::Channel> channel;
   std::string problem;
-  if (rank == 0) {
+  if (leader) {
+    shape.slotBytes = slotBytesFor(count);
+    shape.smallBytes = std::min(config.shmSmallBytes, shape.slotBytes);
+    shape.cmaBytes = allSay(store, "cma-ok", local) ? config.shmCmaBytes : 0;
+    std::string description;
     try {
-      channel = std::make_shared<shm::Channel>(shm::Segment::create(bytes), rank, shape, true,
-                                               engine);
+      channel = std::make_shared<shm::Channel>(
+          shm::Segment::create(shm::Channel::segmentBytes(shape)), index, shape, true, engine,
+          local);
       // The sizes that pick the algorithms: every rank must use the same.
-      put(*store, key("slot", 0),
-          std::to_string(shape.slotBytes) + " " + std::to_string(shape.smallBytes));
-      put(*store, key("name", 0), channel->segment().name());
+      description = std::to_string(shape.slotBytes) + " " + std::to_string(shape.smallBytes) +
+                    " " + std::to_string(shape.cmaBytes) + " " + channel->segment().name();
     } catch (const std::exception& e) {
       problem = e.what();
-      put(*store, key("name", 0), "");
     }
+    put(store, key("segment", host), description);
   } else {
-    const std::string name = take(*store, key("name", 0));
-    if (!name.empty()) {
+    std::istringstream in(take(store, key("segment", host)));
+    std::string name;
+    if (in >> shape.slotBytes >> shape.smallBytes >> shape.cmaBytes >> name) {
       try {
-        std::istringstream sizes(take(*store, key("slot", 0)));
-        sizes >> shape.slotBytes >> shape.smallBytes;
-        bytes = shm::Channel::segmentBytes(shape);
-        channel = std::make_shared<shm::Channel>(shm::Segment::open(name, bytes), rank, shape,
-                                                 false, engine);
+        channel = std::make_shared<shm::Channel>(
+            shm::Segment::open(name, shm::Channel::segmentBytes(shape)), index, shape, false,
+            engine, local);
       } catch (const std::exception& e) {
         problem = e.what();
       }
     }
   }
-  put(*store, key("mapped", rank), channel ? "1" : "0");
-  const bool ok = everyone(*store, "mapped", size, "1");
   if (!problem.empty()) {
     LOG(WARNING) << problem << "; collectives use UCX instead of shared memory";
   }
-  if (!ok) return nullptr;
-  // Everyone has it mapped: drop the name, so nothing outlives the job in /dev/shm.
-  if (rank == 0) channel->segment().unlink();
+  put(store, key("mapped", rank), channel ? "1" : "0");
+  if (leader) {
+    const bool mapped = allSay(store, "mapped", local);
+    // Everyone has it mapped (or gave up): drop the name, so nothing outlives the job.
+    if (channel) channel->segment().unlink();
+    put(store, key("host-ok", host), mapped ? "1" : "0");
+    if (!mapped) channel.reset();
+  }
   return channel;
+}
+
+}  // namespace
+
+bool HostLayout::uniform() const noexcept {
+  return std::all_of(hosts.begin(), hosts.end(),
+                     [&](const std::vector<int>& h) { return h.size() == hosts[0].size(); });
+}
+
+ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::shared_ptr<engine::Engine> engine) {
+  put(*store, key("host", rank), hostIdentity());
+  if (rank == 0) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back(key("host", r));
+    put(*store, storeKeyPrefix() + "shm/layout", groupHosts(takeAll(*store, keys)));
+  }
+  ShmSetup setup;
+  setup.layout = parseLayout(take(*store, storeKeyPrefix() + "shm/layout"), size);
+  const HostLayout& layout = setup.layout;
+  const int host = layout.hostOf[rank];
+  const std::vector<int>& local = layout.hosts[host];
+  if (local.size() > 1) setup.channel = connectHost(*store, rank, host, local, engine);
+
+  // One verdict for the whole group: a host whose channel failed would run its collectives
+  // over UCX while the others wait in shared memory.
+  if (rank == 0) {
+    std::vector<int> shared;
+    for (int h = 0; h < layout.hostCount(); ++h) {
+      if (layout.hosts[h].size() > 1) shared.push_back(h);
+    }
+    std::vector<std::string> keys;
+    for (int h : shared) keys.push_back(key("host-ok", h));
+    const auto answers = takeAll(*store, keys);
+    const bool all = std::all_of(answers.begin(), answers.end(),
+                                 [](const std::string& a) { return a == "1"; });
+    put(*store, storeKeyPrefix() + "shm/verdict", all ? "1" : "0");
+  }
+  if (take(*store, storeKeyPrefix() + "shm/verdict") != "1") {
+    setup.channel.reset();
+    return setup;
+  }
+  setup.hierarchical =
+      layout.hostCount() > 1 &&
+      std::any_of(layout.hosts.begin(), layout.hosts.end(),
+                  [](const std::vector<int>& ranks) { return ranks.size() > 1; });
+  return setup;
 }
 
 }  // namespace commux

@@ -1,8 +1,10 @@
 #pragma once
-// Deciding, together, whether a group's collectives may use shared memory.
+// Deciding, together, which ranks of a group share memory: the hosts, and a shared-memory
+// channel among the ranks of each host.
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <memory>
+#include <vector>
 
 namespace commux {
 namespace engine {
@@ -12,10 +14,37 @@ namespace shm {
 class Channel;
 }
 
-/// Collective over the group (every rank calls it at the same point): the group's channel
-/// when every rank runs on this host, has COMMUX_SHM on and mapped the segment; else null,
-/// on every rank alike.
-std::shared_ptr<shm::Channel> connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                         int size, std::shared_ptr<engine::Engine> engine);
+/// Which ranks of the group share a host (a kernel and a /dev/shm), as every rank sees it.
+struct HostLayout {
+  /// The group's ranks by host, ascending in each; hosts ordered by their lowest rank, whose
+  /// rank is the host's leader. A rank without shared memory (COMMUX_SHM=0, no /dev/shm) is
+  /// a host of its own.
+  std::vector<std::vector<int>> hosts;
+  /// For every group rank: its host and its index among that host's ranks.
+  std::vector<int> hostOf;
+  std::vector<int> localIndexOf;
+
+  int hostCount() const noexcept { return static_cast<int>(hosts.size()); }
+  const std::vector<int>& ranksWith(int rank) const { return hosts[hostOf[rank]]; }
+  /// True when every host holds as many ranks.
+  bool uniform() const noexcept;
+};
+
+struct ShmSetup {
+  HostLayout layout;
+  /// This host's channel (its ranks, in the layout's order), or null: when this rank's
+  /// host has one rank, or when some host with several could not set its channel up; in
+  /// that case no rank of the group has one, so all take the same (UCX) paths.
+  std::shared_ptr<shm::Channel> channel;
+  /// The group spans hosts and every host with several ranks has its channel: allreduce,
+  /// reduce, broadcast and barrier may run in parts (c10d/hierarchical_api.cpp).
+  bool hierarchical = false;
+};
+
+/// Collective over the group (every rank calls it at the same point). It costs O(1) store
+/// round trips per rank: rank 0 reads every rank's host key and publishes the layout, each
+/// host's leader reads its own ranks' answers, and the others read one key per stage.
+ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::shared_ptr<engine::Engine> engine);
 
 }  // namespace commux

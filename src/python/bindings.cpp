@@ -46,6 +46,9 @@ PYBIND11_MODULE(_C, m) {
             return d;
           },
           "What this rank knows of the group's health: healthy, dead_ranks, reason")
+      .def("hosts", &commux::ProcessGroupUCX::hosts, py::call_guard<py::gil_scoped_release>(),
+           "The group's ranks by host, when its first collective found that it spans hosts "
+           "(collectives then run shared memory inside hosts, UCX between); else []")
       // torch calls this on ranks left out of a new subgroup of a device-bound group (NCCL's
       // ncclCommSplit needs them). A commux subgroup meets through its own store keys,
       // members only, so there is nothing for the others to do.
@@ -79,6 +82,10 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_SHM_SMALL_BYTES"] = c.shmSmallBytes;
     d["COMMUX_SHM_CMA_BYTES"] = c.shmCmaBytes;
     d["COMMUX_SHM_SPIN_US"] = c.shmSpin.count();
+    d["COMMUX_HOST"] = c.host;
+    static const char* const kHierarchy[] = {"auto", "leader", "parallel", "off"};
+    d["COMMUX_HIERARCHY"] = kHierarchy[static_cast<int>(c.hierarchy)];
+    d["COMMUX_HIERARCHY_PARALLEL_MIN_BYTES"] = c.hierarchyParallelMinBytes;
     d["COMMUX_FAILURE_DETECTION"] =
         c.failureDetection == commux::FailureDetection::Auto
             ? "auto"

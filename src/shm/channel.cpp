@@ -34,10 +34,12 @@ std::size_t Channel::segmentBytes(const ChannelShape& shape) {
 }
 
 Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape& shape,
-                 bool initialise, std::shared_ptr<engine::Engine> engine)
+                 bool initialise, std::shared_ptr<engine::Engine> engine,
+                 std::vector<int> members)
     : segment_(std::move(segment)),
       rank_(rank),
       shape_(shape),
+      members_(std::move(members)),
       header_(reinterpret_cast<Header*>(segment_->data())),
       controls_(reinterpret_cast<Control*>(segment_->data() + controlsOffset())),
       slots_(segment_->data() + slotsOffset(shape.size)),
@@ -100,7 +102,8 @@ bool Channel::broken() const noexcept {
 
 void Channel::abandon() {
   std::uint32_t none = 0;
-  __atomic_compare_exchange_n(&header_->brokenBy, &none, static_cast<std::uint32_t>(rank_) + 1,
+  __atomic_compare_exchange_n(&header_->brokenBy, &none,
+                              static_cast<std::uint32_t>(groupRank(rank_)) + 1,
                               false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   bell_.ring();
 }
@@ -255,7 +258,7 @@ void Channel::waitAll(std::uint32_t Control::*field, std::uint32_t s, Collective
                                           " died during this shared-memory collective");
   }
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
-  if (by != 0 && by != static_cast<std::uint32_t>(rank_) + 1) {
+  if (by != 0 && by != static_cast<std::uint32_t>(groupRank(rank_)) + 1) {
     C10_THROW_ERROR(DistBackendError,
                     "commux: " + op.description() + ": rank " + std::to_string(by - 1) +
                         " left the shared-memory channel half way (its operation timed out or "
@@ -289,7 +292,7 @@ void Channel::checkAgreement(std::uint32_t s, CollectiveOp& op) {
   for (int r = 0; r < shape_.size; ++r) {
     const Control& c = controls_[r];
     const auto kind = static_cast<Kind>(c.kind[parity]);
-    ranks += (r ? "; rank " : "rank ") + std::to_string(r) + ": " + kindName(kind);
+    ranks += (r ? "; rank " : "rank ") + std::to_string(groupRank(r)) + ": " + kindName(kind);
     if (hasRoot(kind)) {
       ranks += " root " + std::to_string(c.root[parity]);
     }

@@ -48,6 +48,9 @@
 #include "shm/bell.hpp"
 #include "shm/segment.hpp"
 
+namespace at {
+class Tensor;
+}
 namespace commux::engine {
 class Engine;
 }
@@ -55,6 +58,8 @@ class Engine;
 namespace commux::shm {
 
 class CollectiveOp;
+struct HostParts;
+struct Job;
 
 struct ChannelShape {
   int size = 0;
@@ -70,8 +75,11 @@ class Channel {
   static std::size_t segmentBytes(const ChannelShape& shape);
   /// Lays the channel out over `segment`; the creator (`initialise`) writes the header
   /// that the others check.
+  /// `rank` is this rank's index in the channel; `members` (empty: the same) gives the
+  /// group rank of each index, which is what messages name and peerDied takes.
   Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape& shape,
-          bool initialise, std::shared_ptr<engine::Engine> engine);
+          bool initialise, std::shared_ptr<engine::Engine> engine,
+          std::vector<int> members = {});
   ~Channel();
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
@@ -81,9 +89,9 @@ class Channel {
   bool broken() const noexcept;
   /// Any thread: marks the channel broken by this rank and wakes every waiter.
   void abandon();
-  /// Any thread: `rank` died; marks the channel broken in its name and wakes every waiter.
+  /// Any thread: group rank `rank` died; marks the channel broken in its name and wakes every waiter.
   void peerDied(int rank);
-  /// A rank found dead (by this rank or another survivor), or -1.
+  /// The group rank found dead (by this rank or another survivor), or -1.
   int deadRank() const noexcept;
   /// Why the channel is broken, naming the rank; empty while it is not.
   std::string brokenReason() const;
@@ -109,6 +117,13 @@ class Channel {
   void kick();
   /// The collective's steps (channel_collectives.cpp); throws on failure.
   void run(CollectiveOp& op);
+  /// A collective of a group that spans hosts: its parts here and across (channel_hierarchy.cpp).
+  void runHierarchical(CollectiveOp& op);
+  /// Part of a hierarchical collective: `job` through this channel, as op's own.
+  void runPart(CollectiveOp& op, Job job);
+  /// This rank's part between hosts; a failure there leaves this host's ranks waiting for
+  /// it, so it abandons the channel first.
+  void runCross(const HostParts& hierarchy, const at::Tensor& buffer, CollectiveOp& op);
   void allreduceSmall(CollectiveOp& op);
   void allreduceChunked(CollectiveOp& op);
   void broadcast(CollectiveOp& op);
@@ -138,6 +153,10 @@ class Channel {
   /// Throws (on every rank alike) when the ranks' descriptors of step `s` differ.
   void checkAgreement(std::uint32_t s, CollectiveOp& op);
   char* slot(std::uint32_t s, int rank) const noexcept;
+  /// The group rank of channel index `index`.
+  int groupRank(int index) const noexcept {
+    return members_.empty() ? index : members_[static_cast<std::size_t>(index)];
+  }
   /// all_to_all: every rank's send and receive counts must match pairwise (the first step's
   /// slot headers); throws on every rank alike when they do not.
   void checkAlltoallCounts(std::uint32_t s, CollectiveOp& op);
@@ -145,6 +164,7 @@ class Channel {
   std::unique_ptr<Segment> segment_;
   const int rank_;
   const ChannelShape shape_;
+  const std::vector<int> members_;
   Header* header_;
   Control* controls_;
   char* slots_;

@@ -48,6 +48,10 @@ void Channel::run(CollectiveOp& op) {
     C10_THROW_ERROR(DistBackendError, "commux: " + op.description() + ": " + brokenReason());
   }
   const Job& job = op.job();
+  if (job.hierarchy) {
+    runHierarchical(op);
+    return;
+  }
   switch (job.kind) {
     case Kind::Allreduce:
     case Kind::Reduce: {
@@ -107,7 +111,7 @@ void Channel::readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, 
   abandon();
   C10_THROW_ERROR(DistBackendError, "commux: " + op.description() + ": reading " +
                                         std::to_string(bytes) + " bytes from rank " +
-                                        std::to_string(rank) + " (process_vm_readv) failed: " +
+                                        std::to_string(groupRank(rank)) + " (process_vm_readv) failed: " +
                                         why + "; set COMMUX_SHM_CMA_BYTES=0 to copy through "
                                         "the shared segment instead");
 }

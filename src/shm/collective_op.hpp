@@ -45,6 +45,22 @@ bool reduces(Kind kind) noexcept;
 ///  - ReduceScatter: `input` (size * n), `output` (n).
 ///  - Alltoall: `input` and `output` with per-peer element counts, which may differ.
 ///  - Barrier: nothing.
+/// A group that spans hosts runs allreduce, reduce, broadcast and barrier in parts: shared
+/// memory among the ranks of each host (this channel) and UCX between hosts (`cross`). The
+/// group (c10d/hierarchical_api.cpp) plans the parts; the channel runs them in order.
+struct HostParts {
+  /// Allreduce only: reduce-scatter here, every rank crosses with its counterparts on the
+  /// other hosts for its block, allgather here. Otherwise one rank per host crosses.
+  bool parallel = false;
+  /// Reduce and broadcast: the root runs on this host (as channel index `localRoot`), so
+  /// this host's shared-memory part gathers to it or starts from it. Else `localRoot` is 0.
+  bool rootHere = false;
+  int localRoot = 0;
+  /// This rank's part between hosts, on `buffer` (blocking; throws on failure; gives up
+  /// when `outer` is finished: timed out or aborted). Empty where this rank does not cross.
+  std::function<void(const at::Tensor& buffer, const engine::Op& outer)> cross;
+};
+
 struct Job {
   Kind kind = Kind::Barrier;
   int root = 0;
@@ -54,6 +70,8 @@ struct Job {
   at::Tensor output;
   std::vector<std::size_t> sendCounts;
   std::vector<std::size_t> recvCounts;
+  /// Set when the group spans hosts (see HostParts).
+  std::shared_ptr<const HostParts> hierarchy;
 
   /// Elements per rank, which every rank must agree on (Alltoall: checked per pair).
   std::uint64_t blockCount() const;
@@ -71,6 +89,8 @@ class CollectiveOp final : public engine::Op {
   bool usesWorker() const noexcept override { return false; }
 
   const Job& job() const noexcept { return job_; }
+  /// Lane only: the job of the next part of a hierarchical collective.
+  void setJob(Job job) { job_ = std::move(job); }
   /// Copies the result out to the user's tensors (lane thread, after the collective).
   void finalize();
   /// The lane is done with it: a failure reported from now on needs no clean-up.

@@ -274,9 +274,16 @@ def check_collectives():
             dist.barrier()
     print_times()
     if BACKEND != "gloo":
-        got = shm_channels(0)
-        check(got == 0, f"the world group spans hosts but {got} shared-memory channel(s) "
-                        "exist: commux took the ranks of different hosts for one host")
+        # The world group spans hosts: one channel among this host's ranks (host-aware
+        # collectives), none across hosts.
+        hosts = dist.distributed_c10d._get_default_group()._get_backend(
+            torch.device("cpu")).hosts()
+        want = [list(range(h * L, (h + 1) * L)) for h in range(NHOSTS)] if L > 1 else []
+        check(hosts == want, f"the world group's hosts are {hosts}, expected {want}")
+        got = shm_channels(1 if L > 1 else 0)
+        check(got == (1 if L > 1 else 0),
+              f"the world group spans hosts; expected one shared-memory channel per host "
+              f"with several ranks, found {got}")
 
 
 def print_times():
@@ -307,9 +314,9 @@ def check_subgroups():
                     f"all_reduce in cross-host group of local rank {RANK % L} n={n}")
     dist.barrier(group=mine)
     if BACKEND != "gloo" and L > 1:
-        got = shm_channels(1)
-        check(got == 1, f"expected exactly one shared-memory channel (this host's group), "
-                        f"found {got}")
+        got = shm_channels(2)
+        check(got == 2, f"expected exactly two shared-memory channels (the world group's and "
+                        f"this host's group's, both among this host's ranks), found {got}")
     dist.barrier()
 
 

@@ -1,0 +1,230 @@
+"""Host-aware collectives: a group that spans hosts runs allreduce, reduce, broadcast and
+barrier in parts, shared memory inside each host and UCX between hosts
+(src/c10d/hierarchical_api.cpp, src/shm/channel_hierarchy.cpp).
+
+COMMUX_HOST splits this machine into "hosts" (ranks share memory only when it is equal), so
+every layout can be tried here: 2 x 2, interleaved ranks, a host with one rank, 3 x 2. The
+real thing, across network namespaces, is scripts/multihost_check.sh (test_multihost.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+
+import pytest
+
+from harness import expect_error, run_ranks, shm_threads
+
+pytestmark = pytest.mark.ucx_only
+
+
+def _expected_hosts(labels):
+    hosts, seen = [], {}
+    for rank, label in enumerate(labels):
+        if label not in seen:
+            seen[label] = len(hosts)
+            hosts.append([])
+        hosts[seen[label]].append(rank)
+    return hosts
+
+
+def _init(rank, world_size, scratch, labels):
+    os.environ["COMMUX_HOST"] = labels[rank]
+    import torch.distributed as dist
+
+    store = dist.FileStore(os.path.join(scratch, "store"), world_size)
+    dist.init_process_group("ucx", store=store, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=60))
+    return store
+
+
+def _store_barrier(store, name, world_size, timeout_s=60):
+    store.add(name, 1)
+    deadline = time.monotonic() + timeout_s
+    while int(store.add(name, 0)) < world_size:
+        assert time.monotonic() < deadline, f"store barrier {name} timed out"
+        time.sleep(0.02)
+
+
+def _values(rank, n, salt):
+    import torch
+
+    return (torch.arange(n, dtype=torch.float64) % 7 + rank * 3 + salt).float()
+
+
+def _every_collective(rank, world_size, scratch, labels):
+    import torch
+    import torch.distributed as dist
+
+    from harness import get_backend_obj
+
+    _init(rank, world_size, scratch, labels)
+    ws = world_size
+    dist.barrier()
+    expected = _expected_hosts(labels)
+    pg = get_backend_obj()
+    assert pg.hosts() == expected, (pg.hosts(), expected)
+    mine = next(h for h in expected if rank in h)
+    assert shm_threads() == (1 if len(mine) > 1 else 0), shm_threads()
+
+    # Empty, one element, a few, one slot's worth, large and odd (padding when parallel).
+    for salt, n in enumerate([0, 1, 7, 1000, 65_537, 200_003]):
+        t = _values(rank, n, salt)
+        dist.all_reduce(t)
+        want = sum(_values(r, n, salt) for r in range(ws)) if n else torch.empty(0)
+        assert torch.equal(t, want), (n, t[:4], want[:4])
+        t = _values(rank, n, salt)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        assert torch.equal(t, _values(ws - 1, n, salt)), n
+        t = _values(rank, n, salt)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        assert torch.allclose(t, want / ws) if n else t.numel() == 0, n
+    # Integers, and several tensors in one call.
+    t = torch.full((33,), rank + 1, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+    assert t.tolist() == [torch.tensor(range(1, ws + 1)).prod().item()] * 33
+
+    for root in range(ws):
+        for n in (5, 70_001):
+            x = _values(rank, n, root)
+            before = x.clone()
+            dist.reduce(x, dst=root)
+            if rank == root:
+                assert torch.equal(x, sum(_values(r, n, root) for r in range(ws))), (root, n)
+            else:
+                assert torch.equal(x, before), "a non-root's input changed"
+            y = _values(rank, n, 100 + root)
+            dist.broadcast(y, src=root)
+            assert torch.equal(y, _values(root, n, 100 + root)), (root, n)
+        # Non-contiguous.
+        z = torch.arange(24.0).reshape(4, 6).t() * (rank == root)
+        dist.broadcast(z, src=root)
+        assert torch.equal(z, torch.arange(24.0).reshape(4, 6).t())
+
+    # The collectives that stay flat across hosts, and point-to-point.
+    out = [torch.empty(3) for _ in range(ws)]
+    dist.all_gather(out, torch.full((3,), float(rank)))
+    assert [o[0].item() for o in out] == list(map(float, range(ws)))
+    rs = torch.empty(2)
+    dist.reduce_scatter(rs, [torch.full((2,), float(rank + i)) for i in range(ws)])
+    assert rs.tolist() == [float(sum(r + rank for r in range(ws)))] * 2
+    a2a = torch.empty(ws)
+    dist.all_to_all_single(a2a, torch.arange(ws, dtype=torch.float32) + 10 * rank)
+    assert a2a.tolist() == [float(rank + 10 * r) for r in range(ws)]
+    peer = (rank + 1) % ws
+    got = torch.empty(4)
+    reqs = [dist.isend(torch.full((4,), float(rank)), peer, tag=9),
+            dist.irecv(got, (rank - 1) % ws, tag=9)]
+    for r in reqs:
+        r.wait()
+    assert got[0].item() == (rank - 1) % ws
+
+    # A subgroup per host (one host: shared memory only) and one across the hosts' leaders.
+    for h in expected:
+        sub = dist.new_group(h)
+        if rank in h:
+            t = torch.ones(10)
+            dist.all_reduce(t, group=sub)
+            assert t[0].item() == len(h)
+    leaders = [h[0] for h in expected]
+    sub = dist.new_group(leaders)
+    if rank in leaders:
+        t = torch.ones(10)
+        dist.all_reduce(t, group=sub)
+        assert t[0].item() == len(leaders)
+
+    t0 = time.monotonic()
+    for _ in range(20):
+        dist.barrier()
+    dist.destroy_process_group()
+    return time.monotonic() - t0
+
+
+LAYOUTS = {
+    "2x2": ["a", "a", "b", "b"],
+    "interleaved": ["a", "b", "a", "b"],
+    "with-a-lone-rank": ["a", "a", "b"],
+}
+
+
+@pytest.mark.parametrize("hierarchy", ["auto", "leader", "parallel"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_every_collective_is_right_across_hosts(layout, hierarchy):
+    labels = LAYOUTS[layout]
+    if hierarchy != "auto" and layout != "2x2":
+        pytest.skip("the forced shapes are tried on 2 x 2")
+    run_ranks(_every_collective, len(labels), timeout=240, init="none", labels=labels,
+              env={"COMMUX_HIERARCHY": hierarchy, "COMMUX_SHM_SLOT_BYTES": "8192"})
+
+
+def test_three_hosts_of_two():
+    labels = ["a", "a", "b", "b", "c", "c"]
+    run_ranks(_every_collective, len(labels), timeout=300, init="none", labels=labels, env={})
+
+
+def _flat(rank, world_size, scratch, labels):
+    import torch
+    import torch.distributed as dist
+
+    from harness import get_backend_obj
+
+    _init(rank, world_size, scratch, labels)
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    assert t[0].item() == world_size
+    hosts = get_backend_obj().hosts()
+    threads = shm_threads()
+    dist.destroy_process_group()
+    return hosts, threads
+
+
+def test_hierarchy_off_keeps_the_group_flat():
+    labels = ["a", "a", "b", "b"]
+    for hosts, threads in run_ranks(_flat, 4, timeout=120, init="none", labels=labels,
+                                    env={"COMMUX_HIERARCHY": "off"}):
+        # The layout is known, but nothing runs through shared memory across hosts.
+        assert hosts == _expected_hosts(labels)
+        assert threads == 1  # the channel exists; allreduce did not use it
+
+
+def test_every_rank_on_its_own_host_is_flat():
+    for hosts, threads in run_ranks(_flat, 3, timeout=120, init="none", labels=["a", "b", "c"],
+                                    env={}):
+        assert hosts == [] and threads == 0
+
+
+def _late_rank(rank, world_size, scratch, labels):
+    import torch
+    import torch.distributed as dist
+
+    store = _init(rank, world_size, scratch, labels)
+    dist.barrier()
+    t = torch.ones(100)
+    started = time.monotonic()
+    if rank != world_size - 1:
+        # The last rank (on the second host, not its leader) never comes: its host's leader
+        # waits for it in shared memory, the first host waits between hosts.
+        work = dist.all_reduce(t, async_op=True)
+        expect_error(lambda: work.wait(timeout=datetime.timedelta(seconds=3)),
+                     ["Timed out"], "allreduce without the last rank")
+    elapsed = time.monotonic() - started
+    if rank != world_size - 1:
+        expect_error(lambda: dist.all_reduce(torch.ones(3)), ["refused"], "allreduce after")
+    # Point-to-point still works after a failed collective.
+    peer = rank ^ 1
+    got = torch.zeros(2)
+    reqs = [dist.isend(torch.full((2,), float(rank)), peer), dist.irecv(got, peer)]
+    for r in reqs:
+        r.wait()
+    assert got[0].item() == peer
+    _store_barrier(store, "done", world_size)
+    dist.destroy_process_group()
+    return elapsed
+
+
+def test_a_missing_rank_times_out_on_every_host_and_nothing_hangs():
+    labels = ["a", "a", "b", "b"]
+    elapsed = run_ranks(_late_rank, 4, timeout=120, init="none", labels=labels, env={})
+    assert all(e < 30 for e in elapsed[:3]), elapsed
