@@ -7,6 +7,8 @@
 #   scripts/multihost_check.sh --hosts 3      # 3 hosts x 2 ranks (world size 6)
 #   scripts/multihost_check.sh --break        # cut host 1's link after the first collective:
 #                                             # the job must FAIL (non-zero exit) in bounded time
+#   scripts/multihost_check.sh --job benchmarks/hierarchical.py   # another torchrun script
+#                                             # (a benchmark) on the same hosts
 #
 # Options: --hosts N (2..9), --nproc N (ranks per host, default 2), --timeout S (hard limit
 # per torchrun, default 240), --break, --keep-logs. Environment: PYTHON (interpreter, default
@@ -41,6 +43,7 @@ NPROC=2
 TIMEOUT=240
 BREAK=0
 KEEP_LOGS=0
+JOB=tests/python/multihost_job.py
 while [[ $# -gt 0 ]]; do
     case $1 in
         --hosts) HOSTS=$2; shift 2 ;;
@@ -51,6 +54,8 @@ while [[ $# -gt 0 ]]; do
         --timeout=*) TIMEOUT=${1#*=}; shift ;;
         --break) BREAK=1; shift ;;
         --keep-logs) KEEP_LOGS=1; shift ;;
+        --job) JOB=$2; shift 2 ;;
+        --job=*) JOB=${1#*=}; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "multihost_check: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -212,7 +217,7 @@ for ((i = 0; i < HOSTS; i++)); do
             --nnodes="$HOSTS" --nproc-per-node="$NPROC" --node-rank="$i" \
             --rdzv-backend=static --master-addr="$(host_ip 0)" --master-port=$MASTER_PORT \
             --max-restarts=0 --monitor-interval=0.5 \
-            "$REPO/tests/python/multihost_job.py" \
+            "$REPO/$JOB" \
         >"$WORK/host$i.log" 2>&1 &
     LAUNCHER_PIDS+=($!)
 done

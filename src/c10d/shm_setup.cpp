@@ -58,14 +58,17 @@ std::string hostIdentity() {
          std::to_string(st.st_ino) + "|" + config.host;
 }
 
-// Rank 0 groups the identities; a rank without one is a host of its own.
+// Rank 0 groups the identities. A rank without one (COMMUX_SHM=0, no /dev/shm) keeps the
+// whole group off shared memory, as documented for COMMUX_SHM: every rank a host of its own.
 std::string groupHosts(const std::vector<std::string>& identities) {
+  const bool everyone = std::none_of(identities.begin(), identities.end(),
+                                     [](const std::string& id) { return id.empty(); });
   std::map<std::string, int> seen;
   std::string out;
   int next = 0;
   for (const auto& id : identities) {
     int host = next;
-    if (!id.empty()) {
+    if (everyone) {
       auto [it, fresh] = seen.emplace(id, next);
       host = it->second;
       if (fresh) ++next;

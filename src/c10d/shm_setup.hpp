@@ -17,8 +17,8 @@ class Channel;
 /// Which ranks of the group share a host (a kernel and a /dev/shm), as every rank sees it.
 struct HostLayout {
   /// The group's ranks by host, ascending in each; hosts ordered by their lowest rank, whose
-  /// rank is the host's leader. A rank without shared memory (COMMUX_SHM=0, no /dev/shm) is
-  /// a host of its own.
+  /// rank is the host's leader. When some rank has no shared memory (COMMUX_SHM=0, no
+  /// /dev/shm), every rank is a host of its own.
   std::vector<std::vector<int>> hosts;
   /// For every group rank: its host and its index among that host's ranks.
   std::vector<int> hostOf;

@@ -1,0 +1,94 @@
+"""Host-aware collectives across namespace "hosts": commux (COMMUX_HIERARCHY as set) beside
+Gloo in the same job. Run it through the multi-host harness, once per setting:
+
+    for mode in off leader parallel; do
+      COMMUX_HIERARCHY=$mode HIER_BENCH_OUT=/tmp/hier-2x2-$mode.json \\
+        scripts/multihost_check.sh --hosts 2 --job benchmarks/hierarchical.py
+    done
+    python3 benchmarks/hierarchical.py --table /tmp/hier-2x2-*.json
+
+Each op runs `iters` times after a warm-up; the time per op is the slowest rank's mean.
+Buffers are written before timing. Sizes are bytes of float32 per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+SIZES = [8, 64 * 1024, 1 << 20, 16 << 20]
+OPS = ["allreduce", "broadcast", "reduce", "barrier"]
+
+
+def iterations(nbytes):
+    return 200 if nbytes <= 4096 else 60 if nbytes <= 65536 else 15 if nbytes <= (1 << 20) else 4
+
+
+def run_job():
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ["LOCAL_WORLD_SIZE"])
+    dist.init_process_group("ucx")
+    # Gloo must be told which interface crosses between the hosts.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
+    gloo = dist.new_group(backend="gloo")
+    results = {}
+    for name, group in (("ucx", None), ("gloo", gloo)):
+        per = results.setdefault(name, {})
+        for op in OPS:
+            for nbytes in SIZES if op != "barrier" else [0]:
+                t = torch.full((max(nbytes // 4, 1),), float(rank + 1))
+                calls = {
+                    "allreduce": lambda: dist.all_reduce(t, group=group),
+                    "broadcast": lambda: dist.broadcast(t, src=0, group=group),
+                    "reduce": lambda: dist.reduce(t, dst=world - 1, group=group),
+                    "barrier": lambda: dist.barrier(group=group),
+                }
+                call = calls[op]
+                for _ in range(3):
+                    call()
+                n = iterations(nbytes)
+                dist.barrier(group=gloo)
+                start = time.perf_counter()
+                for _ in range(n):
+                    call()
+                mean = torch.tensor([(time.perf_counter() - start) / n])
+                dist.all_reduce(mean, op=dist.ReduceOp.MAX, group=gloo)
+                per[f"{op} {nbytes}"] = mean.item() * 1e6
+    if rank == 0 and os.environ.get("HIER_BENCH_OUT"):
+        with open(os.environ["HIER_BENCH_OUT"], "w") as f:
+            json.dump({"mode": os.environ.get("COMMUX_HIERARCHY", "auto"), "world": world,
+                       "local": local, "us": results}, f, indent=1)
+    dist.barrier(group=gloo)
+    dist.destroy_process_group()
+    print(f"multihost ok rank {rank} host {socket.gethostname()} (benchmark)", flush=True)
+
+
+def table(paths):
+    runs = [json.load(open(p)) for p in paths]
+    runs.sort(key=lambda r: ["off", "leader", "parallel", "auto"].index(r["mode"]))
+    keys = list(runs[0]["us"]["ucx"])
+    shape = f'{runs[0]["world"] // runs[0]["local"]} hosts x {runs[0]["local"]} ranks'
+    head = " | ".join(f'ucx {r["mode"]}' for r in runs)
+    gl = " | ".join(f'gloo ({r["mode"]} run)' for r in runs)
+    print(f"{shape}: us per op (slowest rank's mean)\n")
+    print(f"| op bytes | {head} | {gl} |")
+    print("|---" * (1 + 2 * len(runs)) + "|")
+    for k in keys:
+        u = " | ".join(f'{r["us"]["ucx"][k]:.0f}' for r in runs)
+        g = " | ".join(f'{r["us"]["gloo"][k]:.0f}' for r in runs)
+        print(f"| {k} | {u} | {g} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--table":
+        table(sys.argv[2:])
+    else:
+        run_job()
