@@ -4,7 +4,7 @@
 // rank (collectives::plan*), plays them against each other in time and prints the finish
 // time of the last rank: the algorithm the selection picks, the ring, and what commux chose
 // before the large-group algorithms (issue 14). For broadcast the "ring" is the pipelined
-// chain. Pure logic: no torch, no UCX.
+// chain, for all-to-all the pairwise exchange. Pure logic: no torch, no UCX.
 //
 // Time model, per rank and step (a step starts when the previous one ended):
 //   - its sends leave one after the other: send i arrives at start + alpha + beta * (bytes
@@ -13,15 +13,18 @@
 //     start + alpha + beta * bytes received) + gamma, plus delta * bytes received when the
 //     step folds (Reduce);
 //   - a receive waits for its message: the sender's start of that step is a dependency, so
-//     the finish time is the critical path through the message graph.
-// Groups whose schedules hold more than --full-steps steps in all (the rings at 16,384
-// ranks) are costed from a sample of ranks, each receive taken as arriving alpha + beta *
-// bytes after the step starts (exact for the ring, where all ranks move in lockstep); those
-// rows are marked '~'.
+//     the finish time is the critical path through the message graph;
+//   - a step's local copies (Bruck's packing) take epsilon * bytes copied before its sends
+//     leave.
+// Groups whose schedules hold more than --full-steps steps and copies in all (the rings
+// and Bruck from 1,024 ranks) are costed from a sample of ranks, each receive taken as
+// arriving alpha + beta * bytes after the step starts (exact for the ring and Bruck, where
+// all ranks move in lockstep); those rows are marked '~'.
 //
 //   commux_cost_model [--alpha-us 1.8] [--beta-ns 0.25] [--gamma-us 1.3] [--delta-ns 0.15]
-//                     [--ranks 16,256,1024,16384] [--sizes 8,65536,1048576,67108864]
-//                     [--element-size 4] [--full-steps 1000000]
+//                     [--epsilon-ns 0.05] [--ranks 16,256,1024,16384]
+//                     [--sizes 8,65536,1048576,67108864] [--element-size 4]
+//                     [--full-steps 1000000]
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -58,6 +61,20 @@ struct Prediction {
   std::size_t steps = 0;  // the most steps of any rank (of the sampled ones when sampled)
 };
 
+/// The step's local copies, done before its sends leave.
+double copyTime(const Step& step, std::size_t es, const CostModel& m) {
+  double copied = 0;
+  for (const auto& c : step.copies) copied += static_cast<double>(c.count * es);
+  return m.epsilon * copied;
+}
+
+/// What a schedule holds, for the choice between playing all ranks and sampling.
+std::size_t entries(const Schedule& s) {
+  std::size_t n = s.steps.size();
+  for (const Step& st : s.steps) n += st.copies.size();
+  return n;
+}
+
 double stepEnd(const Step& step, double start, std::size_t es, const CostModel& m,
                const std::vector<double>* arrivals) {
   double sent = 0;
@@ -92,6 +109,7 @@ double playAll(int p, const std::vector<Schedule>& s, std::size_t es, const Cost
       while (step[r] < s[r].steps.size()) {
         const Step& st = s[r].steps[step[r]];
         if (!posted[r]) {
+          now[r] += copyTime(st, es, m);
           double bytes = 0;
           for (const auto& t : st.sends) {
             bytes += static_cast<double>(t.count * es);
@@ -134,7 +152,7 @@ double playAll(int p, const std::vector<Schedule>& s, std::size_t es, const Cost
 /// One rank alone, every message arriving alpha + beta * bytes after its step starts.
 double playOne(const Schedule& s, std::size_t es, const CostModel& m) {
   double now = 0;
-  for (const Step& st : s.steps) now = stepEnd(st, now, es, m, nullptr);
+  for (const Step& st : s.steps) now = stepEnd(st, now + copyTime(st, es, m), es, m, nullptr);
   return now;
 }
 
@@ -143,7 +161,7 @@ Prediction predict(int p, const Maker& make, const Options& o) {
   Plan first = make(0);
   out.algorithm = first.algorithm;
   out.steps = first.schedule.steps.size();
-  if (out.steps * static_cast<std::size_t>(p) <= o.fullSteps) {
+  if (entries(first.schedule) * static_cast<std::size_t>(p) <= o.fullSteps) {
     std::vector<Schedule> all;
     all.reserve(static_cast<std::size_t>(p));
     all.push_back(std::move(first.schedule));
@@ -219,6 +237,8 @@ Options parse(int argc, char** argv) {
       o.model.gamma = std::atof(value()) * 1e-6;
     } else if (a == "--delta-ns") {
       o.model.delta = std::atof(value()) * 1e-9;
+    } else if (a == "--epsilon-ns") {
+      o.model.epsilon = std::atof(value()) * 1e-9;
     } else if (a == "--ranks") {
       o.ranks = parseList<int>(value());
     } else if (a == "--sizes") {
@@ -230,7 +250,7 @@ Options parse(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: commux_cost_model [--alpha-us A] [--beta-ns B] [--gamma-us G] "
-                   "[--delta-ns D] [--ranks 16,256,...] [--sizes 8,65536,...] "
+                   "[--delta-ns D] [--epsilon-ns E] [--ranks 16,256,...] [--sizes 8,65536,...] "
                    "[--element-size 4] [--full-steps N]\n");
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
@@ -248,19 +268,23 @@ int main(int argc, char** argv) {
   before.logAlgorithmsMinRanks = INT_MAX;
   const std::size_t es = o.elementSize;
 
-  std::printf("alpha %.2f us, beta %.3f ns/B (%.2f GB/s), gamma %.2f us, delta %.3f ns/B; "
-              "%zu-byte elements; size = the whole buffer (allgather output, reduce-scatter "
-              "input)\n",
+  std::printf("alpha %.2f us, beta %.3f ns/B (%.2f GB/s), gamma %.2f us, delta %.3f ns/B, "
+              "epsilon %.3f ns/B; %zu-byte elements; size = the whole buffer (allgather output, "
+              "reduce-scatter input, one rank's all-to-all input: p equal blocks, rounded down)\n",
               o.model.alpha * 1e6, o.model.beta * 1e9, 1e-9 / o.model.beta, o.model.gamma * 1e6,
-              o.model.delta * 1e9, es);
+              o.model.delta * 1e9, o.model.epsilon * 1e9, es);
   std::printf("| collective | ranks | size | chosen | steps | chosen time | ring time | before "
               "issue 14 | ring / chosen | before / chosen |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const char* collective : {"allreduce", "allgather", "reduce_scatter", "broadcast"}) {
+  for (const char* collective :
+       {"allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"}) {
     for (int p : o.ranks) {
       for (std::size_t bytes : o.sizes) {
         const std::size_t count = bytes / es;
         const std::vector<Range> blocks = evenBlocks(count, p);
+        // All-to-all: all_to_all_single without splits, input and output read and written in
+        // place (blocks at the same offsets on both sides).
+        const std::vector<Range> equal = evenBlocks(count / static_cast<std::size_t>(p) * p, p);
         const std::size_t chunk = std::max<std::size_t>(1, chosen.pipelineChunkBytes / es);
         Maker pick;
         Maker ring;
@@ -274,6 +298,10 @@ int main(int argc, char** argv) {
           pick = [&](int r) { return planAllgather(r, p, blocks, es, chosen); };
           ring = [&](int r) { return Plan{allgatherRing(r, p, blocks), "ring"}; };
           old = [&](int r) { return planAllgather(r, p, blocks, es, before); };
+        } else if (c == "alltoall") {
+          pick = [&](int r) { return planAlltoall(r, p, equal, equal, es, true, true, chosen); };
+          ring = [&](int r) { return Plan{alltoallPairwise(r, p, equal, equal), "pairwise"}; };
+          old = [&](int r) { return planAlltoall(r, p, equal, equal, es, true, true, before); };
         } else if (c == "broadcast") {
           // The "ring" of a broadcast is the pipelined chain.
           pick = [&](int r) { return planBroadcast(r, p, 0, count, es, chosen); };

@@ -216,18 +216,20 @@ class ProcessGroupUCX : public c10d::Backend {
   void markDead(int rank, const std::string& why);
   /// Fails the receives still in flight (nothing can complete them once the group is gone).
   void failOrphans(const std::string& why);
-  /// all_to_all_single between contiguous tensors, with no staging.
+  /// all_to_all_single between contiguous tensors, with no staging. `uniform`: every
+  /// rank's blocks are known to be of one size, the same on all ranks (collectives::
+  /// planAlltoall may then choose Bruck).
   c10::intrusive_ptr<c10d::Work> alltoallDirect(const at::Tensor& input, const at::Tensor& output,
                                                 std::vector<std::size_t> sendCounts,
                                                 std::vector<std::size_t> recvCounts,
-                                                std::chrono::milliseconds timeout);
+                                                bool uniform, std::chrono::milliseconds timeout);
   /// All-to-all over one buffer [input | output] with per-peer element counts.
   c10::intrusive_ptr<c10d::Work> alltoallFlat(c10d::OpType type, const char* name,
                                               at::Tensor input, std::vector<std::size_t> sendCounts,
                                               std::vector<std::size_t> recvCounts,
                                               std::vector<at::Tensor> outputs,
                                               std::function<void(const at::Tensor&)> unpack,
-                                              std::chrono::milliseconds timeout);
+                                              bool uniform, std::chrono::milliseconds timeout);
 
   std::shared_ptr<engine::Engine> engine_;
   std::shared_ptr<GroupHealth> health_;

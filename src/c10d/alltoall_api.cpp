@@ -1,13 +1,17 @@
-// ProcessGroupUCX: all-to-all (single tensor with splits, and lists), pairwise exchange.
-// Both directions share one work buffer [input | output]; the block for this rank itself
-// is copied locally before anything is posted.
+// ProcessGroupUCX: all-to-all (single tensor with splits, and lists): pairwise exchange, or
+// Bruck's algorithm for small equal blocks in large groups (collectives::planAlltoall).
+// Either sends from the input and receives into the output, or stages both through one
+// work buffer [input | output]; Bruck's pack areas come after them. The block for this
+// rank itself is copied locally before anything is posted.
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "collectives/schedule.hpp"
+#include "collectives/selection.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "shm/collective_op.hpp"
 
@@ -67,29 +71,32 @@ bool overlap(const at::Tensor& a, const at::Tensor& b) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
     c10d::OpType type, const char* name, at::Tensor input, std::vector<std::size_t> sendCounts,
     std::vector<std::size_t> recvCounts, std::vector<at::Tensor> outputs,
-    std::function<void(const at::Tensor&)> unpack, std::chrono::milliseconds timeout) {
+    std::function<void(const at::Tensor&)> unpack, bool uniform, std::chrono::milliseconds timeout) {
   const NoAutograd noAutograd;
   checkSelfBlock(name, sendCounts, recvCounts, rank_);
   const std::size_t in = std::accumulate(sendCounts.begin(), sendCounts.end(), std::size_t{0});
   const std::size_t out = std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0});
-  at::Tensor work = at::empty({static_cast<int64_t>(in + out)}, input.options());
-  work.narrow(0, 0, static_cast<int64_t>(in)).copy_(input);
   const auto sendBlocks = layout(sendCounts, 0);
   const auto recvBlocks = layout(recvCounts, in);
+  auto plan = collectives::planAlltoall(rank_, size_, sendBlocks, recvBlocks,
+                                        static_cast<std::size_t>(input.element_size()),
+                                        input.is_cpu(), uniform, thresholds());
+  const std::size_t elements = std::max(in + out, plan.schedule.workElements);
+  at::Tensor work = at::empty({static_cast<int64_t>(elements)}, input.options());
+  work.narrow(0, 0, static_cast<int64_t>(in)).copy_(input);
   const auto& self = sendBlocks[rank_];
   work.narrow(0, static_cast<int64_t>(recvBlocks[rank_].offset), static_cast<int64_t>(self.count))
       .copy_(work.narrow(0, static_cast<int64_t>(self.offset), static_cast<int64_t>(self.count)));
   const std::uint32_t seq = nextSequence();
   at::Tensor received = work.narrow(0, static_cast<int64_t>(in), static_cast<int64_t>(out));
-  return launchCollective(type, seq, describe(name, {input}, "", "pairwise", seq),
-                          std::move(outputs),
-                          collectives::alltoallPairwise(rank_, size_, sendBlocks, recvBlocks),
-                          work, std::nullopt, [received, unpack] { unpack(received); }, timeout);
+  return launchCollective(type, seq, describe(name, {input}, "", plan.algorithm, seq),
+                          std::move(outputs), std::move(plan.schedule), work, std::nullopt,
+                          [received, unpack] { unpack(received); }, timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
     const at::Tensor& input, const at::Tensor& output, std::vector<std::size_t> sendCounts,
-    std::vector<std::size_t> recvCounts, std::chrono::milliseconds timeout) {
+    std::vector<std::size_t> recvCounts, bool uniform, std::chrono::milliseconds timeout) {
   // Contiguous input and output: send straight from the input, receive straight into the
   // output. Staging both through one fresh buffer cost three copies plus the page faults
   // of a new allocation, and made all_to_all_single ~3x slower than gloo at 16 MiB.
@@ -98,14 +105,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
   at::Tensor out = output.view({-1});
   const auto sendBlocks = layout(sendCounts, 0);
   const auto recvBlocks = layout(recvCounts, 0);
-  out.narrow(0, static_cast<int64_t>(recvBlocks[rank_].offset), static_cast<int64_t>(recvCounts[rank_]))
+  auto plan = collectives::planAlltoall(rank_, size_, sendBlocks, recvBlocks,
+                                        static_cast<std::size_t>(in.element_size()), in.is_cpu(),
+                                        uniform, thresholds());
+  at::Tensor work = out;
+  std::function<void()> finalize;
+  if (plan.schedule.workElements > static_cast<std::size_t>(out.numel())) {
+    // Bruck's pack areas go past the received blocks, where the user's output has no room:
+    // receive into a buffer that has, and copy out (one copy against Bruck's log2 p packs).
+    work = at::empty({static_cast<int64_t>(plan.schedule.workElements)}, out.options());
+    finalize = [received = work.narrow(0, 0, out.numel()), out] { out.copy_(received); };
+  }
+  work.narrow(0, static_cast<int64_t>(recvBlocks[rank_].offset), static_cast<int64_t>(recvCounts[rank_]))
       .copy_(in.narrow(0, static_cast<int64_t>(sendBlocks[rank_].offset),
                        static_cast<int64_t>(sendCounts[rank_])));
   const std::uint32_t seq = nextSequence();
   return launchCollective(c10d::OpType::ALLTOALL_BASE, seq,
-                          describe("all_to_all_single", {input}, "", "pairwise", seq), {output},
-                          collectives::alltoallPairwise(rank_, size_, sendBlocks, recvBlocks), out,
-                          std::nullopt, nullptr, timeout, in);
+                          describe("all_to_all_single", {input}, "", plan.algorithm, seq), {output},
+                          std::move(plan.schedule), work, std::nullopt, std::move(finalize),
+                          timeout, in);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
@@ -117,6 +135,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
                     "commux: all_to_all_single: input and output dtypes differ");
   auto sendCounts = countsFromSplits("input", inputBuffer, inputSplitSizes, size_);
   auto recvCounts = countsFromSplits("output", outputBuffer, outputSplitSizes, size_);
+  // Without split sizes a valid call has blocks of one size on every rank (rank s's block
+  // for d is d's block from s), so all ranks plan alike. Equal splits on one rank say
+  // nothing of the others'.
+  const bool uniform = inputSplitSizes.empty() && outputSplitSizes.empty();
   if (auto channel = shmFor("all_to_all_single", inputBuffer.is_cpu())) {
     const bool direct = outputBuffer.is_contiguous() && !overlap(inputBuffer, outputBuffer);
     shm::Job job;
@@ -138,13 +160,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
   if (inputBuffer.is_contiguous() && outputBuffer.is_contiguous() &&
       !overlap(inputBuffer, outputBuffer)) {
     return alltoallDirect(inputBuffer, outputBuffer, std::move(sendCounts),
-                          std::move(recvCounts), opts.timeout);
+                          std::move(recvCounts), uniform, opts.timeout);
   }
   at::Tensor output = outputBuffer;
   return alltoallFlat(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", inputBuffer.reshape({-1}),
                       std::move(sendCounts), std::move(recvCounts), {outputBuffer},
                       [output](const at::Tensor& received) { output.copy_(received.view(output.sizes())); },
-                      opts.timeout);
+                      uniform, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>& outputTensors,
@@ -190,8 +212,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
                      outputs, channel, std::move(job),
                      [received, unpack] { unpack(received); }, opts.timeout);
   }
+  // Lists of equal tensors on this rank say nothing of the other ranks' lists: pairwise.
   return alltoallFlat(c10d::OpType::ALLTOALL, "all_to_all", at::cat(flatInputs),
-                      std::move(sendCounts), recvCounts, outputs, std::move(unpack), opts.timeout);
+                      std::move(sendCounts), recvCounts, outputs, std::move(unpack), false,
+                      opts.timeout);
 }
 
 }  // namespace commux

@@ -16,7 +16,7 @@ std::vector<int> Schedule::peers() const {
 }
 
 void Schedule::add(Step step) {
-  if (step.sends.empty() && step.recvs.empty()) return;
+  if (step.sends.empty() && step.recvs.empty() && step.copies.empty()) return;
   if (step.recvMode == RecvMode::Reduce) {
     std::size_t total = 0;
     for (const auto& t : step.recvs) total += t.count;

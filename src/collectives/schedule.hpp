@@ -6,6 +6,10 @@
 // Schedules are plain data (no torch, no UCX) so the algorithms can be unit tested alone.
 // Offsets and counts are in elements of the work buffer. `round` is the id both ends of a
 // transfer agree on; it goes into the UCX tag (see wire/tag.hpp).
+//
+// An executor may also hold a send buffer (an all-to-all's input, read in place). Sends read
+// from it when it exists and their step's sendSource is Source::Send (the default), and so
+// do copies whose source is Source::Send; without one, both read the work buffer.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -24,10 +28,27 @@ enum class RecvMode : std::uint8_t {
   Reduce,  // receive into scratch, then work[offset..] = work[offset..] (op) scratch
 };
 
+enum class Source : std::uint8_t {
+  Send,  // the executor's send buffer when it has one, else the work buffer
+  Work,  // always the work buffer
+};
+
+/// A local copy of `count` elements into work[to, to+count).
+struct Copy {
+  std::size_t from = 0;
+  std::size_t to = 0;
+  std::size_t count = 0;
+  Source source = Source::Work;
+};
+
 struct Step {
   std::vector<Transfer> sends;
   std::vector<Transfer> recvs;
   RecvMode recvMode = RecvMode::Copy;
+  /// Run in order when the step starts, before its sends are posted (Bruck's packing). CPU
+  /// work buffers only. A step may hold copies alone; it ends as soon as they are done.
+  std::vector<Copy> copies;
+  Source sendSource = Source::Send;
 };
 
 struct Schedule {
@@ -35,6 +56,9 @@ struct Schedule {
   /// Scratch elements the executor must provide: the largest sum of Reduce-mode receive
   /// counts in any one step (receives of a step land side by side in scratch).
   std::size_t scratchElements = 0;
+  /// The work buffer must hold at least this many elements: schedules that keep data of
+  /// their own past the caller's layout (Bruck's pack areas) say how far. 0 = no such data.
+  std::size_t workElements = 0;
 
   /// Ranks this rank exchanges messages with (sorted, unique).
   std::vector<int> peers() const;
@@ -89,6 +113,19 @@ Schedule scatterBinomial(int rank, int size, int root, std::size_t count);
 /// The block for itself is not part of the schedule (copied locally).
 Schedule alltoallPairwise(int rank, int size, const std::vector<Range>& sendBlocks,
                           const std::vector<Range>& recvBlocks);
+/// Bruck's all-to-all of `count` elements per block (alltoall_bruck.cpp): ceil(log2 p)
+/// steps; in step k rank r sends to r + 2^k one message packing every block whose index
+/// relative to r has bit k set. Rank r's blocks for ranks 0..p-1 lie side by side from
+/// `sendOffset` on the send side (Source::Send), the blocks it receives from ranks 0..p-1
+/// from `recvOffset` in the work buffer, and the schedule packs in two areas of
+/// alltoallBruckWorkspace(p, count) elements in all from `workspaceOffset` (workElements
+/// says where they end). As with pairwise, the block for itself is the caller's to copy.
+Schedule alltoallBruck(int rank, int size, std::size_t count, std::size_t sendOffset,
+                       std::size_t recvOffset, std::size_t workspaceOffset);
+/// Elements of the pack areas alltoallBruck needs: twice the most blocks one step moves.
+std::size_t alltoallBruckWorkspace(int size, std::size_t count);
+/// Blocks Bruck's step k moves: the indices in [1, p) with bit k set.
+std::size_t alltoallBruckBlocks(int size, int step);
 
 
 // Logarithmic algorithms for large groups (halving_doubling.cpp). The block lists must be

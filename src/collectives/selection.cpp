@@ -101,6 +101,22 @@ double broadcastScatterAllgather(const CostModel& m, int p, double n) {
   return 2 * ceilLog2(p) * (m.alpha + m.gamma) + 2 * (p - 1.0) / p * n * m.beta;
 }
 
+double alltoallPairwise(const CostModel& m, int p, double b) {
+  if (p <= 1) return 0;
+  return (p - 1) * step(m, b, 0);
+}
+
+double alltoallBruck(const CostModel& m, int p, double b) {
+  double t = 0;
+  // Each step moves the blocks whose index has bit k set (at most p/2), copies them into
+  // the message and out of it at the other end.
+  for (int k = 0; k < ceilLog2(p); ++k) {
+    const double moved = static_cast<double>(alltoallBruckBlocks(p, k)) * b;
+    t += step(m, moved, 0) + 2 * m.epsilon * moved;
+  }
+  return t;
+}
+
 }  // namespace cost
 
 Plan planAllreduce(int rank, int size, std::size_t count, std::size_t elementSize,
@@ -177,6 +193,42 @@ Plan planReduce(int rank, int size, int root, std::size_t count, std::size_t ele
     return {reduceChain(rank, size, root, count, chunkElements(t, elementSize)), "chain"};
   }
   return {reduceBinomial(rank, size, root, count), "binomial"};
+}
+
+namespace {
+
+// Blocks of one size, side by side.
+bool equalAndContiguous(const std::vector<Range>& blocks) {
+  for (std::size_t i = 1; i < blocks.size(); ++i) {
+    if (blocks[i].count != blocks[0].count ||
+        blocks[i].offset != blocks[i - 1].offset + blocks[i - 1].count) {
+      return false;
+    }
+  }
+  return !blocks.empty();
+}
+
+}  // namespace
+
+Plan planAlltoall(int rank, int size, const std::vector<Range>& sendBlocks,
+                  const std::vector<Range>& recvBlocks, std::size_t elementSize, bool cpu,
+                  bool uniform, const Thresholds& t) {
+  auto pairwise = [&] {
+    return Plan{alltoallPairwise(rank, size, sendBlocks, recvBlocks), "pairwise"};
+  };
+  // Blocks of different sizes would have to be announced first (an exchange of counts).
+  if (!cpu || !uniform || size < t.logAlgorithmsMinRanks || !equalAndContiguous(sendBlocks) ||
+      !equalAndContiguous(recvBlocks) || sendBlocks[0].count != recvBlocks[0].count) {
+    return pairwise();
+  }
+  const std::size_t count = sendBlocks[0].count;
+  const auto b = static_cast<double>(count * elementSize);
+  if (cost::alltoallBruck(t.model, size, b) >= cost::alltoallPairwise(t.model, size, b)) return pairwise();
+  const std::size_t sendEnd = sendBlocks.back().offset + sendBlocks.back().count;
+  const std::size_t recvEnd = recvBlocks.back().offset + recvBlocks.back().count;
+  return {alltoallBruck(rank, size, count, sendBlocks[0].offset, recvBlocks[0].offset,
+                        std::max(sendEnd, recvEnd)),
+          "bruck"};
 }
 
 Plan planBarrier(int rank, int size) { return {barrierDissemination(rank, size), "dissemination"}; }

@@ -17,6 +17,7 @@ struct CostModel {
   double beta = 0.25e-9;    // s per byte moved (4 GB/s)
   double gamma = 1.3e-6;    // s per schedule step (posting, completion, step change)
   double delta = 0.15e-9;   // s per byte folded (a += b)
+  double epsilon = 0.05e-9; // s per byte copied locally (Bruck's packing)
 };
 
 struct Thresholds {
@@ -57,6 +58,16 @@ Plan planAllgather(int rank, int size, const std::vector<Range>& blocks, std::si
 Plan planReduceScatter(int rank, int size, const std::vector<Range>& blocks,
                        std::size_t elementSize, const Thresholds& t);
 
+/// All-to-all: Bruck (from logAlgorithmsMinRanks ranks when the model prices it below
+/// pairwise) or pairwise. sendBlocks are offsets on the send side, recvBlocks in the work
+/// buffer; Bruck's pack areas go past both (workElements). Bruck needs `cpu` (the executor
+/// copies with memcpy) and `uniform`: every rank's blocks of one size, the same on all
+/// ranks. A rank cannot tell that from its own blocks (equal splits here, unequal ones
+/// elsewhere), and ranks that chose differently would wait for each other's messages.
+Plan planAlltoall(int rank, int size, const std::vector<Range>& sendBlocks,
+                  const std::vector<Range>& recvBlocks, std::size_t elementSize, bool cpu,
+                  bool uniform, const Thresholds& t);
+
 /// Closed-form predictions of the model (seconds) for `bytes` in the whole buffer, used by
 /// the selection. tools/cost_model.cpp computes the times from the schedules themselves
 /// instead; the two agree (e.g. Rabenseifner, 1,024 ranks, 64 KiB: 104.6 us both).
@@ -69,6 +80,9 @@ double reduceScatterRecursiveHalving(const CostModel& m, int p, double bytes);
 double broadcastBinomial(const CostModel& m, int p, double bytes);
 double broadcastChain(const CostModel& m, int p, double bytes, double chunkBytes);
 double broadcastScatterAllgather(const CostModel& m, int p, double bytes);
+/// All-to-all with `blockBytes` per destination.
+double alltoallPairwise(const CostModel& m, int p, double blockBytes);
+double alltoallBruck(const CostModel& m, int p, double blockBytes);
 }  // namespace cost
 
 }  // namespace commux::collectives

@@ -6,6 +6,8 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <cstring>
+
 #include "engine/engine.hpp"
 #include "engine/memory.hpp"
 
@@ -17,6 +19,17 @@ CollectiveOp::CollectiveOp(Setup setup, Description description, Done done)
       elementSize_(static_cast<std::size_t>(s_.work.element_size())),
       memory_(memoryTypeOf(s_.work)) {
   if (memory_ == UCS_MEMORY_TYPE_CUDA) cudaDevice_ = s_.work.device();
+  TORCH_CHECK(static_cast<std::size_t>(s_.work.numel()) >= s_.schedule.workElements, "commux: ",
+              Op::description(), ": the work buffer holds ", s_.work.numel(),
+              " elements, the schedule needs ", s_.schedule.workElements);
+  if (memory_ != UCS_MEMORY_TYPE_HOST) {
+    for (const auto& step : s_.schedule.steps) {
+      // Copies run as memcpy under the worker lock; on a GPU they would need a stream of
+      // their own, as the folds have. The selection plans none for GPU buffers.
+      TORCH_CHECK(step.copies.empty(), "commux: ", Op::description(),
+                  ": this schedule copies locally, which needs host memory");
+    }
+  }
   if (s_.schedule.scratchElements > 0) {
     scratch_ = at::empty({static_cast<int64_t>(s_.schedule.scratchElements)}, s_.work.options());
   }
@@ -30,26 +43,41 @@ char* CollectiveOp::addressIn(const at::Tensor& buffer, std::size_t elementOffse
 
 char* CollectiveOp::at(std::size_t elementOffset) const { return addressIn(s_.work, elementOffset); }
 
-char* CollectiveOp::sendAt(std::size_t elementOffset) const {
-  return addressIn(s_.sendBuffer.defined() ? s_.sendBuffer : s_.work, elementOffset);
+char* CollectiveOp::sendAt(std::size_t elementOffset, collectives::Source source) const {
+  const bool send = source == collectives::Source::Send && s_.sendBuffer.defined();
+  return addressIn(send ? s_.sendBuffer : s_.work, elementOffset);
 }
 
-void CollectiveOp::start(Engine& engine) {
-  if (s_.schedule.steps.empty()) {
-    if (s_.finalize) finalizeOutsideAutograd();
-    succeed();
-    return;
+void CollectiveOp::start(Engine& engine) { postStep(engine); }
+
+void CollectiveOp::finish() {
+  if (s_.finalize) finalizeOutsideAutograd();
+  succeed();
+}
+
+void CollectiveOp::copyStep(const collectives::Step& step) {
+  for (const auto& c : step.copies) {
+    if (c.count == 0) continue;  // the buffers may have no storage at all
+    std::memcpy(at(c.to), sendAt(c.from, c.source), c.count * elementSize_);
   }
-  postStep(engine);
 }
 
 void CollectiveOp::postStep(Engine& engine) {
+  for (;; ++step_) {
+    if (step_ == s_.schedule.steps.size()) {
+      finish();
+      return;
+    }
+    const collectives::Step& step = s_.schedule.steps[step_];
+    copyStep(step);
+    if (!step.sends.empty() || !step.recvs.empty()) break;
+  }
   const collectives::Step& step = s_.schedule.steps[step_];
   const auto sends = static_cast<std::uint32_t>(step.sends.size());
   for (std::uint32_t i = 0; i < sends; ++i) {
     const auto& t = step.sends[i];
     const Route& route = *s_.routes.at(t.peer);
-    postSend(engine, engine.endpoint(route), sendAt(t.offset), t.count * elementSize_,
+    postSend(engine, engine.endpoint(route), sendAt(t.offset, step.sendSource), t.count * elementSize_,
              wire::collectiveTag(route.context, s_.myRank, s_.sequence, t.round), i, memory_);
   }
   scratchOffsets_.clear();
@@ -94,12 +122,8 @@ void CollectiveOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo
 
 void CollectiveOp::nextStep(Engine& engine) {
   if (finished()) return;  // failed (timeout, abort, dead peer) while the GPU folded
-  if (++step_ < s_.schedule.steps.size()) {
-    postStep(engine);
-    return;
-  }
-  if (s_.finalize) finalizeOutsideAutograd();
-  succeed();
+  ++step_;
+  postStep(engine);
 }
 
 void CollectiveOp::finalizeOutsideAutograd() {

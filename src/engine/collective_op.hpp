@@ -1,8 +1,8 @@
 #pragma once
-// Executes a collectives::Schedule on a flat work buffer: posts each step's sends and
-// receives, waits for all of them, folds Reduce-mode receives into the work buffer, and
-// moves on. A finalizer (copy back to the user's tensors, AVG division) runs at the end,
-// still under the worker lock, before the operation reports success.
+// Executes a collectives::Schedule on a flat work buffer: does each step's local copies,
+// posts its sends and receives, waits for all of them, folds Reduce-mode receives into the
+// work buffer, and moves on. A finalizer (copy back to the user's tensors, AVG division)
+// runs at the end, still under the worker lock, before the operation reports success.
 #include <ATen/ATen.h>
 
 #include <functional>
@@ -24,7 +24,7 @@ class CollectiveOp final : public Op {
     at::Tensor work;  // 1-D contiguous
     /// When defined (1-D contiguous, work's dtype), sends read from here instead of from
     /// work: an all-to-all then sends from the user's input and receives into the user's
-    /// output with no staging copy.
+    /// output with no staging copy. Copies and steps that say Source::Work read work.
     at::Tensor sendBuffer;
     std::optional<ReduceKind> reduce;
     /// Routes by group rank; only the schedule's peers need to be filled in.
@@ -42,7 +42,11 @@ class CollectiveOp final : public Op {
   void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) override;
 
  private:
+  /// Runs the current step's copies and posts its transfers; steps of copies alone end at
+  /// once, and the operation finishes after the last step.
   void postStep(Engine& engine);
+  void copyStep(const collectives::Step& step);
+  void finish();
   /// Folds the current step's Reduce-mode receives into the work buffer. True when the
   /// folds were queued on a CUDA stream (the step is over once that stream gets there).
   bool foldStep();
@@ -52,7 +56,7 @@ class CollectiveOp final : public Op {
   void finalizeOutsideAutograd();
   char* addressIn(const at::Tensor& buffer, std::size_t elementOffset) const;
   char* at(std::size_t elementOffset) const;
-  char* sendAt(std::size_t elementOffset) const;
+  char* sendAt(std::size_t elementOffset, collectives::Source source) const;
 
   Setup s_;
   at::Tensor scratch_;

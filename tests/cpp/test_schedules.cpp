@@ -3,6 +3,8 @@
 // leaves a message unreceived, mismatches a size or computes a wrong result fails here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -29,9 +31,10 @@ struct SimResult {
   std::size_t leftoverMessages = 0;
 };
 
-/// Executes the schedules of `size` ranks. Ranks listed in `frozen` never start.
+/// Executes the schedules of `size` ranks. Ranks listed in `frozen` never start. With
+/// `sendBuffers`, what reads Source::Send reads those (the executor's send buffer).
 SimResult simulate(int size, const Maker& make, std::vector<Buffer> buffers,
-                   const std::vector<int>& frozen = {}) {
+                   const std::vector<int>& frozen = {}, const std::vector<Buffer>& sendBuffers = {}) {
   std::vector<Schedule> schedules;
   for (int r = 0; r < size; ++r) schedules.push_back(make(r));
   std::map<std::tuple<int, int, std::uint32_t>, std::deque<Buffer>> wire;  // (src,dst,round)
@@ -46,14 +49,29 @@ SimResult simulate(int size, const Maker& make, std::vector<Buffer> buffers,
     for (int r = 0; r < size; ++r) {
       if (isFrozen[r] || step[r] >= schedules[r].steps.size()) continue;
       const Step& s = schedules[r].steps[step[r]];
+      auto source = [&](Source from) -> const Buffer& {
+        return from == Source::Send && !sendBuffers.empty() ? sendBuffers[r] : buffers[r];
+      };
       if (!posted[r]) {
+        // Copies first, in order, as the executor does before it posts the sends.
+        for (const auto& c : s.copies) {
+          const Buffer& from = source(c.source);
+          EXPECT_LE(c.from + c.count, from.size()) << "copy source out of bounds, rank " << r;
+          EXPECT_LE(c.to + c.count, buffers[r].size()) << "copy target out of bounds, rank " << r;
+          if (c.from + c.count > from.size() || c.to + c.count > buffers[r].size()) continue;
+          if (&from == &buffers[r]) {
+            EXPECT_TRUE(c.from + c.count <= c.to || c.to + c.count <= c.from) << "copy overlaps itself";
+          }
+          std::copy(from.begin() + c.from, from.begin() + c.from + c.count, buffers[r].begin() + c.to);
+        }
+        const Buffer& sendFrom = source(s.sendSource);
         for (const auto& t : s.sends) {
           EXPECT_GE(t.peer, 0);
           EXPECT_LT(t.peer, size);
           EXPECT_NE(t.peer, r) << "self-send in schedule";
-          EXPECT_LE(t.offset + t.count, buffers[r].size());
-          wire[{r, t.peer, t.round}].emplace_back(buffers[r].begin() + t.offset,
-                                                  buffers[r].begin() + t.offset + t.count);
+          EXPECT_LE(t.offset + t.count, sendFrom.size());
+          wire[{r, t.peer, t.round}].emplace_back(sendFrom.begin() + t.offset,
+                                                  sendFrom.begin() + t.offset + t.count);
         }
         posted[r] = true;
         progress = true;
@@ -572,4 +590,143 @@ TEST(SchedulesAtScale, BroadcastSelection) {
   EXPECT_STREQ(planBroadcast(0, 1024, 0, 1 << 18, 4, t).algorithm, "scatter_allgather");  // 1 MiB
   EXPECT_STREQ(planBroadcast(0, 1024, 0, 16 << 20, 4, t).algorithm, "scatter_allgather");  // 64 MiB
   EXPECT_STREQ(planBroadcast(0, 16, 0, 64 << 20, 4, t).algorithm, "chain");  // 256 MiB, 16 ranks
+}
+
+// ---------------------------------------------------------------------------------------
+// Bruck's all-to-all (alltoall_bruck.cpp): every block of every rank arrives, in the two
+// layouts c10d runs it in, with one message per step, at most p/2 blocks per message and
+// the pack areas inside workElements; every size 1..33, a few others, 1,024 ranks and a
+// spot check at 4,096.
+
+namespace {
+
+std::int64_t alltoallValue(int from, int to, std::size_t i) {
+  return from * 1000003LL + to * 1009LL + static_cast<std::int64_t>(i);
+}
+
+/// `sendBuffer`: the input is read in place from a send buffer and the output starts at 0
+/// of the work buffer (all_to_all_single's direct path); else the work buffer is
+/// [input | output] (the staged path). The own block is copied beforehand, as c10d does.
+void checkBruckAt(int p, std::size_t count, bool sendBuffer) {
+  const std::size_t n = count * static_cast<std::size_t>(p);
+  const std::size_t recvOffset = sendBuffer ? 0 : n;
+  const std::size_t workspace = recvOffset + n;  // past both, as planAlltoall puts it
+  const std::size_t workElements = alltoallBruck(0, p, count, 0, recvOffset, workspace).workElements;
+  EXPECT_EQ(workElements, p > 1 ? workspace + alltoallBruckWorkspace(p, count) : 0);
+  std::vector<Buffer> work(p, Buffer(std::max(workspace, workElements), -1));
+  std::vector<Buffer> send;
+  for (int r = 0; r < p; ++r) {
+    Buffer in(n);
+    for (int d = 0; d < p; ++d) {
+      for (std::size_t i = 0; i < count; ++i) in[d * count + i] = alltoallValue(r, d, i);
+    }
+    std::copy(in.begin() + r * count, in.begin() + (r + 1) * count, work[r].begin() + recvOffset + r * count);
+    if (sendBuffer) {
+      send.push_back(std::move(in));
+    } else {
+      std::copy(in.begin(), in.end(), work[r].begin());
+    }
+  }
+  const std::size_t steps = logSteps(p);
+  auto make = [&](int r) {
+    Schedule s = alltoallBruck(r, p, count, 0, recvOffset, workspace);
+    std::size_t messages = 0;
+    for (const Step& step : s.steps) {
+      EXPECT_EQ(step.sends.size(), step.recvs.size());
+      EXPECT_LE(step.sends.size(), 1u) << "one message per step";
+      for (const Transfer& t : step.sends) {
+        ++messages;
+        EXPECT_LE(t.count, static_cast<std::size_t>(p / 2) * count) << "p=" << p;
+        EXPECT_GE(t.offset, workspace);
+        EXPECT_LE(t.offset + t.count, workElements);
+      }
+    }
+    EXPECT_EQ(messages, steps) << "p=" << p;
+    EXPECT_LE(s.steps.size(), steps + 1) << "p=" << p;  // and one of the last unpack
+    EXPECT_LT(maxRound(s), std::max<std::uint32_t>(1, static_cast<std::uint32_t>(steps)));
+    expectNoOverlap(s, r);
+    return s;
+  };
+  // Not checked(): that would hold every rank's schedule twice (1.3 GB each at 4,095 ranks).
+  auto res = simulate(p, make, std::move(work), {}, send);
+  expectAllDone(res);
+  for (int r = 0; r < p; ++r) {
+    for (int from = 0; from < p; ++from) {
+      for (std::size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(res.buffers[r][recvOffset + from * count + i], alltoallValue(from, r, i))
+            << "p=" << p << " count " << count << " rank " << r << " block from " << from
+            << (sendBuffer ? " (send buffer)" : " (staged)");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST(SchedulesAtScale, AlltoallBruckAnySize) {
+  for (int p : ranksUpTo(33)) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+      checkBruckAt(p, count, true);
+      checkBruckAt(p, count, false);
+    }
+  }
+  for (int p : {47, 63, 64, 65, 100, 127, 129, 255}) checkBruckAt(p, 2, p % 2 == 1);
+}
+
+TEST(SchedulesAtScale, AlltoallBruckThousandRanks) {
+  const auto start = std::chrono::steady_clock::now();
+  checkBruckAt(1000, 1, true);
+  checkBruckAt(1024, 2, false);
+  std::printf("[ timing ] Bruck at 1,000 and 1,024 ranks: %.2f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+TEST(SchedulesAtScale, AlltoallBruckFourThousandRanksSpotCheck) {
+  const auto start = std::chrono::steady_clock::now();
+  checkBruckAt(4095, 1, true);
+  std::printf("[ timing ] Bruck at 4,095 ranks: %.2f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+TEST(SchedulesAtScale, AlltoallSelection) {
+  Thresholds t;
+  auto blocks = [](int p, std::size_t count, std::size_t base) {
+    std::vector<Range> out;
+    for (int r = 0; r < p; ++r) out.push_back(Range{base + r * count, count});
+    return out;
+  };
+  auto plan = [&](int p, std::size_t count, bool cpu = true, bool uniform = true) {
+    return planAlltoall(0, p, blocks(p, count, 0), blocks(p, count, 0), 4, cpu, uniform, t);
+  };
+  EXPECT_STREQ(plan(8, 1).algorithm, "pairwise");  // below logAlgorithmsMinRanks
+  EXPECT_STREQ(plan(16, 1).algorithm, "bruck");
+  EXPECT_STREQ(plan(16, 1, false).algorithm, "pairwise");  // GPU buffers: no copies
+  // Equal splits or lists here may be unequal elsewhere; every rank must choose alike.
+  EXPECT_STREQ(plan(16, 1, true, false).algorithm, "pairwise");
+  EXPECT_STREQ(plan(1024, 4).algorithm, "bruck");           // 16 B blocks
+  EXPECT_STREQ(plan(1024, 256).algorithm, "bruck");         // 1 KiB
+  EXPECT_STREQ(plan(1024, 16 * 1024).algorithm, "pairwise");  // 64 KiB
+  EXPECT_STREQ(plan(16, 16 * 1024).algorithm, "pairwise");
+  // Blocks of different sizes stay pairwise (Bruck would need the sizes exchanged first).
+  std::vector<Range> uneven = blocks(16, 1, 0);
+  uneven.back().count = 2;
+  EXPECT_STREQ(planAlltoall(0, 16, uneven, uneven, 4, true, true, t).algorithm, "pairwise");
+  // At 3 ranks both take two steps of one block; Bruck's copies make it dearer.
+  t.logAlgorithmsMinRanks = 2;
+  EXPECT_STREQ(plan(3, 1).algorithm, "pairwise");
+  EXPECT_STREQ(plan(4, 1).algorithm, "bruck");
+  EXPECT_STREQ(plan(5, 1).algorithm, "bruck");
+  // The plan is Bruck's schedule with the pack areas past input and output.
+  const Plan staged = planAlltoall(3, 16, blocks(16, 2, 0), blocks(16, 2, 32), 4, true, true, t);
+  EXPECT_EQ(staged.schedule.steps.size(), 5u);
+  EXPECT_EQ(staged.schedule.workElements, 64 + alltoallBruckWorkspace(16, 2));
+  // The closed forms: ceil(log2 p) messages of the blocks with bit k set against p-1.
+  const CostModel& m = t.model;
+  const double b = 16;
+  EXPECT_DOUBLE_EQ(cost::alltoallPairwise(m, 1024, b), 1023 * (m.alpha + m.gamma + m.beta * b));
+  EXPECT_DOUBLE_EQ(cost::alltoallBruck(m, 1024, b),
+                   10 * (m.alpha + m.gamma + 512 * b * (m.beta + 2 * m.epsilon)));
+  EXPECT_EQ(alltoallBruckBlocks(5, 0), 2u);  // 1, 3
+  EXPECT_EQ(alltoallBruckBlocks(5, 1), 2u);  // 2, 3
+  EXPECT_EQ(alltoallBruckBlocks(5, 2), 1u);  // 4
 }
