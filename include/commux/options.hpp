@@ -102,6 +102,16 @@ struct Config {
   /// two (at most and by default 2^20, the tag's field). Smaller only for tests, which must
   /// cross the wrap without running a million collectives.
   std::uint32_t sequenceWrap = 1u << 20;
+  /// COMMUX_ROUND_WRAP: rounds inside a collective wrap at this power of two in the tag (at
+  /// most and by default 2^12, the tag's field). Smaller only for tests, which must cross
+  /// the wrap without 4,096-round collectives.
+  std::uint32_t roundWrap = 1u << 12;
+  /// COMMUX_MAX_RANKS: the largest group commux creates (at most and by default 2^16, what
+  /// the tag's source field can name). Smaller only for tests of the limit.
+  std::uint32_t maxRanks = 1u << 16;
+  /// COMMUX_MAX_CONTEXTS: how many groups may be alive in one process at once (at most and
+  /// by default 2^15, what the tag's context field can name). Smaller only for tests.
+  std::uint32_t maxContexts = 1u << 15;
 
   /// The process-wide configuration, parsed from the environment on first use.
   /// Throws std::invalid_argument naming the variable if a value does not parse.

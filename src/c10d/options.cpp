@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commux/options.hpp"
+#include "wire/tag.hpp"
 
 namespace commux {
 namespace {
@@ -21,6 +22,26 @@ void readUnsigned(const char* name, T& out) {
                                 "' is not a non-negative integer");
   }
   out = static_cast<T>(value);
+}
+
+/// The limits of the tag's fields (wire/tag.hpp): tests lower them, nothing raises them.
+void readBounded(const char* name, std::uint32_t& out, std::uint32_t lo, std::uint32_t hi) {
+  unsigned long long value = out;
+  readUnsigned(name, value);
+  if (value < lo || value > hi) {
+    throw std::invalid_argument(std::string(name) + "=" + std::to_string(value) + " is outside [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "]" +
+                                (value > hi ? ": the tag's field holds no more" : ""));
+  }
+  out = static_cast<std::uint32_t>(value);
+}
+
+void readPowerOfTwo(const char* name, std::uint32_t& out, std::uint32_t lo, std::uint32_t hi) {
+  readBounded(name, out, lo, hi);
+  if ((out & (out - 1)) != 0) {
+    throw std::invalid_argument(std::string(name) + "=" + std::to_string(out) +
+                                " is not a power of two");
+  }
 }
 
 void readMicros(const char* name, std::chrono::microseconds& out) {
@@ -103,11 +124,10 @@ Config Config::fromEnvironment() {
                      std::string(world) == local && unset("UCX_NET_DEVICES") && unset("UCX_TLS");
     readBool("COMMUX_LOOPBACK_ONLY", c.loopbackOnly);
   }
-  readUnsigned("COMMUX_SEQUENCE_WRAP", c.sequenceWrap);
-  if (c.sequenceWrap < 2 || c.sequenceWrap > (1u << 20) ||
-      (c.sequenceWrap & (c.sequenceWrap - 1)) != 0) {
-    throw std::invalid_argument("COMMUX_SEQUENCE_WRAP must be a power of two in [2, 2^20]");
-  }
+  readPowerOfTwo("COMMUX_SEQUENCE_WRAP", c.sequenceWrap, 2, 1u << wire::kSequenceBits);
+  readPowerOfTwo("COMMUX_ROUND_WRAP", c.roundWrap, 2, 1u << wire::kRoundBits);
+  readBounded("COMMUX_MAX_RANKS", c.maxRanks, 1, wire::kMaxRanks);
+  readBounded("COMMUX_MAX_CONTEXTS", c.maxContexts, 1, wire::kMaxContexts);
   c.shmSlotBytes = (c.shmSlotBytes + 4095) / 4096 * 4096;  // 0 stays 0: chosen per group
   if (c.pipelineChunkBytes == 0) throw std::invalid_argument("COMMUX_PIPELINE_CHUNK_BYTES must be > 0");
   return c;

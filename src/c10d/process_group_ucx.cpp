@@ -40,8 +40,14 @@ bool packs(const std::vector<at::Tensor>& tensors) {
 ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size), timeout_(timeout) {
-  TORCH_CHECK_VALUE(size >= 1 && static_cast<std::uint32_t>(size) <= wire::kMaxRanks,
-                    "commux: group size ", size, " is outside [1, ", wire::kMaxRanks, "]");
+  // Before anything is published or sent: the tag's source field names at most 2^16 ranks.
+  const std::uint32_t maxRanks = Config::get().maxRanks;
+  TORCH_CHECK_VALUE(size >= 1, "commux: group size ", size, " is not positive");
+  TORCH_CHECK_VALUE(static_cast<std::uint32_t>(size) <= maxRanks, "commux: a group of ", size,
+                    " ranks is more than the UCX tag's source field can name (", maxRanks,
+                    maxRanks < wire::kMaxRanks ? " ranks, lowered by COMMUX_MAX_RANKS" : " ranks",
+                    "): use a smaller group, or split the job into groups of at most ", maxRanks,
+                    " ranks");
   TORCH_CHECK_VALUE(rank >= 0 && rank < size, "commux: rank ", rank,
                     " is outside a group of size ", size);
   engine_ = engine::Engine::instance();

@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "commux/options.hpp"
 #include "engine/engine.hpp"
 #include "engine/memory.hpp"
 
@@ -17,7 +18,8 @@ CollectiveOp::CollectiveOp(Setup setup, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       s_(std::move(setup)),
       elementSize_(static_cast<std::size_t>(s_.work.element_size())),
-      memory_(memoryTypeOf(s_.work)) {
+      memory_(memoryTypeOf(s_.work)),
+      roundMask_(Config::get().roundWrap - 1) {
   if (memory_ == UCS_MEMORY_TYPE_CUDA) cudaDevice_ = s_.work.device();
   TORCH_CHECK(static_cast<std::size_t>(s_.work.numel()) >= s_.schedule.workElements, "commux: ",
               Op::description(), ": the work buffer holds ", s_.work.numel(),
@@ -77,8 +79,10 @@ void CollectiveOp::postStep(Engine& engine) {
   for (std::uint32_t i = 0; i < sends; ++i) {
     const auto& t = step.sends[i];
     const Route& route = *s_.routes.at(t.peer);
-    postSend(engine, engine.endpoint(route), sendAt(t.offset, step.sendSource), t.count * elementSize_,
-             wire::collectiveTag(route.context, s_.myRank, s_.sequence, t.round), i, memory_);
+    postSend(engine, engine.endpoint(route), sendAt(t.offset, step.sendSource),
+             t.count * elementSize_,
+             wire::collectiveTag(route.context, s_.myRank, s_.sequence, t.round & roundMask_), i,
+             memory_);
   }
   scratchOffsets_.clear();
   std::size_t scratchOffset = 0;
@@ -93,7 +97,8 @@ void CollectiveOp::postStep(Engine& engine) {
       scratchOffset += t.count;
     }
     postRecv(engine, dest, t.count * elementSize_,
-             wire::collectiveTag(s_.myContext, static_cast<std::uint32_t>(t.peer), s_.sequence, t.round),
+             wire::collectiveTag(s_.myContext, static_cast<std::uint32_t>(t.peer), s_.sequence,
+                                 t.round & roundMask_),
              wire::kCollectiveMask, sends + j, memory_);
   }
 }

@@ -62,6 +62,9 @@ class CollectiveOp final : public Op {
   at::Tensor scratch_;
   std::size_t elementSize_;
   ucs_memory_type_t memory_;
+  /// Rounds go into the tag modulo COMMUX_ROUND_WRAP (the launch checked that no step
+  /// needs more; collectives/round_fit.hpp).
+  std::uint32_t roundMask_;
   std::optional<c10::Stream> foldStream_;  // CUDA work buffers only
   std::size_t step_ = 0;
   std::vector<std::size_t> scratchOffsets_;  // per receive of the current step

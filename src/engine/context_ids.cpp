@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "wire/tag.hpp"
+
 namespace commux::engine {
 
 std::uint32_t ContextIds::acquire() {
@@ -16,8 +18,14 @@ std::uint32_t ContextIds::acquire() {
       return id;
     }
   }
-  throw std::runtime_error("commux: more than " + std::to_string(n) +
-                           " live process groups in one process");
+  // Ids are the tag's context field; a group's id comes back when its last reference goes.
+  throw std::runtime_error(
+      "commux: more than " + std::to_string(n) +
+      " live process groups in one process: each needs an id in the UCX tag's context field (" +
+      std::to_string(n) + " ids" +
+      (n < wire::kMaxContexts ? ", lowered by COMMUX_MAX_CONTEXTS" : "") +
+      "). Destroy groups that are no longer needed (dist.destroy_process_group(group)) and drop "
+      "the references to them before creating more");
 }
 
 void ContextIds::release(std::uint32_t id) {

@@ -131,7 +131,7 @@ Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds
       worker_(context_),
       progressSpin_(progressSpin),
       waker_(worker_.eventFd(), [this] { worker_.signal(); }, handOffDelay, kSleepSafetyNet),
-      contexts_(wire::kMaxContexts),
+      contexts_(Config::get().maxContexts),
       endpoints_(worker_,
                  [this](const std::string& address) { return endpointErrorHandler(address); }),
       // Never refused: commands pushed while the engine stops are run by failStranded().

@@ -91,6 +91,9 @@ PYBIND11_MODULE(_C, m) {
             ? "auto"
             : (c.failureDetection == commux::FailureDetection::Ucx ? "ucx" : "off");
     d["COMMUX_SEQUENCE_WRAP"] = c.sequenceWrap;
+    d["COMMUX_ROUND_WRAP"] = c.roundWrap;
+    d["COMMUX_MAX_RANKS"] = c.maxRanks;
+    d["COMMUX_MAX_CONTEXTS"] = c.maxContexts;
     d["COMMUX_LOOPBACK_ONLY"] = c.loopbackOnly;
     return d;
   });
