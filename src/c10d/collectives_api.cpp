@@ -9,6 +9,7 @@
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
+#include "collectives/round_fit.hpp"
 #include "collectives/selection.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "engine/collective_op.hpp"
@@ -39,6 +40,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
     std::chrono::milliseconds timeout, at::Tensor sendBuffer, int onlyPeer) {
   const NoAutograd noAutograd;
+  // Before anything is posted: a step whose transfers the tag cannot tell apart (round_fit.hpp).
+  const std::string clash = collectives::findRoundClash(schedule, Config::get().roundWrap);
+  TORCH_CHECK_VALUE(clash.empty(), "commux: ", description.str(), " on ", size_, " ranks: ", clash,
+                    ". Nothing was sent. Raise COMMUX_ROUND_WRAP if it was lowered; otherwise "
+                    "this is a commux bug, please report it");
   // Every member is watched: a collective fails when any of them dies, also one this rank
   // does not talk to directly (its partners would wait for it).
   if (onlyPeer < 0) peers_->resolveAll();

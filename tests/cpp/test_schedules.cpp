@@ -1,19 +1,22 @@
 // Runs every rank's schedule in a message-passing simulator and checks the data that comes
 // out, for many group sizes, counts, roots and chunk sizes. A schedule that deadlocks,
 // leaves a message unreceived, mismatches a size or computes a wrong result fails here.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <deque>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "collectives/round_fit.hpp"
 #include "collectives/schedule.hpp"
 #include "collectives/selection.hpp"
 #include "wire/tag.hpp"
@@ -31,14 +34,26 @@ struct SimResult {
   std::size_t leftoverMessages = 0;
 };
 
-/// Executes the schedules of `size` ranks. Ranks listed in `frozen` never start. With
-/// `sendBuffers`, what reads Source::Send reads those (the executor's send buffer).
+struct Message {
+  std::uint32_t round;  // unmasked, to check the pairing
+  Buffer data;
+};
+
+/// Executes the schedules of `size` ranks. Ranks listed in `frozen` never start. With a
+/// `roundWrap`, messages match on their round modulo it, as in the tag: the k-th message
+/// from one rank to another with a tag meets the k-th receive with that tag (UCX's order),
+/// and a pairing of different rounds fails. With `sendBuffers`, what reads Source::Send
+/// reads those (the executor's send buffer).
 SimResult simulate(int size, const Maker& make, std::vector<Buffer> buffers,
-                   const std::vector<int>& frozen = {}, const std::vector<Buffer>& sendBuffers = {}) {
+                   const std::vector<int>& frozen = {}, std::uint32_t roundWrap = 0,
+                   const std::vector<Buffer>& sendBuffers = {}) {
   std::vector<Schedule> schedules;
   for (int r = 0; r < size; ++r) schedules.push_back(make(r));
-  std::map<std::tuple<int, int, std::uint32_t>, std::deque<Buffer>> wire;  // (src,dst,round)
+  const std::uint32_t mask = roundWrap == 0 ? ~std::uint32_t{0} : roundWrap - 1;
+  std::map<std::tuple<int, int, std::uint32_t>, std::deque<Message>> wire;  // (src,dst,tag round)
   std::vector<std::size_t> step(size, 0);
+  std::vector<std::size_t> checked(size, 0);  // receives of the current step that have a message
+  std::vector<std::map<std::tuple<int, int, std::uint32_t>, std::size_t>> claims(size);
   std::vector<bool> posted(size, false);
   std::vector<bool> isFrozen(size, false);
   for (int f : frozen) isFrozen[f] = true;
@@ -70,21 +85,37 @@ SimResult simulate(int size, const Maker& make, std::vector<Buffer> buffers,
           EXPECT_LT(t.peer, size);
           EXPECT_NE(t.peer, r) << "self-send in schedule";
           EXPECT_LE(t.offset + t.count, sendFrom.size());
-          wire[{r, t.peer, t.round}].emplace_back(sendFrom.begin() + t.offset,
-                                                  sendFrom.begin() + t.offset + t.count);
+          wire[{r, t.peer, t.round & mask}].push_back(Message{
+              t.round,
+              Buffer(sendFrom.begin() + t.offset, sendFrom.begin() + t.offset + t.count)});
         }
         posted[r] = true;
         progress = true;
       }
+      // Ready when every receive has its message (with a wrap, several may share a tag). A
+      // message only leaves its queue for this rank, so receives found ready stay ready:
+      // each is checked once (a chain's tail posts thousands in one step).
       bool ready = true;
-      for (const auto& t : s.recvs) {
-        auto it = wire.find({t.peer, r, t.round});
-        if (it == wire.end() || it->second.empty()) ready = false;
+      while (checked[r] < s.recvs.size()) {
+        const Transfer& t = s.recvs[checked[r]];
+        const auto key = std::make_tuple(t.peer, r, t.round & mask);
+        const auto it = wire.find(key);
+        std::size_t& claimed = claims[r][key];
+        if (it == wire.end() || it->second.size() <= claimed) {
+          ready = false;
+          break;
+        }
+        ++claimed;
+        ++checked[r];
       }
       if (!ready) continue;
+      checked[r] = 0;
+      claims[r].clear();
       for (const auto& t : s.recvs) {
-        auto& q = wire[{t.peer, r, t.round}];
-        Buffer msg = std::move(q.front());
+        auto& q = wire[{t.peer, r, t.round & mask}];
+        EXPECT_EQ(q.front().round, t.round)
+            << "rank " << r << " took another round's message from " << t.peer;
+        Buffer msg = std::move(q.front().data);
         q.pop_front();
         EXPECT_EQ(msg.size(), t.count) << "size mismatch rank " << r << " from " << t.peer;
         EXPECT_LE(t.offset + t.count, buffers[r].size());
@@ -103,6 +134,12 @@ SimResult simulate(int size, const Maker& make, std::vector<Buffer> buffers,
   for (int r = 0; r < size; ++r) out.done.push_back(step[r] >= schedules[r].steps.size());
   for (auto& [key, q] : wire) out.leftoverMessages += q.size();
   return out;
+}
+
+Schedule oneStepSchedule(std::vector<Transfer> sends, std::vector<Transfer> recvs) {
+  Schedule s;
+  s.add(Step{std::move(sends), std::move(recvs), RecvMode::Copy});
+  return s;
 }
 
 Buffer input(int rank, std::size_t count) {
@@ -648,7 +685,7 @@ void checkBruckAt(int p, std::size_t count, bool sendBuffer) {
     return s;
   };
   // Not checked(): that would hold every rank's schedule twice (1.3 GB each at 4,095 ranks).
-  auto res = simulate(p, make, std::move(work), {}, send);
+  auto res = simulate(p, make, std::move(work), {}, 0, send);
   expectAllDone(res);
   for (int r = 0; r < p; ++r) {
     for (int from = 0; from < p; ++from) {
@@ -658,6 +695,93 @@ void checkBruckAt(int p, std::size_t count, bool sendBuffer) {
             << (sendBuffer ? " (send buffer)" : " (staged)");
       }
     }
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// The round field of the tag (wire/tag.hpp) keeps rounds modulo 4,096, COMMUX_ROUND_WRAP
+// lowers that to 2 for tests. Every shipped algorithm must survive any wrap: no step has two
+// transfers with one peer whose rounds the field cannot tell apart (findRoundClash, which
+// every launch checks), and a run that matches messages on the wrapped round pairs each
+// message with its own receive (the simulator fails on a message of another round) and ends
+// with what the unwrapped run ends with.
+
+namespace {
+
+struct Algorithm {
+  const char* name;
+  std::function<Schedule(int rank, int size)> make;
+  std::size_t elements;  // the work buffer
+};
+
+/// Every algorithm c10d ships, for `p` ranks, `n` elements per rank and pipeline/ring
+/// pieces of `chunk` elements.
+std::vector<Algorithm> shippedAlgorithms(int p, std::size_t n, std::size_t chunk) {
+  const std::size_t total = n * static_cast<std::size_t>(p);
+  const auto even = evenBlocks(total, p);
+  const int root = p / 2;
+  std::vector<Algorithm> out = {
+      {"allreduce recursive doubling",
+       [=](int r, int s) { return allreduceRecursiveDoubling(r, s, total); }, total},
+      {"allreduce ring", [=](int r, int s) { return allreduceRing(r, s, total); }, total},
+      {"allreduce ring chunked", [=](int r, int s) { return allreduceRing(r, s, total, chunk); },
+       total},
+      {"allreduce rabenseifner", [=](int r, int s) { return allreduceRabenseifner(r, s, total); },
+       total},
+      {"broadcast binomial", [=](int r, int s) { return broadcastBinomial(r, s, root, total); },
+       total},
+      {"broadcast chain", [=](int r, int s) { return broadcastChain(r, s, root, total, chunk); },
+       total},
+      {"broadcast scatter allgather",
+       [=](int r, int s) { return broadcastScatterAllgather(r, s, root, total); }, total},
+      {"reduce binomial", [=](int r, int s) { return reduceBinomial(r, s, root, total); }, total},
+      {"reduce chain", [=](int r, int s) { return reduceChain(r, s, root, total, chunk); }, total},
+      {"barrier dissemination", [=](int r, int s) { return barrierDissemination(r, s); }, 0},
+      {"gather binomial", [=](int r, int s) { return gatherBinomial(r, s, root, n); }, total},
+      {"scatter binomial", [=](int r, int s) { return scatterBinomial(r, s, root, n); }, total},
+      {"allgather ring", [=](int r, int s) { return allgatherRing(r, s, even); }, total},
+      {"allgather dissemination", [=](int r, int s) { return allgatherDissemination(r, s, even); },
+       total},
+      {"reduce_scatter ring", [=](int r, int s) { return reduceScatterRing(r, s, even); }, total},
+      {"reduce_scatter ring chunked",
+       [=](int r, int s) { return reduceScatterRing(r, s, even, 0, chunk); }, total},
+      {"reduce_scatter recursive halving",
+       [=](int r, int s) { return reduceScatterRecursiveHalving(r, s, even); }, total},
+      // All-to-all over one buffer [send blocks | receive blocks], n elements to each rank.
+      {"alltoall pairwise",
+       [=](int r, int s) {
+         std::vector<Range> recv = evenBlocks(total, s);
+         for (Range& b : recv) b.offset += total;
+         return alltoallPairwise(r, s, even, recv);
+       },
+       2 * total},
+  };
+  if (isPowerOfTwo(p)) {
+    out.push_back({"allgather recursive doubling",
+                   [=](int r, int s) { return allgatherRecursiveDoubling(r, s, even); }, total});
+  }
+  return out;
+}
+
+void expectSurvivesWrap(int p, const Algorithm& a, std::uint32_t wrap) {
+  SCOPED_TRACE(std::string(a.name) + ", " + std::to_string(p) + " ranks, wrap " +
+               std::to_string(wrap));
+  std::vector<Schedule> schedules;
+  for (int r = 0; r < p; ++r) {
+    schedules.push_back(a.make(r, p));
+    ASSERT_EQ(findRoundClash(schedules.back(), wrap), "") << a.name << " p=" << p << " rank " << r;
+  }
+  const Maker cached = [&](int r) { return schedules[static_cast<std::size_t>(r)]; };
+  std::vector<Buffer> in;
+  for (int r = 0; r < p; ++r) in.push_back(input(r, a.elements));
+  const SimResult plain = simulate(p, cached, in);
+  const SimResult wrapped = simulate(p, cached, in, {}, wrap);
+  expectAllDone(wrapped);
+  for (int r = 0; r < p; ++r) {
+    ASSERT_EQ(wrapped.buffers[r], plain.buffers[r])
+        << a.name << " p=" << p << " wrap " << wrap << " rank " << r;
   }
 }
 
@@ -729,4 +853,70 @@ TEST(SchedulesAtScale, AlltoallSelection) {
   EXPECT_EQ(alltoallBruckBlocks(5, 0), 2u);  // 1, 3
   EXPECT_EQ(alltoallBruckBlocks(5, 1), 2u);  // 2, 3
   EXPECT_EQ(alltoallBruckBlocks(5, 2), 1u);  // 4
+}
+
+TEST(RoundWrap, EveryAlgorithmSurvivesTheSmallestWraps) {
+  for (int p : {2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 33}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{7}}) {
+      for (const Algorithm& a : shippedAlgorithms(p, n, 2)) {
+        for (std::uint32_t wrap : {2u, 4u}) expectSurvivesWrap(p, a, wrap);
+      }
+    }
+  }
+}
+
+TEST(RoundWrap, RunsPastTheTagsRoundField) {
+  // More than 4,096 rounds in one collective, matched modulo the real field.
+  const std::uint32_t wrap = 1u << commux::wire::kRoundBits;
+  // 3 ranks, pieces of one element: chains of 6,300 rounds, rings of 2 x 2,100 + 2.
+  for (const Algorithm& a : shippedAlgorithms(3, 2100, 1)) {
+    const std::string name = a.name;
+    if (name == "broadcast chain" || name == "reduce chain" ||
+        name.find("ring chunked") != std::string::npos) {
+      expectSurvivesWrap(3, a, wrap);
+    }
+  }
+  // A chunked ring of 65 ranks: 64 x 70 reduce-scatter rounds, then 64 allgather ones.
+  for (const Algorithm& a : shippedAlgorithms(65, 70, 1)) {
+    if (std::string(a.name) == "allreduce ring chunked") expectSurvivesWrap(65, a, wrap);
+  }
+}
+
+TEST(RoundWrap, NoClashAtFourThousandRanks) {
+  // Every algorithm at 4,095 and 4,096 ranks (rings with three pieces a block, so over
+  // 16,000 rounds), seen from a sample of ranks: building every rank's ring is too slow.
+  for (int p : {4095, 4096}) {
+    for (const Algorithm& a : shippedAlgorithms(p, 3, 1)) {
+      for (int r : {0, 1, 2, p / 2 - 1, p / 2, p / 2 + 1, p - 2, p - 1}) {
+        for (std::uint32_t wrap : {2u, 4096u}) {
+          EXPECT_EQ(findRoundClash(a.make(r, p), wrap), "")
+              << a.name << " p=" << p << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(RoundWrap, EqualTagsOutOfRoundOrderArePairedCrosswise) {
+  // Why the launch refuses such a schedule: rank 0 sends rounds 0 and 4 in one step, rank 1
+  // lists its receives the other way round. Exact rounds pair them right; modulo 4 the
+  // first receive takes the first message, which is the other round's.
+  const Maker make = [](int r) {
+    return r == 0 ? oneStepSchedule({{1, 0, 0, 1}, {1, 4, 1, 1}}, {})
+                  : oneStepSchedule({}, {{0, 4, 1, 1}, {0, 0, 0, 1}});
+  };
+  const std::vector<Buffer> in = {{10, 20}, {0, 0}};
+  EXPECT_EQ(simulate(2, make, in).buffers[1], (Buffer{10, 20}));
+  EXPECT_EQ(findRoundClash(make(0), 4), "");
+  EXPECT_NE(findRoundClash(make(1), 4), "");
+  ::testing::TestPartResultArray failures;
+  {
+    const ::testing::ScopedFakeTestPartResultReporter intercept(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
+    EXPECT_EQ(simulate(2, make, in, {}, 4).buffers[1], (Buffer{20, 10}));
+  }
+  ASSERT_EQ(failures.size(), 2) << "both receives took the other round's message";
+  EXPECT_NE(
+      std::string(failures.GetTestPartResult(0).message()).find("took another round's message"),
+      std::string::npos);
 }
