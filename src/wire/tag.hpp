@@ -16,9 +16,29 @@
 //                match with it masked so a format mismatch is detected, not a hang),
 //                bits 30..0 = the user tag, [0, 2^31-1].
 //           K=1: bits 31..12 = collective sequence number (mod 2^20), bits 11..0 = the
-//                round inside the collective (mod 2^12). Two messages with equal tags
-//                from one sender are matched in send order by UCX, so wrap-around of
-//                either field is harmless while posts stay in program order.
+//                round inside the collective (mod 2^12).
+//
+// No field overflows silently (docs/design.md, "Tag limits"). Two fields fail before
+// anything is sent, two wrap where wrapping is harmless, one is checked at the call:
+//  source   a group has at most 2^16 ranks: a larger one fails when it is created
+//           (ProcessGroupUCX), before it publishes or sends anything.
+//  context  at most 2^15 groups live in one process: one more fails when it is created
+//           (engine::ContextIds), before it publishes anything. A destroyed group's id
+//           comes back only after every other id was used, and its queued messages are
+//           purged, so nothing addressed to the old group reaches the new one.
+//  user tag [0, 2^31-1]; any other tag is refused at the call (c10d/validation.cpp).
+//  sequence wraps. Every rank issues a group's collectives in one order and UCX pairs equal
+//           tags from one sender in send order, so collectives 2^20 apart meet their own
+//           messages as long as one has finished before the other starts on each rank.
+//           A collective that failed may leave messages behind; the group then refuses
+//           further collectives (c10d/group_health.hpp), so none is ever matched.
+//  round    wraps. Transfers with one peer whose rounds are equal modulo the wrap carry
+//           one tag; both ends post them in round order, which is the order UCX pairs
+//           them in. Every launch checks this of its schedule and refuses one that breaks
+//           it before posting anything (collectives/round_fit.hpp); the simulator shows
+//           that no shipped algorithm does, at any wrap (tests/cpp/test_schedules.cpp).
+// Tests lower every limit: COMMUX_MAX_RANKS, COMMUX_MAX_CONTEXTS, COMMUX_SEQUENCE_WRAP and
+// COMMUX_ROUND_WRAP (commux/options.hpp).
 #include <cstdint>
 
 namespace commux::wire {
