@@ -25,8 +25,18 @@ def collect() -> dict:
         "CUDA support compiled": "yes" if _C.cuda_compiled() else "no",
         "CUDA devices visible": _C.cuda_device_count(),
         "UCX transports": ", ".join(_C.transports()) or "none found",
+        "UCX job hints": _hints(_C),
         "configuration": ", ".join(f"{k}={v}" for k, v in _C.config().items()),
     }
+
+
+def _hints(_C) -> str:
+    """What ucp_init is told about the job (from WORLD_SIZE and LOCAL_WORLD_SIZE here; a
+    process group without WORLD_SIZE passes its own size as the endpoint estimate)."""
+    if not hasattr(_C, "ucx_context_hints"):
+        return "unknown (older build)"
+    hints = _C.ucx_context_hints()
+    return ", ".join(f"{k}={'not passed' if v is None else v}" for k, v in hints.items())
 
 
 RDMA_TRANSPORTS = ("rc", "ud", "dc", "rc_verbs", "rc_mlx5", "ud_verbs", "ud_mlx5", "dc_mlx5")

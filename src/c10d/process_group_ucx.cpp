@@ -50,7 +50,7 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
                     " ranks");
   TORCH_CHECK_VALUE(rank >= 0 && rank < size, "commux: rank ", rank,
                     " is outside a group of size ", size);
-  engine_ = engine::Engine::instance();
+  engine_ = engine::Engine::instance(static_cast<std::size_t>(size));
   health_ = std::make_shared<GroupHealth>(size);
   store_ = store;
   // No purge here: it runs later on the driver and would drop messages that peers send to

@@ -86,21 +86,26 @@ struct ExitGuard {
 
 }  // namespace
 
-std::shared_ptr<Engine> Engine::instance() {
+std::shared_ptr<Engine> Engine::instance(std::size_t groupSize) {
   std::lock_guard<std::mutex> lock(instanceMutex);
   auto engine = instanceRef.lock();
   if (!engine) {
+    auto hints = ucx::JobHints::fromEnvironment();
+    // Started without a launcher (rank and size passed by hand): the first group is
+    // usually the world.
+    if (hints.endpoints == 0) hints.endpoints = groupSize;
     // The last reference can drop inside a completion callback (a Work released there),
     // on the progress thread or on a thread that holds the worker lock. Neither may join
     // the progress thread (it cannot join itself; the other would wait for the lock it
     // holds), so delete from a helper thread.
-    engine = std::shared_ptr<Engine>(new Engine(Config::get().progressSpin, Config::get().handOffDelay), [](Engine* e) {
-      if (e->onProgressThread() || e->drivenByThisThread()) {
-        deleteOnHelperThread(e);
-      } else {
-        delete e;
-      }
-    });
+    engine = std::shared_ptr<Engine>(
+        new Engine(Config::get().progressSpin, Config::get().handOffDelay, hints), [](Engine* e) {
+          if (e->onProgressThread() || e->drivenByThisThread()) {
+            deleteOnHelperThread(e);
+          } else {
+            delete e;
+          }
+        });
     instanceRef = engine;
   }
   return engine;
@@ -126,8 +131,9 @@ void Engine::shutdownInstance() {
   joinReapers();
 }
 
-Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay)
-    : context_(Config::get().loopbackOnly),
+Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay,
+               ucx::JobHints hints)
+    : context_(Config::get().loopbackOnly, hints),
       worker_(context_),
       progressSpin_(progressSpin),
       waker_(worker_.eventFd(), [this] { worker_.signal(); }, handOffDelay, kSleepSafetyNet),

@@ -38,8 +38,9 @@ namespace commux::engine {
 class Engine {
  public:
   /// The process-wide engine, created on first use and destroyed when the last holder
-  /// (a process group) lets go.
-  static std::shared_ptr<Engine> instance();
+  /// (a process group) lets go. `groupSize`: the size of the group that asks, UCX's
+  /// endpoint estimate when the launcher's WORLD_SIZE is not there.
+  static std::shared_ptr<Engine> instance(std::size_t groupSize = 0);
   /// Stops the live engine's progress thread, if any (at interpreter or process exit).
   static void shutdownInstance();
   /// Runs calls that block on the progress thread (joining it). The Python binding installs
@@ -51,7 +52,8 @@ class Engine {
   /// Runs `call(arg)` through the blocking wrapper (GIL released when Python installed one).
   static void runBlocking(void (*call)(void*), void* arg);
 
-  Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay);
+  Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay,
+         ucx::JobHints hints = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -59,6 +61,8 @@ class Engine {
   /// This worker's address, published to peers through the store.
   const std::string& address() const noexcept { return worker_.address(); }
   std::vector<std::string> transports() const { return context_.transports(); }
+  /// What UCX was told about the job when the context was made.
+  const ucx::JobHints& jobHints() const noexcept { return context_.hints(); }
 
   /// Communicator ids are local to this process (see wire/tag.hpp).
   ContextIds& contexts() noexcept { return contexts_; }

@@ -66,6 +66,23 @@ PYBIND11_MODULE(_C, m) {
   m.def("transports", [] { return commux::engine::Engine::instance()->transports(); },
         py::call_guard<py::gil_scoped_release>(),
         "UCX transport/device pairs usable in this process");
+  m.def(
+      "ucx_context_hints",
+      [] {
+        commux::ucx::JobHints h;
+        {
+          py::gil_scoped_release release;
+          h = commux::engine::Engine::instance()->jobHints();
+        }
+        // None: not passed to UCX (not known when the context was made).
+        const auto orNone = [](std::size_t v) { return v > 0 ? py::cast(v) : py::none(); };
+        py::dict d;
+        d["estimated_num_eps"] = orNone(h.endpoints);
+        d["estimated_num_ppn"] = orNone(h.processesPerNode);
+        return d;
+      },
+      "What ucp_init was told about the job (WORLD_SIZE, LOCAL_WORLD_SIZE, else the first "
+      "group's size for the endpoints)");
   m.def("config", [] {
     const auto& c = commux::Config::get();
     py::dict d;

@@ -10,8 +10,27 @@
 #include "ucx/status.hpp"
 
 namespace commux::ucx {
+namespace {
 
-Context::Context(bool loopbackOnly) {
+std::size_t positiveFromEnvironment(const char* name) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return 0;
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(raw, &end, 10);
+  // A malformed value is torch's to report (env:// rendezvous); a hint just stays unset.
+  return *end == '\0' && raw[0] != '-' ? static_cast<std::size_t>(value) : 0;
+}
+
+}  // namespace
+
+JobHints JobHints::fromEnvironment() {
+  JobHints hints;
+  hints.endpoints = positiveFromEnvironment("WORLD_SIZE");
+  hints.processesPerNode = positiveFromEnvironment("LOCAL_WORLD_SIZE");
+  return hints;
+}
+
+Context::Context(bool loopbackOnly, JobHints hints) : hints_(hints) {
   checkLoadedVersion();
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
@@ -24,6 +43,15 @@ Context::Context(bool loopbackOnly) {
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;  // one worker, owned by one progress thread
   params.name = "commux";
+  // Both fields are in UCX 1.13's ucp_params_t (the oldest UCX commux supports).
+  if (hints_.endpoints > 0) {
+    params.field_mask |= UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+    params.estimated_num_eps = hints_.endpoints;
+  }
+  if (hints_.processesPerNode > 0) {
+    params.field_mask |= UCP_PARAM_FIELD_ESTIMATED_NUM_PPN;
+    params.estimated_num_ppn = hints_.processesPerNode;
+  }
   // ucp_init() would ask for the API of the headers commux was built with; it needs only
   // what UCX 1.13 has (the system-UCX build compiles against 1.13), and an older UCX picked
   // at run time (COMMUX_UCX_HOME) would warn that the API is incompatible.

@@ -24,6 +24,22 @@ def test_report_names_the_loaded_ucx():
         assert key in r.stdout, r.stdout
 
 
+def test_report_shows_the_job_hints_given_to_ucx():
+    """WORLD_SIZE and LOCAL_WORLD_SIZE (as torchrun sets them, and commux.launcher under
+    mpirun/srun) become UCX's estimated_num_eps and estimated_num_ppn."""
+    env = dict(os.environ, WORLD_SIZE="8", LOCAL_WORLD_SIZE="4", COMMUX_LAUNCHER="0")
+    r = subprocess.run([sys.executable, "-m", "commux.info"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "estimated_num_eps=8, estimated_num_ppn=4" in r.stdout, r.stdout
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        env.pop(name)
+    r = subprocess.run([sys.executable, "-m", "commux.info"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "estimated_num_eps=not passed, estimated_num_ppn=not passed" in r.stdout, r.stdout
+
+
 def test_rdma_devices_without_an_rdma_transport_are_flagged(monkeypatch):
     monkeypatch.setattr(info.os, "listdir", lambda path: ["mlx5_0"] if path == "/sys/class/infiniband" else [])
     tcp_only = ["posix/memory", "tcp/eth0"]
