@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -53,17 +54,27 @@ void PeerTable::publish(const std::string& address, std::uint32_t context) {
   putU32(record, static_cast<std::uint32_t>(self.pidSpace.size()));
   record.insert(record.end(), self.pidSpace.begin(), self.pidSpace.end());
   record.insert(record.end(), address.begin(), address.end());
-  store_->set(prefix_ + std::to_string(rank_), record);
+  store_->set(key(rank_), record);
   std::lock_guard<std::mutex> lock(mutex_);
   routes_[rank_] = std::make_shared<engine::Route>(engine::Route{address, context});
   known_[rank_].store(true, std::memory_order_release);
 }
 
-std::shared_ptr<const engine::Route> PeerTable::get(int rank) {
+std::string PeerTable::key(int rank) const { return prefix_ + std::to_string(rank); }
+
+void PeerTable::checkRank(int rank) const {
   TORCH_CHECK(rank >= 0 && static_cast<std::size_t>(rank) < routes_.size(), "commux: rank ", rank,
               " is outside the group");
+}
+
+std::shared_ptr<const engine::Route> PeerTable::get(int rank) {
+  checkRank(rank);
   if (known_[rank].load(std::memory_order_acquire)) return routes_[rank];
-  const std::vector<uint8_t> record = store_->get(prefix_ + std::to_string(rank));
+  return adopt(rank, store_->get(key(rank)));
+}
+
+std::shared_ptr<const engine::Route> PeerTable::adopt(int rank,
+                                                      const std::vector<uint8_t>& record) {
   TORCH_CHECK(record.size() >= 28 && getU32(record, 0) == kMagic,
               "commux: rank ", rank, " published an unreadable peer record; "
               "is every rank running commux on the same process group?");
@@ -89,7 +100,64 @@ std::shared_ptr<const engine::Route> PeerTable::get(int rank) {
   return routes_[rank];
 }
 
+void PeerTable::resolve(const std::vector<int>& ranks) {
+  std::vector<int> missing;
+  for (int r : ranks) {
+    checkRank(r);
+    if (!known_[r].load(std::memory_order_acquire)) missing.push_back(r);
+  }
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  if (missing.empty()) return;
+  if (missing.size() == 1) {
+    get(missing[0]);
+    return;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(missing.size());
+  for (int r : missing) keys.push_back(key(r));
+  // One request for all of them (TCPStore: one wait and one MULTI_GET, whatever their
+  // number), where a get each cost a round trip per rank: p of them on every rank's first
+  // collective, p^2 on the store. Stores without it get each key (c10d's default).
+  std::vector<std::vector<uint8_t>> records;
+  try {
+    records = store_->multiGet(keys);
+  } catch (const c10::DistStoreError& e) {
+    throwMissing(missing, e.what());
+  }
+  TORCH_CHECK(records.size() == missing.size(), "commux: the store answered ", records.size(),
+              " of ", missing.size(), " peer records");
+  for (std::size_t i = 0; i < missing.size(); ++i) adopt(missing[i], records[i]);
+}
+
+void PeerTable::throwMissing(const std::vector<int>& ranks, const std::string& why) const {
+  // The store's own message lists every key waited for (thousands at scale): name the
+  // ranks that are missing instead, a check each, on this failure path only.
+  constexpr std::size_t kNamed = 8;
+  std::vector<int> absent;
+  std::size_t checked = 0;
+  try {
+    for (int r : ranks) {
+      ++checked;
+      if (!store_->check({key(r)})) absent.push_back(r);
+      if (absent.size() == kNamed) break;
+    }
+  } catch (const std::exception&) {
+    // The store itself is gone: its error is all there is to say.
+  }
+  std::string named;
+  for (int r : absent) named += (named.empty() ? "" : ", ") + std::to_string(r);
+  if (absent.size() == kNamed && checked < ranks.size()) named += ", ...";
+  const std::string cause = why.size() > 300 ? why.substr(0, 300) + "..." : why;
+  const std::string who =
+      absent.empty() ? std::to_string(ranks.size()) + " ranks" : "rank(s) " + named;
+  C10_THROW_ERROR(DistStoreError, "commux: rank " + std::to_string(rank_) +
+                                      " waited in vain for the peer records of " + who +
+                                      " (did every rank create this group?): " + cause);
+}
+
 std::vector<std::shared_ptr<const engine::Route>> PeerTable::get(const std::vector<int>& ranks) {
+  resolve(ranks);
   std::vector<std::shared_ptr<const engine::Route>> out(routes_.size());
   for (int r : ranks) out.at(r) = get(r);
   return out;
@@ -100,7 +168,9 @@ void PeerTable::resolveAll() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (allResolved_) return;
   }
-  for (int r = 0; r < static_cast<int>(routes_.size()); ++r) get(r);
+  std::vector<int> all(routes_.size());
+  for (std::size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
+  resolve(all);
   std::lock_guard<std::mutex> lock(mutex_);
   allResolved_ = true;
 }

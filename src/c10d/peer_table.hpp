@@ -4,7 +4,9 @@
 // "commux/<incarnation>/peer/<rank>" in the group's store; the others read it the first
 // time they talk to that rank, so connecting is lazy and a group of p ranks costs nothing
 // for pairs that never communicate. Collectives and receives from any source resolve every
-// rank (a member's death must fail them).
+// rank (a member's death must fail them), all missing records in one store request
+// (multiGet): a round trip per rank would make a group's first collective cost p round
+// trips on each rank and p^2 requests on the store.
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
@@ -36,14 +38,24 @@ class PeerTable {
   void publish(const std::string& address, std::uint32_t context);
   /// The route to `rank`; blocks on the store the first time (caller threads only).
   std::shared_ptr<const engine::Route> get(int rank);
-  /// Routes for a set of ranks, indexed by rank (others left empty).
+  /// Routes for a set of ranks, indexed by rank (others left empty); the records not read
+  /// yet come in one store request.
   std::vector<std::shared_ptr<const engine::Route>> get(const std::vector<int>& ranks);
-  /// Reads every rank's record (once): a collective's failure depends on every member.
+  /// Reads every rank's record (once, in one store request): a collective's failure
+  /// depends on every member.
   void resolveAll();
   /// The ranks resolved so far whose process listens at `address`.
   std::vector<int> ranksAt(const std::string& address) const;
 
  private:
+  std::string key(int rank) const;
+  void checkRank(int rank) const;
+  /// Reads the records of those of `ranks` not known yet, in one request.
+  void resolve(const std::vector<int>& ranks);
+  /// Parses `rank`'s record, starts watching it (onResolved_) and keeps its route.
+  std::shared_ptr<const engine::Route> adopt(int rank, const std::vector<uint8_t>& record);
+  [[noreturn]] void throwMissing(const std::vector<int>& ranks, const std::string& why) const;
+
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
   OnResolved onResolved_;
