@@ -156,3 +156,34 @@ def test_mpi_peer_beside_commux(tmp_path):
     assert "commux_bench / Open MPI C" in r.stdout
     summary = json.load(open(tmp_path / "summary.json"))
     assert summary["commux_cpp_p2p"]["lat_us"] > 0
+
+
+BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks",
+                         "bootstrap.py")
+
+
+@pytest.mark.ucx_only
+@pytest.mark.timeout(60)
+def test_bootstrap_benchmark_runs_at_two_ranks(tmp_path):
+    """benchmarks/bootstrap.py: both backends at 2 ranks, timings and store-op counts in the
+    CSV and the table (the store wrapper sees the backend's C++ calls)."""
+    r = subprocess.run([sys.executable, BOOTSTRAP, "--ranks", "2", "--backends", "ucx,gloo",
+                        "--timeout", "30", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    with open(tmp_path / "results.csv") as f:
+        rows = {row["backend"]: row for row in csv.DictReader(f)}
+    assert set(rows) == {"ucx", "gloo"}, rows
+    for row in rows.values():
+        assert row["error"] == "" and row["ranks"] == "2", row
+        assert 0 < float(row["init_max_ms"]) <= float(row["total_max_ms"]), row
+        assert float(row["allreduce_max_ms"]) > 0, row
+        assert int(row["ops_max"]) >= int(row["ops_rank0"]) > 0, row
+    # commux publishes its peer record (a set) and reads the other rank's (get/multi_get)
+    # through the wrapper.
+    kinds = rows["ucx"]["ops_by_kind_busiest"]
+    assert "set=" in kinds and ("get=" in kinds or "multi_get=" in kinds), kinds
+    assert int(rows["ucx"]["bytes_read_max"]) > 0
+    assert "| ucx | 2 |" in (tmp_path / "results.md").read_text()
+    with open(tmp_path / "ranks.csv") as f:
+        assert len(list(csv.DictReader(f))) == 4
