@@ -1,6 +1,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -63,6 +66,21 @@ void readBool(const char* name, bool& out) {
   }
 }
 
+/// One of a few named values; `listing` names them for the error.
+template <typename E>
+void readChoice(const char* name, E& out,
+                std::initializer_list<std::pair<const char*, E>> choices, const char* listing) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return;
+  for (const auto& [word, value] : choices) {
+    if (std::strcmp(raw, word) == 0) {
+      out = value;
+      return;
+    }
+  }
+  throw std::invalid_argument(std::string(name) + "='" + raw + "' is not " + listing);
+}
+
 }  // namespace
 
 Config Config::fromEnvironment() {
@@ -85,34 +103,15 @@ Config Config::fromEnvironment() {
   readUnsigned("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes);
   readMicros("COMMUX_SHM_SPIN_US", c.shmSpin);
   if (const char* raw = std::getenv("COMMUX_HOST"); raw != nullptr) c.host = raw;
-  if (const char* raw = std::getenv("COMMUX_HIERARCHY"); raw != nullptr && *raw != '\0') {
-    const std::string v(raw);
-    if (v == "auto") {
-      c.hierarchy = Hierarchy::Auto;
-    } else if (v == "leader") {
-      c.hierarchy = Hierarchy::Leader;
-    } else if (v == "parallel") {
-      c.hierarchy = Hierarchy::Parallel;
-    } else if (v == "off" || v == "0") {
-      c.hierarchy = Hierarchy::Off;
-    } else {
-      throw std::invalid_argument("COMMUX_HIERARCHY='" + v +
-                                  "' is not auto, leader, parallel or off");
-    }
-  }
+  readChoice("COMMUX_HIERARCHY", c.hierarchy,
+             {{"auto", Hierarchy::Auto}, {"leader", Hierarchy::Leader},
+              {"parallel", Hierarchy::Parallel}, {"off", Hierarchy::Off}, {"0", Hierarchy::Off}},
+             "auto, leader, parallel or off");
   readUnsigned("COMMUX_HIERARCHY_PARALLEL_MIN_BYTES", c.hierarchyParallelMinBytes);
-  if (const char* raw = std::getenv("COMMUX_FAILURE_DETECTION"); raw != nullptr && *raw != '\0') {
-    const std::string v(raw);
-    if (v == "auto") {
-      c.failureDetection = FailureDetection::Auto;
-    } else if (v == "ucx") {
-      c.failureDetection = FailureDetection::Ucx;
-    } else if (v == "off" || v == "0") {
-      c.failureDetection = FailureDetection::Off;
-    } else {
-      throw std::invalid_argument("COMMUX_FAILURE_DETECTION='" + v + "' is not auto, ucx or off");
-    }
-  }
+  readChoice("COMMUX_FAILURE_DETECTION", c.failureDetection,
+             {{"auto", FailureDetection::Auto}, {"ucx", FailureDetection::Ucx},
+              {"off", FailureDetection::Off}, {"0", FailureDetection::Off}},
+             "auto, ucx or off");
   {
     const char* world = std::getenv("WORLD_SIZE");
     const char* local = std::getenv("LOCAL_WORLD_SIZE");

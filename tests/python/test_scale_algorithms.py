@@ -40,16 +40,23 @@ def _allreduce_and_broadcast(rank, ws):
 
 def _everything(rank, ws):
     assert _gather_family(rank, ws) and _allreduce_and_broadcast(rank, ws)
-    # Which algorithm ran shows in an operation's description: rank 0 times out alone in an
-    # all_gather, so the test fails if the rings were still chosen. (Last: after a timeout the
-    # group runs no more collectives.)
-    if rank == 0:
-        w = dist.all_gather_into_tensor(torch.empty(ws * 4), torch.ones(4), async_op=True)
-        name = "recursive_doubling" if ws & (ws - 1) == 0 else "dissemination"
-        expect_error(lambda: w.wait(timeout=datetime.timedelta(milliseconds=300)), (name,),
-                     f"all_gather_into_tensor on {ws} ranks (should be {name})")
-    side_barrier("described", 60)
+    # The rings would fail this: rank 0's all_gather names recursive doubling or dissemination.
+    name = "recursive_doubling" if ws & (ws - 1) == 0 else "dissemination"
+    _expect_algorithm(rank, lambda: dist.all_gather_into_tensor(
+        torch.empty(ws * 4), torch.ones(4), async_op=True), name,
+        f"all_gather_into_tensor on {ws} ranks")
     return True
+
+
+def _expect_algorithm(rank, start, name, what):
+    """Which algorithm ran shows in an operation's description: rank 0 starts one alone
+    (`start` returns its Work), which times out with `name` in its message. Last in a job:
+    after a timeout the group runs no more collectives."""
+    if rank == 0:
+        w = start()
+        expect_error(lambda: w.wait(timeout=datetime.timedelta(milliseconds=300)), (name,),
+                     f"{what} (should be {name})")
+    side_barrier("described", 60)
 
 
 @pytest.mark.ucx_only
@@ -106,14 +113,9 @@ def _bruck_alltoall(rank, ws):
     dist.all_to_all_single(out, torch.cat([_a2a_block(rank, d, big, torch.float64) for d in range(ws)]))
     assert torch.equal(out, torch.cat([_a2a_block(s, rank, big, torch.float64) for s in range(ws)]))
     assert_group_works(ws)
-    # Which algorithm ran shows in the description of an all-to-all rank 0 runs alone (last:
-    # after a timeout the group runs no more collectives).
-    if rank == 0:
-        w = dist.all_to_all_single(torch.empty(ws * 4), torch.ones(ws * 4), async_op=True)
-        name = "pairwise" if ws == 3 else "bruck"
-        expect_error(lambda: w.wait(timeout=datetime.timedelta(milliseconds=300)), (name,),
-                     f"all_to_all_single on {ws} ranks (should be {name})")
-    side_barrier("described", 60)
+    _expect_algorithm(rank, lambda: dist.all_to_all_single(
+        torch.empty(ws * 4), torch.ones(ws * 4), async_op=True),
+        "pairwise" if ws == 3 else "bruck", f"all_to_all_single on {ws} ranks")
     return True
 
 
