@@ -35,10 +35,11 @@ collectives::Schedule onRanks(collectives::Schedule schedule, const std::vector<
 
 /// Runs the part between hosts on the calling thread (a channel's lane, or a waiter that
 /// runs the channel's work) and returns when it is over; gives up when `outer`, the
-/// collective it is part of, finished first (timed out or aborted).
-void crossHosts(engine::Engine& engine, engine::CollectiveOp::Setup setup,
+/// collective it is part of, finished first (timed out or aborted), and returns false
+/// (cancelled) at `deadline`, the waiter's own: its wait then times out as usual.
+bool crossHosts(engine::Engine& engine, engine::CollectiveOp::Setup setup,
                 engine::Description description, const at::Tensor& buffer,
-                const engine::Op& outer) {
+                const engine::Op& outer, std::chrono::steady_clock::time_point deadline) {
   setup.work = buffer.defined() ? buffer.view({-1}) : at::empty({0}, at::kByte);
   struct State {
     std::mutex mutex;
@@ -58,8 +59,10 @@ void crossHosts(engine::Engine& engine, engine::CollectiveOp::Setup setup,
       });
   engine.submit(op);
   bool cancelled = false;
+  bool late = false;
   while (!state->done.load(std::memory_order_acquire)) {
-    if (!cancelled && outer.finished()) {
+    late = late || std::chrono::steady_clock::now() >= deadline;
+    if (!cancelled && (outer.finished() || late)) {
       engine.cancel(op, engine::commError("commux: " + outer.description() +
                                           ": abandoned between hosts (timed out or aborted)"));
       cancelled = true;
@@ -73,7 +76,9 @@ void crossHosts(engine::Engine& engine, engine::CollectiveOp::Setup setup,
                            [&] { return state->done.load(std::memory_order_acquire); });
     }
   }
+  if (late && cancelled) return false;
   if (state->error) std::rethrow_exception(state->error);
+  return true;
 }
 
 }  // namespace
@@ -160,8 +165,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
   hierarchy->localRoot = hierarchy->rootHere ? layout.localIndexOf[root] : 0;
   if (crosses) {
     hierarchy->cross = [engine = engine_, setup = std::move(setup), description](
-                           const at::Tensor& part, const engine::Op& outer) {
-      crossHosts(*engine, setup, description, part, outer);
+                           const at::Tensor& part, const engine::Op& outer,
+                           std::chrono::steady_clock::time_point deadline) {
+      return crossHosts(*engine, setup, description, part, outer, deadline);
     };
   }
   shm::Job job;

@@ -215,7 +215,18 @@ bool HostLayout::uniform() const noexcept {
 
 ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::shared_ptr<engine::Engine> engine) {
-  put(*store, key("host", rank), hostIdentity());
+  const std::string me = hostIdentity();
+  put(*store, key("host", rank), me);
+  if (me.empty()) {
+    // This rank keeps the whole group off shared memory (groupHosts), which it knows without
+    // waiting for anyone: a rank with COMMUX_SHM=0 never waits here. Rank 0 answers for all.
+    const std::string alone = groupHosts(std::vector<std::string>(size));
+    if (rank == 0) {
+      put(*store, storeKeyPrefix() + "shm/layout", alone);
+      put(*store, storeKeyPrefix() + "shm/verdict", "1");
+    }
+    return ShmSetup{parseLayout(alone, size), nullptr, false};
+  }
   if (rank == 0) {
     std::vector<std::string> keys;
     for (int r = 0; r < size; ++r) keys.push_back(key("host", r));

@@ -215,6 +215,20 @@ bool Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
   return true;
 }
 
+void Channel::runCross(const HostParts& hierarchy, const at::Tensor& buffer, CollectiveOp& op) {
+  bool done = false;
+  try {
+    done = hierarchy.cross(buffer, op, deadline_);
+  } catch (...) {
+    abandon();
+    throw;
+  }
+  if (done) return;
+  // The waiter running this ran out of time, as a wait in the channel would (waitAll).
+  abandon();
+  throw DeadlineReached{};
+}
+
 char* Channel::slot(std::uint32_t s, int rank) const noexcept {
   return slots_ + ((s & 1u) * shape_.size + static_cast<std::size_t>(rank)) * shape_.slotBytes;
 }

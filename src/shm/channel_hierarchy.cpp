@@ -14,15 +14,6 @@ void Channel::runPart(CollectiveOp& op, Job job) {
   run(op);
 }
 
-void Channel::runCross(const HostParts& hierarchy, const at::Tensor& buffer, CollectiveOp& op) {
-  try {
-    hierarchy.cross(buffer, op);
-  } catch (...) {
-    abandon();
-    throw;
-  }
-}
-
 void Channel::runHierarchical(CollectiveOp& op) {
   const Job whole = op.job();
   const HostParts& h = *whole.hierarchy;

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -57,8 +58,12 @@ struct HostParts {
   bool rootHere = false;
   int localRoot = 0;
   /// This rank's part between hosts, on `buffer` (blocking; throws on failure; gives up
-  /// when `outer` is finished: timed out or aborted). Empty where this rank does not cross.
-  std::function<void(const at::Tensor& buffer, const engine::Op& outer)> cross;
+  /// when `outer` is finished: timed out or aborted). False when it gave up at `deadline`,
+  /// that of a waiter running the channel's work (cancelled then). Empty where this rank
+  /// does not cross.
+  std::function<bool(const at::Tensor& buffer, const engine::Op& outer,
+                     std::chrono::steady_clock::time_point deadline)>
+      cross;
 };
 
 struct Job {
