@@ -83,13 +83,16 @@ struct Config {
   /// Splits one machine into several "hosts", so the host-aware collectives can be tried on
   /// one machine; it never joins ranks that do not share a kernel and /dev/shm.
   std::string host;
-  /// COMMUX_HIERARCHY: how a group that spans hosts runs allreduce, reduce, broadcast and
-  /// barrier (CPU tensors): shared memory inside each host and UCX between hosts (leader:
-  /// one rank per host crosses; parallel, allreduce only: every rank crosses with its
-  /// counterparts for its block), or off: flat UCX between all ranks. auto: parallel from
-  /// COMMUX_HIERARCHY_PARALLEL_MIN_BYTES when every host has as many ranks, else leader.
+  /// COMMUX_HIERARCHY: how a group that spans hosts runs allreduce, reduce, broadcast,
+  /// allgather, reduce_scatter and barrier (CPU tensors): shared memory inside each host
+  /// and UCX between hosts (leader: one rank per host crosses; parallel, allreduce only:
+  /// every rank crosses with its counterparts for its block), or off: flat UCX between all
+  /// ranks. auto: parallel from COMMUX_HIERARCHY_PARALLEL_MIN_BYTES when every host has as
+  /// many ranks, else leader; broadcast, reduce, allgather and reduce_scatter in parts only
+  /// from COMMUX_HIERARCHY_MIN_BYTES (below it their flat schedules are faster).
   Hierarchy hierarchy = Hierarchy::Auto;
   std::size_t hierarchyParallelMinBytes = 256 * 1024;
+  std::size_t hierarchyMinBytes = 64 * 1024;
 
   /// COMMUX_FAILURE_DETECTION: auto, ucx or off (see FailureDetection).
   FailureDetection failureDetection = FailureDetection::Auto;

@@ -180,18 +180,26 @@ class ProcessGroupUCX : public c10d::Backend {
   /// group whose ranks share a host), else null; every rank decides alike. Raises first
   /// when collectives may not run (an earlier one failed).
   std::shared_ptr<shm::Channel> shmFor(const char* what, bool cpu);
-  /// Whether allreduce, reduce, broadcast and barrier run hierarchically: the group spans
-  /// hosts and some host has several ranks (known once shmFor has run), on CPU tensors,
-  /// unless COMMUX_HIERARCHY=off. Every rank decides alike.
-  bool hierarchical(bool cpu) const;
-  /// The collective of `kind` on `buffer` (dense; undefined for a barrier) in parts: shared
+  /// Whether a collective of `kind` over `bytes` (each rank's whole buffer) runs in parts:
+  /// the group spans hosts and some host has several ranks (known once shmFor has run), on
+  /// CPU tensors, as COMMUX_HIERARCHY and its thresholds say. Every rank decides alike.
+  bool hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) const;
+  /// `job` (as for a channel, with group ranks as roots and a dense buffer) in parts: shared
   /// memory inside hosts, UCX between them (hierarchical_api.cpp). `sequence` numbers its
   /// UCX part.
   c10::intrusive_ptr<c10d::Work> launchHierarchical(
-      c10d::OpType type, shm::Kind kind, int root, at::Tensor buffer,
-      std::optional<engine::ReduceKind> reduce, engine::Description description,
+      c10d::OpType type, shm::Job&& job, engine::Description description,
       std::vector<at::Tensor> outputs, std::function<void()> finalize,
       std::chrono::milliseconds timeout, std::uint32_t sequence);
+  /// `job` on this host's `channel` when the group shares one host, else in parts across
+  /// hosts (launchHierarchical); described as `op` on `described` with `detail`.
+  c10::intrusive_ptr<c10d::Work> launchShared(c10d::OpType type,
+                                              const std::shared_ptr<shm::Channel>& channel,
+                                              shm::Job&& job, const char* op,
+                                              c10::ArrayRef<at::Tensor> described,
+                                              std::string detail, std::vector<at::Tensor> outputs,
+                                              std::function<void()> finalize,
+                                              std::chrono::milliseconds timeout);
   /// Runs `job` on `channel`; `finalize` copies the results out when it completes.
   c10::intrusive_ptr<c10d::Work> launchShm(c10d::OpType type, engine::Description description,
                                            std::vector<at::Tensor> outputs,

@@ -1,5 +1,6 @@
 // ProcessGroupUCX: allgather and reduce-scatter, the collectives whose buffer holds one
-// block per rank. Both stage into one flat buffer of p blocks and run a ring schedule.
+// block per rank: through shared memory (one host, or in parts across hosts), else staged
+// into one flat buffer of p blocks for a UCX schedule.
 #include <c10/util/Exception.h>
 
 #include "c10d/reduction.hpp"
@@ -21,17 +22,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
                     "commux: all_gather_into_tensor: the output holds ",
                     outputBuffer.numel(), " elements; it must hold world size (", size_,
                     ") x input (", inputBuffer.numel(), ")");
-  if (auto channel = shmFor("all_gather_into_tensor", inputBuffer.is_cpu())) {
+  auto channel = shmFor("all_gather_into_tensor", inputBuffer.is_cpu());
+  if (channel ||
+      hierarchical(shm::Kind::Allgather, inputBuffer.is_cpu(), byteCount(outputBuffer))) {
     shm::Job job;
     job.kind = shm::Kind::Allgather;
     job.input = dense(inputBuffer);
     job.output = dense(outputBuffer);
     at::Tensor output = job.output;
-    return launchShm(c10d::OpType::_ALLGATHER_BASE,
-                     describe("all_gather_into_tensor", {inputBuffer}, "", "shared memory",
-                              nextSequence()),
-                     {outputBuffer}, channel, std::move(job),
-                     [output, outputBuffer] { scatterBack(output, {outputBuffer}); }, opts.timeout);
+    return launchShared(c10d::OpType::_ALLGATHER_BASE, channel, std::move(job),
+                        "all_gather_into_tensor", {inputBuffer}, "", {outputBuffer},
+                        [output, outputBuffer] { scatterBack(output, {outputBuffer}); },
+                        opts.timeout);
   }
   at::Tensor work = flat(outputBuffer);
   work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n))
@@ -64,6 +66,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
   checkSameKind("all_gather", input, outputs[0]);
   const std::size_t n = elementCount(input);
   auto channel = shmFor("all_gather", input.is_cpu());
+  const bool parts =
+      hierarchical(shm::Kind::Allgather, input.is_cpu(), byteCount(input) * size_);
   at::Tensor work = at::empty({static_cast<int64_t>(n) * size_}, input.options());
   auto unpack = [work, outputs, n] {
     for (std::size_t r = 0; r < outputs.size(); ++r) {
@@ -71,14 +75,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
                            .view(outputs[r].sizes()));
     }
   };
-  if (channel) {
+  if (channel || parts) {
     shm::Job job;
     job.kind = shm::Kind::Allgather;
     job.input = dense(input);
     job.output = work;
-    return launchShm(c10d::OpType::ALLGATHER,
-                     describe("all_gather", {input}, "", "shared memory", nextSequence()), outputs,
-                     channel, std::move(job), std::move(unpack), opts.timeout);
+    return launchShared(c10d::OpType::ALLGATHER, channel, std::move(job), "all_gather", {input},
+                        "", outputs, std::move(unpack), opts.timeout);
   }
   work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n)).copy_(input.reshape({-1}));
   const std::uint32_t seq = nextSequence();
@@ -103,7 +106,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
                     " elements; it must hold world size (", size_, ") x output (",
                     outputBuffer.numel(), ")");
   const int64_t contributions = size_;
-  if (auto channel = shmFor("reduce_scatter_tensor", inputBuffer.is_cpu())) {
+  auto channel = shmFor("reduce_scatter_tensor", inputBuffer.is_cpu());
+  if (channel ||
+      hierarchical(shm::Kind::ReduceScatter, inputBuffer.is_cpu(), byteCount(inputBuffer))) {
     // Only read: the input needs a private copy only when its contribution is scaled first.
     at::Tensor input = dense(inputBuffer);
     if (reduction.changesContribution()) {
@@ -117,15 +122,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
     job.reduce = reduction.kind();
     job.input = input;
     job.output = output;
-    return launchShm(c10d::OpType::_REDUCE_SCATTER_BASE,
-                     describe("reduce_scatter_tensor", {outputBuffer}, reduction.label(),
-                              "shared memory", nextSequence()),
-                     {outputBuffer}, channel, std::move(job),
-                     [output, outputBuffer, reduction, contributions, direct] {
-                       reduction.finish(output, contributions);
-                       if (!direct) outputBuffer.copy_(output.view(outputBuffer.sizes()));
-                     },
-                     opts.timeout);
+    return launchShared(c10d::OpType::_REDUCE_SCATTER_BASE, channel, std::move(job),
+                        "reduce_scatter_tensor", {outputBuffer}, reduction.label(), {outputBuffer},
+                        [output, outputBuffer, reduction, contributions, direct] {
+                          reduction.finish(output, contributions);
+                          if (!direct) outputBuffer.copy_(output.view(outputBuffer.sizes()));
+                        },
+                        opts.timeout);
   }
   // The input must stay as it is: reduce in a private copy.
   at::Tensor work = inputBuffer.reshape({-1}).clone();

@@ -2,6 +2,7 @@
 // contiguous buffer (in place when it can), picks a schedule and hands it to the engine.
 #include <c10/util/Exception.h>
 
+#include "c10d/collective_setup.hpp"
 #include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
 #include "commux/options.hpp"
@@ -34,36 +35,45 @@ at::Tensor localReduce(const std::vector<at::Tensor>& tensors, engine::ReduceKin
 
 }  // namespace
 
+engine::CollectiveOp::Setup collectiveSetup(PeerTable& peers, collectives::Schedule schedule,
+                                            std::optional<engine::ReduceKind> reduce,
+                                            std::uint32_t context, int rank,
+                                            std::uint32_t sequence,
+                                            const engine::Description& description, int ranks) {
+  // Before anything is posted: a step whose transfers the tag cannot tell apart (round_fit.hpp).
+  const std::string clash = collectives::findRoundClash(schedule, Config::get().roundWrap);
+  TORCH_CHECK_VALUE(clash.empty(), "commux: ", description.str(), " on ", ranks, " ranks: ", clash,
+                    ". Nothing was sent. Raise COMMUX_ROUND_WRAP if it was lowered; otherwise "
+                    "this is a commux bug, please report it");
+  engine::CollectiveOp::Setup setup;
+  setup.routes = peers.get(schedule.peers());
+  setup.schedule = std::move(schedule);
+  setup.reduce = reduce;
+  setup.myContext = context;
+  setup.myRank = rank;
+  // The tag keeps the sequence modulo the wrap (COMMUX_SEQUENCE_WRAP, 2^20 by default).
+  setup.sequence = sequence & (Config::get().sequenceWrap - 1);
+  return setup;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     c10d::OpType type, std::uint32_t sequence, engine::Description description,
     std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
     std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
     std::chrono::milliseconds timeout, at::Tensor sendBuffer, int onlyPeer) {
   const NoAutograd noAutograd;
-  // Before anything is posted: a step whose transfers the tag cannot tell apart (round_fit.hpp).
-  const std::string clash = collectives::findRoundClash(schedule, Config::get().roundWrap);
-  TORCH_CHECK_VALUE(clash.empty(), "commux: ", description.str(), " on ", size_, " ranks: ", clash,
-                    ". Nothing was sent. Raise COMMUX_ROUND_WRAP if it was lowered; otherwise "
-                    "this is a commux bug, please report it");
   // Every member is watched: a collective fails when any of them dies, also one this rank
   // does not talk to directly (its partners would wait for it).
   if (onlyPeer < 0) peers_->resolveAll();
-  auto routes = peers_->get(schedule.peers());
+  auto setup = collectiveSetup(*peers_, std::move(schedule), reduce, context_, rank_, sequence,
+                               description, size_);
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   w->setPeer(onlyPeer);
   if (onlyPeer < 0) {
     w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
   }
-  engine::CollectiveOp::Setup setup;
-  setup.schedule = std::move(schedule);
   setup.work = std::move(work);
   setup.sendBuffer = std::move(sendBuffer);
-  setup.reduce = reduce;
-  setup.routes = std::move(routes);
-  setup.myContext = context_;
-  setup.myRank = rank_;
-  // The tag keeps the sequence modulo the wrap (COMMUX_SEQUENCE_WRAP, 2^20 by default).
-  setup.sequence = sequence & (Config::get().sequenceWrap - 1);
   setup.finalize = std::move(finalize);
   launch(w, std::make_shared<engine::CollectiveOp>(std::move(setup), w->parts(), w->completer()));
   return w;
@@ -91,6 +101,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
   return w;
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShared(
+    c10d::OpType type, const std::shared_ptr<shm::Channel>& channel, shm::Job&& job,
+    const char* op, c10::ArrayRef<at::Tensor> described, std::string detail,
+    std::vector<at::Tensor> outputs, std::function<void()> finalize,
+    std::chrono::milliseconds timeout) {
+  const std::uint32_t seq = nextSequence();
+  if (channel) {
+    return launchShm(type, describe(op, described, std::move(detail), "shared memory", seq),
+                     std::move(outputs), channel, std::move(job), std::move(finalize), timeout);
+  }
+  return launchHierarchical(type, std::move(job),
+                            describe(op, described, std::move(detail), "hierarchical", seq),
+                            std::move(outputs), std::move(finalize), timeout, seq);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
   const NoAutograd noAutograd;
@@ -100,7 +125,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
   checkTensors("allreduce", tensors, true);
   const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
   auto channel = shmFor("allreduce", tensors[0].is_cpu());
-  const bool parts = hierarchical(tensors[0].is_cpu());
+  const bool parts = hierarchical(shm::Kind::Allreduce, tensors[0].is_cpu(), 0);
   at::Tensor work = (channel || parts) && tensors.size() == 1
                         ? dense(tensors[0])
                         : localReduce(tensors, reduction.kind(), false);
@@ -110,21 +135,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
     reduction.finish(work, contributions);
     scatterBack(work, tensors);
   };
-  if (channel) {
+  if (channel || parts) {
     shm::Job job;
     job.kind = shm::Kind::Allreduce;
     job.reduce = reduction.kind();
     job.buffer = work;
-    return launchShm(c10d::OpType::ALLREDUCE,
-                     describe("allreduce", tensors, reduction.label(), "shared memory", nextSequence()),
-                     tensors, channel, std::move(job), std::move(finalize), opts.timeout);
-  }
-  if (parts) {
-    const std::uint32_t seq = nextSequence();
-    return launchHierarchical(
-        c10d::OpType::ALLREDUCE, shm::Kind::Allreduce, 0, work, reduction.kind(),
-        describe("allreduce", tensors, reduction.label(), "hierarchical", seq), tensors,
-        std::move(finalize), opts.timeout, seq);
+    return launchShared(c10d::OpType::ALLREDUCE, channel, std::move(job), "allreduce", tensors,
+                        reduction.label(), tensors, std::move(finalize), opts.timeout);
   }
   auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
                                          thresholds());
@@ -146,7 +163,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
   // Only the root's tensors receive the result; the others keep their input, so
   // non-roots reduce in a private buffer.
   auto channel = shmFor("reduce", tensors[0].is_cpu());
-  const bool parts = hierarchical(tensors[0].is_cpu());
+  const bool parts =
+      hierarchical(shm::Kind::Reduce, tensors[0].is_cpu(), byteCount(tensors[0]));
   // Over shared memory a non-root's buffer is only read: it needs a private copy only when
   // its contribution is scaled first. In parts, a host's leader gathers into its buffer.
   at::Tensor work = (channel || (parts && isRoot)) && tensors.size() == 1 &&
@@ -161,22 +179,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
     scatterBack(work, tensors);
   };
   const std::string detail = reduction.label() + " to rank " + std::to_string(root);
-  if (channel) {
+  if (channel || parts) {
     shm::Job job;
     job.kind = shm::Kind::Reduce;
     job.root = root;
     job.reduce = reduction.kind();
     job.buffer = work;
-    return launchShm(c10d::OpType::REDUCE,
-                     describe("reduce", tensors, detail, "shared memory", nextSequence()), tensors,
-                     channel, std::move(job), std::move(finalize), opts.timeout);
-  }
-  if (parts) {
-    const std::uint32_t seq = nextSequence();
-    return launchHierarchical(c10d::OpType::REDUCE, shm::Kind::Reduce, root, work,
-                              reduction.kind(),
-                              describe("reduce", tensors, detail, "hierarchical", seq), tensors,
-                              std::move(finalize), opts.timeout, seq);
+    return launchShared(c10d::OpType::REDUCE, channel, std::move(job), "reduce", tensors, detail,
+                        tensors, std::move(finalize), opts.timeout);
   }
   auto plan = collectives::planReduce(rank_, size_, root, elementCount(work), work.element_size(),
                                       thresholds());
@@ -197,7 +207,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                     tensors.size(), " tensors");
   const int root = static_cast<int>(opts.rootRank);
   auto channel = shmFor("broadcast", tensors[0].is_cpu());
-  const bool parts = hierarchical(tensors[0].is_cpu());
+  const bool parts =
+      hierarchical(shm::Kind::Broadcast, tensors[0].is_cpu(), byteCount(tensors[0]));
   // Shared memory takes any contiguous shape; the schedules want 1-D.
   const bool anyShape = channel || parts;
   const auto shaped = [&](const at::Tensor& t) { return anyShape ? dense(t) : flat(t); };
@@ -206,22 +217,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                         ? (anyShape ? tensors[0] : tensors[0].view({-1}))
                         : at::empty({tensors[0].numel()}, tensors[0].options());
   const std::string detail = "from rank " + std::to_string(root);
-  if (channel) {
+  if (channel || parts) {
     shm::Job job;
     job.kind = shm::Kind::Broadcast;
     job.root = root;
     job.buffer = work;
-    return launchShm(c10d::OpType::BROADCAST,
-                     describe("broadcast", tensors, detail, "shared memory", nextSequence()),
-                     tensors, channel, std::move(job), [work, tensors] { scatterBack(work, tensors); },
-                     opts.timeout);
-  }
-  if (parts) {
-    const std::uint32_t seq = nextSequence();
-    return launchHierarchical(c10d::OpType::BROADCAST, shm::Kind::Broadcast, root, work,
-                              std::nullopt,
-                              describe("broadcast", tensors, detail, "hierarchical", seq), tensors,
-                              [work, tensors] { scatterBack(work, tensors); }, opts.timeout, seq);
+    return launchShared(c10d::OpType::BROADCAST, channel, std::move(job), "broadcast", tensors,
+                        detail, tensors, [work, tensors] { scatterBack(work, tensors); },
+                        opts.timeout);
   }
   auto plan = collectives::planBroadcast(rank_, size_, root, elementCount(work), work.element_size(),
                                          thresholds());
@@ -239,11 +242,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptio
     return launchShm(c10d::OpType::BARRIER, describe("barrier", {}, "", "shared memory", nextSequence()),
                      {}, channel, shm::Job{}, nullptr, opts.timeout);
   }
-  if (hierarchical(true)) {
+  if (hierarchical(shm::Kind::Barrier, true, 0)) {
     const std::uint32_t seq = nextSequence();
-    return launchHierarchical(c10d::OpType::BARRIER, shm::Kind::Barrier, 0, at::Tensor(),
-                              std::nullopt, describe("barrier", {}, "", "hierarchical", seq), {},
-                              nullptr, opts.timeout, seq);
+    return launchHierarchical(c10d::OpType::BARRIER, shm::Job{},
+                              describe("barrier", {}, "", "hierarchical", seq), {}, nullptr,
+                              opts.timeout, seq);
   }
   auto plan = collectives::planBarrier(rank_, size_);
   const std::uint32_t seq = nextSequence();

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "c10d/collective_setup.hpp"
 #include "c10d/peer_table.hpp"
 #include "c10d/shm_setup.hpp"
 #include "c10d/staging.hpp"
@@ -23,6 +24,18 @@
 
 namespace commux {
 namespace {
+
+/// A buffer the UCX schedules take: flat (an empty one for a barrier).
+at::Tensor flatOrEmpty(const at::Tensor& buffer) {
+  return buffer.defined() ? buffer.view({-1}) : at::empty({0}, at::kByte);
+}
+
+/// The group's ranks host by host, as the rows of a (ranks x block) view are reordered.
+at::Tensor hostOrderIndex(const HostLayout& layout) {
+  std::vector<int64_t> order;
+  for (const auto& ranks : layout.hosts) order.insert(order.end(), ranks.begin(), ranks.end());
+  return at::tensor(order, at::kLong);
+}
 
 /// `schedule` planned over indices into `members`, turned into group ranks.
 collectives::Schedule onRanks(collectives::Schedule schedule, const std::vector<int>& members) {
@@ -40,7 +53,7 @@ collectives::Schedule onRanks(collectives::Schedule schedule, const std::vector<
 bool crossHosts(engine::Engine& engine, engine::CollectiveOp::Setup setup,
                 engine::Description description, const at::Tensor& buffer,
                 const engine::Op& outer, std::chrono::steady_clock::time_point deadline) {
-  setup.work = buffer.defined() ? buffer.view({-1}) : at::empty({0}, at::kByte);
+  setup.work = buffer;
   struct State {
     std::mutex mutex;
     std::condition_variable cv;
@@ -88,22 +101,35 @@ std::vector<std::vector<int>> ProcessGroupUCX::hosts() const {
   return layout_ ? layout_->hosts : std::vector<std::vector<int>>{};
 }
 
-bool ProcessGroupUCX::hierarchical(bool cpu) const {
-  return cpu && layout_ && Config::get().hierarchy != Hierarchy::Off;
+bool ProcessGroupUCX::hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) const {
+  const Config& config = Config::get();
+  if (!cpu || !layout_ || config.hierarchy == Hierarchy::Off) return false;
+  if (config.hierarchy != Hierarchy::Auto) return true;
+  // Allreduce and barrier gain at every size (their flat schedules cross hosts at every
+  // step); the others have as many steps between hosts either way, so small ones only pay
+  // for the extra shared-memory stages (docs/performance.md, "host-aware collectives").
+  return kind == shm::Kind::Allreduce || kind == shm::Kind::Barrier ||
+         bytes >= config.hierarchyMinBytes;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
-    c10d::OpType type, shm::Kind kind, int root, at::Tensor buffer,
-    std::optional<engine::ReduceKind> reduce, engine::Description description,
+    c10d::OpType type, shm::Job&& job, engine::Description description,
     std::vector<at::Tensor> outputs, std::function<void()> finalize,
     std::chrono::milliseconds timeout, std::uint32_t sequence) {
   const HostLayout& layout = *layout_;
+  const shm::Kind kind = job.kind;
   const int myHost = layout.hostOf[rank_];
+  const int hosts = layout.hostCount();
   const int hostRanks = static_cast<int>(layout.hosts[myHost].size());
   const bool rooted = kind == shm::Kind::Reduce || kind == shm::Kind::Broadcast;
+  const bool blocks = kind == shm::Kind::Allgather || kind == shm::Kind::ReduceScatter;
+  const int root = job.root;
   const int rootHost = rooted ? layout.hostOf[root] : 0;
-  const std::size_t count = buffer.defined() ? static_cast<std::size_t>(buffer.numel()) : 0;
-  const std::size_t elementSize = buffer.defined() ? buffer.element_size() : 1;
+  const at::Tensor& sized = blocks ? (kind == shm::Kind::Allgather ? job.input : job.output)
+                                   : job.buffer;
+  // Elements of the buffer, or of each rank's block (allgather, reduce_scatter).
+  const std::size_t count = sized.defined() ? static_cast<std::size_t>(sized.numel()) : 0;
+  const std::size_t elementSize = sized.defined() ? sized.element_size() : 1;
   const Config& config = Config::get();
   // The same choice on every rank: it depends on the layout, the size and the settings.
   const bool parallel =
@@ -113,19 +139,62 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
 
   // The ranks that cross, one per host, in host order.
   std::vector<int> members;
-  for (int h = 0; h < layout.hostCount(); ++h) {
+  for (int h = 0; h < hosts; ++h) {
     const auto& ranks = layout.hosts[h];
     members.push_back(parallel ? ranks[layout.localIndexOf[rank_]]
                       : rooted && h == rootHost ? root
                                                 : ranks[0]);
   }
   const bool crosses = members[myHost] == rank_;
-  const int hosts = layout.hostCount();
-  const std::size_t crossCount =
-      parallel ? (count + hostRanks - 1) / static_cast<std::size_t>(hostRanks) : count;
+  const std::optional<engine::ReduceKind> reduce =
+      shm::reduces(kind) ? std::optional<engine::ReduceKind>(job.reduce) : std::nullopt;
 
-  engine::CollectiveOp::Setup setup;
+  auto hierarchy = std::make_shared<shm::HostParts>();
+  hierarchy->parallel = parallel;
+  hierarchy->rootHere = rooted && rootHost == myHost;
+  hierarchy->localRoot = hierarchy->rootHere ? layout.localIndexOf[root] : 0;
+  // Allgather and reduce_scatter cross on the blocks host by host (hostOrder): the group's
+  // ranks need not be numbered host by host. When they are, it is the buffer itself.
+  at::Tensor order;  // the ranks host by host, when that is another order
+  std::function<void()> before, after;
+  if (blocks && crosses) {
+    std::int64_t offset = 0;
+    for (int h = 0; h < myHost; ++h) offset += static_cast<std::int64_t>(layout.hosts[h].size());
+    hierarchy->hostOffset = offset * static_cast<std::int64_t>(count);
+    order = hostOrderIndex(layout);
+    if (order.equal(at::arange(size_, at::kLong))) order = at::Tensor();
+    const auto p = static_cast<std::int64_t>(size_), n = static_cast<std::int64_t>(count);
+    if (kind == shm::Kind::Allgather) {
+      at::Tensor output = job.output;
+      hierarchy->hostOrder = order.defined() ? at::empty({p * n}, output.options()) : output.view({-1});
+      if (order.defined()) {
+        after = [output, hostOrder = hierarchy->hostOrder, order, p, n] {
+          output.view({p, n}).index_copy_(0, order, hostOrder.view({p, n}));
+        };
+      }
+    } else {
+      // The leader sums its host's inputs into a private copy (its input stays as it was).
+      job.buffer = job.input.reshape({-1}).clone();
+      hierarchy->hostOrder = order.defined() ? at::empty({p * n}, job.buffer.options()) : job.buffer;
+      if (order.defined()) {
+        before = [summed = job.buffer, hostOrder = hierarchy->hostOrder, order, p, n] {
+          at::Tensor rows = hostOrder.view({p, n});
+          at::index_select_out(rows, summed.view({p, n}), 0, order);
+        };
+      }
+    }
+  }
+
+  collectives::Schedule schedule;
   if (crosses) {
+    // The part between hosts, planned over host indices and turned into the crossing ranks.
+    const std::size_t crossCount =
+        parallel ? (count + hostRanks - 1) / static_cast<std::size_t>(hostRanks) : count;
+    std::vector<collectives::Range> hostBlocks;
+    for (std::size_t h = 0, first = 0; blocks && h < layout.hosts.size(); ++h) {
+      hostBlocks.push_back({first * count, layout.hosts[h].size() * count});
+      first += layout.hosts[h].size();
+    }
     collectives::Plan plan{};
     switch (kind) {
       case shm::Kind::Allreduce:
@@ -139,42 +208,56 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
         plan = collectives::planBroadcast(myHost, hosts, rootHost, crossCount, elementSize,
                                           thresholds());
         break;
+      case shm::Kind::Allgather:
+        plan = collectives::planAllgather(myHost, hosts, hostBlocks, elementSize, thresholds());
+        break;
+      case shm::Kind::ReduceScatter:
+        plan = collectives::planReduceScatter(myHost, hosts, hostBlocks, elementSize,
+                                              thresholds());
+        break;
       case shm::Kind::Barrier: plan = collectives::planBarrier(myHost, hosts); break;
       default: TORCH_CHECK(false, "commux: ", shm::kindName(kind), " has no hierarchical form");
     }
-    setup.schedule = onRanks(std::move(plan.schedule), members);
-    setup.routes = peers_->get(setup.schedule.peers());
-    setup.reduce = reduce;
-    setup.myContext = context_;
-    setup.myRank = rank_;
-    setup.sequence = sequence & (Config::get().sequenceWrap - 1);
+    schedule = onRanks(std::move(plan.schedule), members);
   }
 
   auto channel = std::atomic_load(&shm_);
   if (!channel) {
     // Alone on this host: only the part between hosts, which this rank always runs.
     TORCH_CHECK(crosses, "commux: internal error: a rank alone on its host must cross");
+    at::Tensor work = flatOrEmpty(job.buffer);
+    std::function<void()> done = std::move(finalize);
+    if (blocks) {
+      work = hierarchy->hostOrder;
+      const auto mine = work.narrow(0, hierarchy->hostOffset, static_cast<std::int64_t>(count));
+      if (kind == shm::Kind::Allgather) {
+        mine.copy_(job.input.reshape({-1}));
+        if (after) done = [after, done] { after(); if (done) done(); };
+      } else {
+        if (before) before();
+        done = [mine, output = job.output, done] {
+          output.view({-1}).copy_(mine);
+          if (done) done();
+        };
+      }
+    }
     return launchCollective(type, sequence, std::move(description), std::move(outputs),
-                            std::move(setup.schedule),
-                            buffer.defined() ? buffer.view({-1}) : at::empty({0}, at::kByte),
-                            reduce, std::move(finalize), timeout);
+                            std::move(schedule), work, reduce, std::move(done), timeout);
   }
-  auto hierarchy = std::make_shared<shm::HostParts>();
-  hierarchy->parallel = parallel;
-  hierarchy->rootHere = rooted && rootHost == myHost;
-  hierarchy->localRoot = hierarchy->rootHere ? layout.localIndexOf[root] : 0;
   if (crosses) {
-    hierarchy->cross = [engine = engine_, setup = std::move(setup), description](
+    auto setup = collectiveSetup(*peers_, std::move(schedule), reduce, context_, rank_, sequence,
+                                 description, hosts);
+    hierarchy->cross = [engine = engine_, setup = std::move(setup), description, before, after](
                            const at::Tensor& part, const engine::Op& outer,
                            std::chrono::steady_clock::time_point deadline) {
-      return crossHosts(*engine, setup, description, part, outer, deadline);
+      if (before) before();
+      if (!crossHosts(*engine, setup, description, flatOrEmpty(part), outer, deadline)) {
+        return false;
+      }
+      if (after) after();
+      return true;
     };
   }
-  shm::Job job;
-  job.kind = kind;
-  job.root = rooted ? root : 0;
-  job.reduce = reduce.value_or(engine::ReduceKind::Sum);
-  job.buffer = std::move(buffer);
   job.hierarchy = std::move(hierarchy);
   return launchShm(type, std::move(description), std::move(outputs), channel, std::move(job),
                    std::move(finalize), timeout);

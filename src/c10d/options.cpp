@@ -108,6 +108,7 @@ Config Config::fromEnvironment() {
               {"parallel", Hierarchy::Parallel}, {"off", Hierarchy::Off}, {"0", Hierarchy::Off}},
              "auto, leader, parallel or off");
   readUnsigned("COMMUX_HIERARCHY_PARALLEL_MIN_BYTES", c.hierarchyParallelMinBytes);
+  readUnsigned("COMMUX_HIERARCHY_MIN_BYTES", c.hierarchyMinBytes);
   readChoice("COMMUX_FAILURE_DETECTION", c.failureDetection,
              {{"auto", FailureDetection::Auto}, {"ucx", FailureDetection::Ucx},
               {"off", FailureDetection::Off}, {"0", FailureDetection::Off}},

@@ -103,6 +103,7 @@ PYBIND11_MODULE(_C, m) {
     static const char* const kHierarchy[] = {"auto", "leader", "parallel", "off"};
     d["COMMUX_HIERARCHY"] = kHierarchy[static_cast<int>(c.hierarchy)];
     d["COMMUX_HIERARCHY_PARALLEL_MIN_BYTES"] = c.hierarchyParallelMinBytes;
+    d["COMMUX_HIERARCHY_MIN_BYTES"] = c.hierarchyMinBytes;
     d["COMMUX_FAILURE_DETECTION"] =
         c.failureDetection == commux::FailureDetection::Auto
             ? "auto"

@@ -1,6 +1,7 @@
 // A collective of a group that spans hosts, as this host's channel runs it: shared-memory
 // parts among this host's ranks around the part between hosts (HostParts::cross), the way
-// MPI's HAN and UCC's hierarchical teams split them.
+// MPI's HAN and UCC's hierarchical teams split them. The rank that crosses is the channel's
+// first (the host's leader) except where HostParts says otherwise.
 #include <ATen/ATen.h>
 
 #include "shm/channel.hpp"
@@ -75,6 +76,36 @@ void Channel::runHierarchical(CollectiveOp& op) {
         runPart(op, part);
       }
       break;
+    case Kind::Allgather: {
+      // Gather into the leader's blocks of this host, the leaders exchange their hosts'
+      // blocks (and put them in rank order), broadcast the whole.
+      const int64_t n = whole.input.numel();
+      part.kind = Kind::Gather;
+      part.input = whole.input;
+      if (crosses) part.output = h.hostOrder.narrow(0, h.hostOffset, n * shape_.size);
+      runPart(op, part);
+      if (crosses) runCross(h, h.hostOrder, op);
+      part = Job{};
+      part.kind = Kind::Broadcast;
+      part.buffer = whole.output;
+      runPart(op, part);
+      break;
+    }
+    case Kind::ReduceScatter: {
+      // Sum this host's inputs on the leader, the leaders reduce-scatter by host, scatter
+      // the host's blocks.
+      const int64_t n = whole.output.numel();
+      part.kind = Kind::Reduce;
+      part.buffer = crosses ? whole.buffer : whole.input;
+      runPart(op, part);
+      if (crosses) runCross(h, h.hostOrder, op);
+      part = Job{};
+      part.kind = Kind::Scatter;
+      if (crosses) part.input = h.hostOrder.narrow(0, h.hostOffset, n * shape_.size);
+      part.output = whole.output;
+      runPart(op, part);
+      break;
+    }
     case Kind::Barrier:
       part.kind = Kind::Barrier;
       runPart(op, part);

@@ -43,12 +43,14 @@ bool reduces(Kind kind) noexcept;
 ///  - Allreduce, Reduce, Broadcast: `buffer` in and out (Reduce: the result on the root).
 ///  - Allgather, Gather: `input` (n elements), `output` (size * n; Gather: root only).
 ///  - Scatter: `input` (size * n, root only), `output` (n).
-///  - ReduceScatter: `input` (size * n), `output` (n).
+///  - ReduceScatter: `input` (size * n), `output` (n); in parts across hosts, the rank that
+///    crosses also a private `buffer` (size * n) its host's sum lands in.
 ///  - Alltoall: `input` and `output` with per-peer element counts, which may differ.
 ///  - Barrier: nothing.
-/// A group that spans hosts runs allreduce, reduce, broadcast and barrier in parts: shared
-/// memory among the ranks of each host (this channel) and UCX between hosts (`cross`). The
-/// group (c10d/hierarchical_api.cpp) plans the parts; the channel runs them in order.
+/// A group that spans hosts runs allreduce, reduce, broadcast, allgather, reduce_scatter and
+/// barrier in parts: shared memory among the ranks of each host (this channel) and UCX
+/// between hosts (`cross`). The group (c10d/hierarchical_api.cpp) plans the parts; the
+/// channel runs them in order.
 struct HostParts {
   /// Allreduce only: reduce-scatter here, every rank crosses with its counterparts on the
   /// other hosts for its block, allgather here. Otherwise one rank per host crosses.
@@ -57,6 +59,11 @@ struct HostParts {
   /// this host's shared-memory part gathers to it or starts from it. Else `localRoot` is 0.
   bool rootHere = false;
   int localRoot = 0;
+  /// Allgather and reduce_scatter, on the rank that crosses: every rank's block, host by
+  /// host (this host's blocks, in channel order, from element `hostOffset`); the part
+  /// between hosts runs on it.
+  at::Tensor hostOrder;
+  int64_t hostOffset = 0;
   /// This rank's part between hosts, on `buffer` (blocking; throws on failure; gives up
   /// when `outer` is finished: timed out or aborted). False when it gave up at `deadline`,
   /// that of a waiter running the channel's work (cancelled then). Empty where this rank

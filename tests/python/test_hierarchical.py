@@ -1,5 +1,5 @@
-"""Host-aware collectives: a group that spans hosts runs allreduce, reduce, broadcast and
-barrier in parts, shared memory inside each host and UCX between hosts
+"""Host-aware collectives: a group that spans hosts runs allreduce, reduce, broadcast,
+allgather, reduce_scatter and barrier in parts, shared memory inside each host and UCX between hosts
 (src/c10d/hierarchical_api.cpp, src/shm/channel_hierarchy.cpp).
 
 COMMUX_HOST splits this machine into "hosts" (ranks share memory only when it is equal), so
@@ -103,13 +103,35 @@ def _every_collective(rank, world_size, scratch, labels):
         dist.broadcast(z, src=root)
         assert torch.equal(z, torch.arange(24.0).reshape(4, 6).t())
 
+    # Allgather and reduce-scatter: blocks land in rank order whatever the hosts' order;
+    # the larger sizes run in parts under auto too (COMMUX_HIERARCHY_MIN_BYTES).
+    for salt, n in enumerate([0, 1, 3, 5_000, 40_001]):
+        out = torch.empty(ws * n)
+        dist.all_gather_into_tensor(out, _values(rank, n, salt))
+        assert torch.equal(out, torch.cat([_values(r, n, salt) for r in range(ws)])), n
+        outs = [torch.empty(n) for _ in range(ws)]
+        dist.all_gather(outs, _values(rank, n, salt + 1))
+        assert all(torch.equal(o, _values(r, n, salt + 1)) for r, o in enumerate(outs)), n
+        # Non-contiguous output: every rank's block is a column.
+        cols = torch.empty(n, ws).t()
+        dist.all_gather_into_tensor(cols, _values(rank, n, salt + 2))
+        assert torch.equal(cols, torch.stack([_values(r, n, salt + 2) for r in range(ws)])), n
+        inp = torch.cat([_values(rank, n, salt + 10 * d) for d in range(ws)])
+        before = inp.clone()
+        got = torch.empty(n)
+        dist.reduce_scatter_tensor(got, inp)
+        assert torch.equal(inp, before), "reduce_scatter changed its input"
+        assert torch.equal(got, sum(_values(r, n, salt + 10 * rank) for r in range(ws))), n
+        dist.reduce_scatter_tensor(got, inp, op=dist.ReduceOp.MAX)
+        assert torch.equal(got, _values(ws - 1, n, salt + 10 * rank)), n
+        dist.reduce_scatter_tensor(got, inp, op=dist.ReduceOp.AVG)
+        want = sum(_values(r, n, salt + 10 * rank) for r in range(ws)) / ws
+        assert torch.allclose(got, want), n
+    rs = torch.empty(2, dtype=torch.int64)
+    dist.reduce_scatter(rs, [torch.full((2,), rank + i, dtype=torch.int64) for i in range(ws)])
+    assert rs.tolist() == [sum(r + rank for r in range(ws))] * 2
+
     # The collectives that stay flat across hosts, and point-to-point.
-    out = [torch.empty(3) for _ in range(ws)]
-    dist.all_gather(out, torch.full((3,), float(rank)))
-    assert [o[0].item() for o in out] == list(map(float, range(ws)))
-    rs = torch.empty(2)
-    dist.reduce_scatter(rs, [torch.full((2,), float(rank + i)) for i in range(ws)])
-    assert rs.tolist() == [float(sum(r + rank for r in range(ws)))] * 2
     a2a = torch.empty(ws)
     dist.all_to_all_single(a2a, torch.arange(ws, dtype=torch.float32) + 10 * rank)
     assert a2a.tolist() == [float(rank + 10 * r) for r in range(ws)]
@@ -162,6 +184,55 @@ def test_every_collective_is_right_across_hosts(layout, hierarchy):
 def test_three_hosts_of_two():
     labels = ["a", "a", "b", "b", "c", "c"]
     run_ranks(_every_collective, len(labels), timeout=300, init="none", labels=labels, env={})
+
+
+def _which_path(rank, world_size, scratch, labels):
+    """Which path each collective takes shows in its description: rank 0 starts it alone on
+    a fresh group (set up by a barrier first), and it times out naming the path."""
+    import torch
+    import torch.distributed as dist
+
+    _init(rank, world_size, scratch, labels)
+    small, large = 8, 32_768  # floats per rank: 32 B and 128 KiB
+    ws = world_size
+    last = ws - 1
+    cases = [
+        ("allreduce small", True, lambda g: dist.all_reduce(torch.ones(small), group=g, async_op=True)),
+        ("barrier", True, lambda g: dist.barrier(group=g, async_op=True)),
+        # Rank 0 receives in every flat case below, so its operation cannot finish alone.
+        ("broadcast small", False,
+         lambda g: dist.broadcast(torch.ones(small), src=last, group=g, async_op=True)),
+        ("broadcast large", True,
+         lambda g: dist.broadcast(torch.ones(large), src=last, group=g, async_op=True)),
+        ("reduce small", False, lambda g: dist.reduce(torch.ones(small), dst=0, group=g, async_op=True)),
+        ("reduce large", True, lambda g: dist.reduce(torch.ones(large), dst=0, group=g, async_op=True)),
+        ("allgather small", False, lambda g: dist.all_gather_into_tensor(
+            torch.empty(ws * small), torch.ones(small), group=g, async_op=True)),
+        ("allgather large", True, lambda g: dist.all_gather_into_tensor(
+            torch.empty(ws * large), torch.ones(large), group=g, async_op=True)),
+        ("reduce_scatter small", False, lambda g: dist.reduce_scatter_tensor(
+            torch.empty(small), torch.ones(ws * small), group=g, async_op=True)),
+        ("reduce_scatter large", True, lambda g: dist.reduce_scatter_tensor(
+            torch.empty(large), torch.ones(ws * large), group=g, async_op=True)),
+    ]
+    for name, in_parts, start in cases:
+        group = dist.new_group(list(range(ws)))
+        dist.barrier(group=group)
+        if rank == 0:
+            work = start(group)
+            msg = expect_error(lambda: work.wait(timeout=datetime.timedelta(milliseconds=300)),
+                               ["timed out"], f"{name} on rank 0 alone")
+            assert ("hierarchical" in msg) == in_parts, (name, msg)
+        _store_barrier(dist.distributed_c10d._get_default_store(), name, ws)
+    dist.destroy_process_group()
+    return True
+
+
+def test_which_collectives_run_in_parts():
+    """Under auto, allreduce and barrier run in parts at every size; broadcast, reduce,
+    allgather and reduce_scatter from COMMUX_HIERARCHY_MIN_BYTES (64 KiB) only."""
+    assert all(run_ranks(_which_path, 4, timeout=180, init="none", labels=["a", "a", "b", "b"],
+                         env={}))
 
 
 def _flat(rank, world_size, scratch, labels):
