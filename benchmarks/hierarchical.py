@@ -8,7 +8,9 @@ Gloo in the same job. Run it through the multi-host harness, once per setting:
     python3 benchmarks/hierarchical.py --table /tmp/hier-2x2-*.json
 
 Each op runs `iters` times after a warm-up; the time per op is the slowest rank's mean.
-Buffers are written before timing. Sizes are bytes of float32 per rank.
+Buffers are written before timing. Sizes are bytes of float32 per rank: the buffer, the
+allgather's output and the reduce-scatter's input (each rank's block is 1/world of it).
+`HIER_BENCH_OPS` (comma-separated) and `HIER_BENCH_SIZES` narrow a run.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sys
 import time
 
 SIZES = [8, 64 * 1024, 1 << 20, 16 << 20]
-OPS = ["allreduce", "broadcast", "reduce", "barrier"]
+OPS = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier"]
 
 
 def iterations(nbytes):
@@ -39,16 +41,22 @@ def run_job():
     # Gloo must be told which interface crosses between the hosts.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
     gloo = dist.new_group(backend="gloo")
+    ops = os.environ.get("HIER_BENCH_OPS", ",".join(OPS)).split(",")
+    sizes = [int(s) for s in os.environ.get("HIER_BENCH_SIZES", ",".join(map(str, SIZES))).split(",")]
     results = {}
     for name, group in (("ucx", None), ("gloo", gloo)):
         per = results.setdefault(name, {})
-        for op in OPS:
-            for nbytes in SIZES if op != "barrier" else [0]:
+        for op in ops:
+            for nbytes in sizes if op != "barrier" else [0]:
                 t = torch.full((max(nbytes // 4, 1),), float(rank + 1))
+                block = torch.full((max(nbytes // 4 // world, 1),), float(rank + 1))
+                whole = torch.full((block.numel() * world,), float(rank + 1))
                 calls = {
                     "allreduce": lambda: dist.all_reduce(t, group=group),
                     "broadcast": lambda: dist.broadcast(t, src=0, group=group),
                     "reduce": lambda: dist.reduce(t, dst=world - 1, group=group),
+                    "allgather": lambda: dist.all_gather_into_tensor(whole, block, group=group),
+                    "reduce_scatter": lambda: dist.reduce_scatter_tensor(block, whole, group=group),
                     "barrier": lambda: dist.barrier(group=group),
                 }
                 call = calls[op]

@@ -87,9 +87,10 @@ struct Config {
   /// allgather, reduce_scatter and barrier (CPU tensors): shared memory inside each host
   /// and UCX between hosts (leader: one rank per host crosses; parallel, allreduce only:
   /// every rank crosses with its counterparts for its block), or off: flat UCX between all
-  /// ranks. auto: parallel from COMMUX_HIERARCHY_PARALLEL_MIN_BYTES when every host has as
-  /// many ranks, else leader; broadcast, reduce, allgather and reduce_scatter in parts only
-  /// from COMMUX_HIERARCHY_MIN_BYTES (below it their flat schedules are faster).
+  /// ranks. parallel needs every host to hold as many ranks (else leader). auto: parallel
+  /// from COMMUX_HIERARCHY_PARALLEL_MIN_BYTES, else leader; broadcast, reduce, allgather and
+  /// reduce_scatter in parts only from COMMUX_HIERARCHY_MIN_BYTES (below it their flat
+  /// schedules are faster). Rank 0's values count for the whole group.
   Hierarchy hierarchy = Hierarchy::Auto;
   std::size_t hierarchyParallelMinBytes = 256 * 1024;
   std::size_t hierarchyMinBytes = 64 * 1024;

@@ -173,8 +173,8 @@ class ProcessGroupUCX : public c10d::Backend {
       std::chrono::milliseconds timeout, at::Tensor sendBuffer = {}, int onlyPeer = -1);
   void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op);
   std::uint32_t nextSequence() { return sequence_++; }
-  /// The group's shared-memory channel, or null when the group cannot use one (or it
-  /// broke). The first call is collective: every rank must make it at the same point.
+  /// This host's shared-memory channel of the group, or null when there is none (the group
+  /// cannot use one, this rank is alone on its host, or it broke). The first call is collective: every rank must make it at the same point.
   std::shared_ptr<shm::Channel> shmChannel();
   /// The group's channel when this collective goes through shared memory (CPU tensors on a
   /// group whose ranks share a host), else null; every rank decides alike. Raises first

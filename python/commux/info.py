@@ -33,8 +33,6 @@ def collect() -> dict:
 def _hints(_C) -> str:
     """What ucp_init is told about the job (from WORLD_SIZE and LOCAL_WORLD_SIZE here; a
     process group without WORLD_SIZE passes its own size as the endpoint estimate)."""
-    if not hasattr(_C, "ucx_context_hints"):
-        return "unknown (older build)"
     hints = _C.ucx_context_hints()
     return ", ".join(f"{k}={'not passed' if v is None else v}" for k, v in hints.items())
 

@@ -24,7 +24,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
                     ") x input (", inputBuffer.numel(), ")");
   auto channel = shmFor("all_gather_into_tensor", inputBuffer.is_cpu());
   if (channel ||
-      hierarchical(shm::Kind::Allgather, inputBuffer.is_cpu(), byteCount(outputBuffer))) {
+      hierarchical(shm::Kind::Allgather, inputBuffer.is_cpu(), outputBuffer.nbytes())) {
     shm::Job job;
     job.kind = shm::Kind::Allgather;
     job.input = dense(inputBuffer);
@@ -67,7 +67,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
   const std::size_t n = elementCount(input);
   auto channel = shmFor("all_gather", input.is_cpu());
   const bool parts =
-      hierarchical(shm::Kind::Allgather, input.is_cpu(), byteCount(input) * size_);
+      hierarchical(shm::Kind::Allgather, input.is_cpu(), input.nbytes() * size_);
   at::Tensor work = at::empty({static_cast<int64_t>(n) * size_}, input.options());
   auto unpack = [work, outputs, n] {
     for (std::size_t r = 0; r < outputs.size(); ++r) {
@@ -108,7 +108,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
   const int64_t contributions = size_;
   auto channel = shmFor("reduce_scatter_tensor", inputBuffer.is_cpu());
   if (channel ||
-      hierarchical(shm::Kind::ReduceScatter, inputBuffer.is_cpu(), byteCount(inputBuffer))) {
+      hierarchical(shm::Kind::ReduceScatter, inputBuffer.is_cpu(), inputBuffer.nbytes())) {
     // Only read: the input needs a private copy only when its contribution is scaled first.
     at::Tensor input = dense(inputBuffer);
     if (reduction.changesContribution()) {

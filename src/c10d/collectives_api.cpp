@@ -164,7 +164,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
   // non-roots reduce in a private buffer.
   auto channel = shmFor("reduce", tensors[0].is_cpu());
   const bool parts =
-      hierarchical(shm::Kind::Reduce, tensors[0].is_cpu(), byteCount(tensors[0]));
+      hierarchical(shm::Kind::Reduce, tensors[0].is_cpu(), tensors[0].nbytes());
   // Over shared memory a non-root's buffer is only read: it needs a private copy only when
   // its contribution is scaled first. In parts, a host's leader gathers into its buffer.
   at::Tensor work = (channel || (parts && isRoot)) && tensors.size() == 1 &&
@@ -208,7 +208,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
   const int root = static_cast<int>(opts.rootRank);
   auto channel = shmFor("broadcast", tensors[0].is_cpu());
   const bool parts =
-      hierarchical(shm::Kind::Broadcast, tensors[0].is_cpu(), byteCount(tensors[0]));
+      hierarchical(shm::Kind::Broadcast, tensors[0].is_cpu(), tensors[0].nbytes());
   // Shared memory takes any contiguous shape; the schedules want 1-D.
   const bool anyShape = channel || parts;
   const auto shaped = [&](const at::Tensor& t) { return anyShape ? dense(t) : flat(t); };

@@ -12,7 +12,6 @@
 #include "c10d/peer_table.hpp"
 #include "c10d/shm_setup.hpp"
 #include "c10d/staging.hpp"
-#include "c10d/work_ucx.hpp"
 #include "collectives/selection.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
@@ -28,13 +27,6 @@ namespace {
 /// A buffer the UCX schedules take: flat (an empty one for a barrier).
 at::Tensor flatOrEmpty(const at::Tensor& buffer) {
   return buffer.defined() ? buffer.view({-1}) : at::empty({0}, at::kByte);
-}
-
-/// The group's ranks host by host, as the rows of a (ranks x block) view are reordered.
-at::Tensor hostOrderIndex(const HostLayout& layout) {
-  std::vector<int64_t> order;
-  for (const auto& ranks : layout.hosts) order.insert(order.end(), ranks.begin(), ranks.end());
-  return at::tensor(order, at::kLong);
 }
 
 /// `schedule` planned over indices into `members`, turned into group ranks.
@@ -102,14 +94,12 @@ std::vector<std::vector<int>> ProcessGroupUCX::hosts() const {
 }
 
 bool ProcessGroupUCX::hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) const {
-  const Config& config = Config::get();
-  if (!cpu || !layout_ || config.hierarchy == Hierarchy::Off) return false;
-  if (config.hierarchy != Hierarchy::Auto) return true;
+  if (!cpu || !layout_ || layout_->hierarchy == Hierarchy::Off) return false;
+  if (layout_->hierarchy != Hierarchy::Auto) return true;
   // Allreduce and barrier gain at every size (their flat schedules cross hosts at every
   // step); the others have as many steps between hosts either way, so small ones only pay
   // for the extra shared-memory stages (docs/performance.md, "host-aware collectives").
-  return kind == shm::Kind::Allreduce || kind == shm::Kind::Barrier ||
-         bytes >= config.hierarchyMinBytes;
+  return kind == shm::Kind::Allreduce || kind == shm::Kind::Barrier || bytes >= layout_->minBytes;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
@@ -118,6 +108,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     std::chrono::milliseconds timeout, std::uint32_t sequence) {
   const HostLayout& layout = *layout_;
   const shm::Kind kind = job.kind;
+  // Every member is watched (a collective fails when any of them dies), and the routes of
+  // the part between hosts are then known without another store request.
+  peers_->resolveAll();
   const int myHost = layout.hostOf[rank_];
   const int hosts = layout.hostCount();
   const int hostRanks = static_cast<int>(layout.hosts[myHost].size());
@@ -130,12 +123,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
   // Elements of the buffer, or of each rank's block (allgather, reduce_scatter).
   const std::size_t count = sized.defined() ? static_cast<std::size_t>(sized.numel()) : 0;
   const std::size_t elementSize = sized.defined() ? sized.element_size() : 1;
-  const Config& config = Config::get();
-  // The same choice on every rank: it depends on the layout, the size and the settings.
+  // The same choice on every rank: it depends on the layout, the size and rank 0's settings.
   const bool parallel =
       kind == shm::Kind::Allreduce && layout.uniform() &&
-      (config.hierarchy == Hierarchy::Parallel ||
-       (config.hierarchy == Hierarchy::Auto && count * elementSize >= config.hierarchyParallelMinBytes));
+      (layout.hierarchy == Hierarchy::Parallel ||
+       (layout.hierarchy == Hierarchy::Auto && count * elementSize >= layout.parallelMinBytes));
 
   // The ranks that cross, one per host, in host order.
   std::vector<int> members;
@@ -155,14 +147,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
   hierarchy->localRoot = hierarchy->rootHere ? layout.localIndexOf[root] : 0;
   // Allgather and reduce_scatter cross on the blocks host by host (hostOrder): the group's
   // ranks need not be numbered host by host. When they are, it is the buffer itself.
-  at::Tensor order;  // the ranks host by host, when that is another order
   std::function<void()> before, after;
   if (blocks && crosses) {
-    std::int64_t offset = 0;
-    for (int h = 0; h < myHost; ++h) offset += static_cast<std::int64_t>(layout.hosts[h].size());
-    hierarchy->hostOffset = offset * static_cast<std::int64_t>(count);
-    order = hostOrderIndex(layout);
-    if (order.equal(at::arange(size_, at::kLong))) order = at::Tensor();
+    hierarchy->hostOffset = layout.hostStart[myHost] * static_cast<std::int64_t>(count);
+    // The ranks host by host, as rows of a (ranks x block) view are reordered.
+    const at::Tensor order = layout.byHost ? at::Tensor() : at::tensor(layout.hostOrder, at::kLong);
     const auto p = static_cast<std::int64_t>(size_), n = static_cast<std::int64_t>(count);
     if (kind == shm::Kind::Allgather) {
       at::Tensor output = job.output;
@@ -245,13 +234,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
                             std::move(schedule), work, reduce, std::move(done), timeout);
   }
   if (crosses) {
-    auto setup = collectiveSetup(*peers_, std::move(schedule), reduce, context_, rank_, sequence,
-                                 description, hosts);
-    hierarchy->cross = [engine = engine_, setup = std::move(setup), description, before, after](
-                           const at::Tensor& part, const engine::Op& outer,
-                           std::chrono::steady_clock::time_point deadline) {
+    // A refusal (collectiveSetup) surfaces where the part would run, so that this host's
+    // channel is abandoned and its other ranks stop waiting for this one.
+    engine::CollectiveOp::Setup setup;
+    std::exception_ptr refused;
+    try {
+      setup = collectiveSetup(*peers_, std::move(schedule), reduce, context_, rank_, sequence,
+                              description, hosts);
+    } catch (...) {
+      refused = std::current_exception();
+    }
+    hierarchy->cross = [engine = engine_, setup = std::move(setup), refused, description, before,
+                        after](const at::Tensor& part, const engine::Op& outer,
+                               std::chrono::steady_clock::time_point deadline) mutable {
+      if (refused) std::rethrow_exception(refused);
       if (before) before();
-      if (!crossHosts(*engine, setup, description, flatOrEmpty(part), outer, deadline)) {
+      if (!crossHosts(*engine, std::move(setup), description, flatOrEmpty(part), outer,
+                      deadline)) {
         return false;
       }
       if (after) after();

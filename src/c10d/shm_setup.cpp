@@ -80,6 +80,15 @@ std::string groupHosts(const std::vector<std::string>& identities) {
   return out;
 }
 
+// Rank 0's settings that choose between flat and hierarchical paths, after the layout: a rank
+// started with another COMMUX_HIERARCHY would take other paths than its peers and wait for
+// messages that never come.
+std::string hierarchySettings() {
+  const Config& c = Config::get();
+  return "| " + std::to_string(static_cast<int>(c.hierarchy)) + " " +
+         std::to_string(c.hierarchyParallelMinBytes) + " " + std::to_string(c.hierarchyMinBytes);
+}
+
 HostLayout parseLayout(const std::string& text, int size) {
   HostLayout layout;
   layout.hostOf.resize(size);
@@ -88,11 +97,35 @@ HostLayout parseLayout(const std::string& text, int size) {
   for (int r = 0; r < size; ++r) {
     int host = -1;
     in >> host;
-    TORCH_CHECK(host >= 0 && host <= r, "commux: unreadable host layout from rank 0");
+    TORCH_CHECK(host >= 0 && host <= static_cast<int>(layout.hosts.size()),
+                "commux: unreadable host layout from rank 0");
     if (host == static_cast<int>(layout.hosts.size())) layout.hosts.emplace_back();
     layout.hostOf[r] = host;
     layout.localIndexOf[r] = static_cast<int>(layout.hosts[host].size());
     layout.hosts[host].push_back(r);
+  }
+  for (const auto& ranks : layout.hosts) {
+    layout.hostStart.push_back(static_cast<std::int64_t>(layout.hostOrder.size()));
+    layout.hostOrder.insert(layout.hostOrder.end(), ranks.begin(), ranks.end());
+  }
+  for (int r = 0; r < size; ++r) layout.byHost = layout.byHost && layout.hostOrder[r] == r;
+  const Config& config = Config::get();
+  std::string bar;
+  int mode = 0;
+  if (in >> bar >> mode >> layout.parallelMinBytes >> layout.minBytes) {
+    TORCH_CHECK(bar == "|" && mode >= 0 && mode <= static_cast<int>(Hierarchy::Off),
+                "commux: unreadable host layout from rank 0");
+    layout.hierarchy = static_cast<Hierarchy>(mode);
+    if (layout.hierarchy != config.hierarchy || layout.parallelMinBytes != config.hierarchyParallelMinBytes ||
+        layout.minBytes != config.hierarchyMinBytes) {
+      LOG(WARNING) << "commux: this rank's COMMUX_HIERARCHY settings differ from rank 0's; the "
+                      "group uses rank 0's";
+    }
+  } else {
+    // Every rank a host of its own (no hierarchy): this rank's own settings are as good.
+    layout.hierarchy = config.hierarchy;
+    layout.parallelMinBytes = config.hierarchyParallelMinBytes;
+    layout.minBytes = config.hierarchyMinBytes;
   }
   return layout;
 }
@@ -153,8 +186,7 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   const bool leader = index == 0;
   const int count = static_cast<int>(local.size());
   // Every rank takes part in the probe, whatever its own setting, so none waits for a key
-  // that never comes; ranks whose COMMUX_SHM_CMA_BYTES differ are refused by the segment
-  // header's check.
+  // that never comes; the leader's COMMUX_SHM_CMA_BYTES counts (the segment key carries it).
   put(store, key("cma-ok", rank),
       canReadNeighbour(store, rank, local, index, config.shmCmaBytes != 0) ? "1" : "0");
 
@@ -230,7 +262,8 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
   if (rank == 0) {
     std::vector<std::string> keys;
     for (int r = 0; r < size; ++r) keys.push_back(key("host", r));
-    put(*store, storeKeyPrefix() + "shm/layout", groupHosts(takeAll(*store, keys)));
+    put(*store, storeKeyPrefix() + "shm/layout",
+        groupHosts(takeAll(*store, keys)) + hierarchySettings());
   }
   ShmSetup setup;
   setup.layout = parseLayout(take(*store, storeKeyPrefix() + "shm/layout"), size);
@@ -246,12 +279,7 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
     for (int h = 0; h < layout.hostCount(); ++h) {
       if (layout.hosts[h].size() > 1) shared.push_back(h);
     }
-    std::vector<std::string> keys;
-    for (int h : shared) keys.push_back(key("host-ok", h));
-    const auto answers = takeAll(*store, keys);
-    const bool all = std::all_of(answers.begin(), answers.end(),
-                                 [](const std::string& a) { return a == "1"; });
-    put(*store, storeKeyPrefix() + "shm/verdict", all ? "1" : "0");
+    put(*store, storeKeyPrefix() + "shm/verdict", allSay(*store, "host-ok", shared) ? "1" : "0");
   }
   if (take(*store, storeKeyPrefix() + "shm/verdict") != "1") {
     setup.channel.reset();

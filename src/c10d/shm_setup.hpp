@@ -3,8 +3,11 @@
 // channel among the ranks of each host.
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <cstddef>
 #include <memory>
 #include <vector>
+
+#include "commux/options.hpp"
 
 namespace commux {
 namespace engine {
@@ -24,8 +27,18 @@ struct HostLayout {
   std::vector<int> hostOf;
   std::vector<int> localIndexOf;
 
+  /// The group's ranks host by host (hosts in order, each ascending), and where each host's
+  /// first rank sits in that order; `byHost` when it is 0, 1, ..., size-1.
+  std::vector<std::int64_t> hostOrder;
+  std::vector<std::int64_t> hostStart;
+  bool byHost = true;
+  /// COMMUX_HIERARCHY and its thresholds as rank 0 has them: they choose between flat and
+  /// hierarchical paths, which every rank must take alike.
+  Hierarchy hierarchy = Hierarchy::Auto;
+  std::size_t parallelMinBytes = 0;
+  std::size_t minBytes = 0;
+
   int hostCount() const noexcept { return static_cast<int>(hosts.size()); }
-  const std::vector<int>& ranksWith(int rank) const { return hosts[hostOf[rank]]; }
   /// True when every host holds as many ranks.
   bool uniform() const noexcept;
 };
@@ -37,13 +50,15 @@ struct ShmSetup {
   /// that case no rank of the group has one, so all take the same (UCX) paths.
   std::shared_ptr<shm::Channel> channel;
   /// The group spans hosts and every host with several ranks has its channel: allreduce,
-  /// reduce, broadcast and barrier may run in parts (c10d/hierarchical_api.cpp).
+  /// reduce, broadcast, allgather, reduce_scatter and barrier may run in parts
+  /// (c10d/hierarchical_api.cpp).
   bool hierarchical = false;
 };
 
 /// Collective over the group (every rank calls it at the same point). It costs O(1) store
-/// round trips per rank: rank 0 reads every rank's host key and publishes the layout, each
-/// host's leader reads its own ranks' answers, and the others read one key per stage.
+/// round trips per rank: rank 0 reads every rank's host key and publishes the layout (with
+/// its hierarchy settings), each host's leader reads its own ranks' answers, and the others
+/// read one key per stage.
 ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::shared_ptr<engine::Engine> engine);
 

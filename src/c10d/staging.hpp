@@ -21,7 +21,6 @@ using NoAutograd = at::NoGradGuard;
 collectives::Thresholds thresholds();
 
 inline std::size_t elementCount(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
-inline std::size_t byteCount(const at::Tensor& t) { return elementCount(t) * t.element_size(); }
 
 /// A flat contiguous view of `t` when one exists, else a flat contiguous copy.
 at::Tensor flat(const at::Tensor& t);

@@ -215,18 +215,10 @@ bool Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
   return true;
 }
 
+// Here, not in channel_hierarchy.cpp: it ends the way a wait in the channel ends.
 void Channel::runCross(const HostParts& hierarchy, const at::Tensor& buffer, CollectiveOp& op) {
-  bool done = false;
-  try {
-    done = hierarchy.cross(buffer, op, deadline_);
-  } catch (...) {
-    abandon();
-    throw;
-  }
-  if (done) return;
   // The waiter running this ran out of time, as a wait in the channel would (waitAll).
-  abandon();
-  throw DeadlineReached{};
+  if (!hierarchy.cross(buffer, op, deadline_)) throw DeadlineReached{};
 }
 
 char* Channel::slot(std::uint32_t s, int rank) const noexcept {

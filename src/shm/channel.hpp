@@ -75,11 +75,10 @@ class Channel {
   static std::size_t segmentBytes(const ChannelShape& shape);
   /// Lays the channel out over `segment`; the creator (`initialise`) writes the header
   /// that the others check.
-  /// `rank` is this rank's index in the channel; `members` (empty: the same) gives the
-  /// group rank of each index, which is what messages name and peerDied takes.
+  /// `rank` is this rank's index in the channel; `members` gives the group rank of each
+  /// index, which is what messages name and peerDied takes.
   Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape& shape,
-          bool initialise, std::shared_ptr<engine::Engine> engine,
-          std::vector<int> members = {});
+          bool initialise, std::shared_ptr<engine::Engine> engine, std::vector<int> members);
   ~Channel();
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
@@ -118,11 +117,13 @@ class Channel {
   /// The collective's steps (channel_collectives.cpp); throws on failure.
   void run(CollectiveOp& op);
   /// A collective of a group that spans hosts: its parts here and across (channel_hierarchy.cpp).
+  /// Any failure abandons the channel: this host's other ranks may wait in a later part.
   void runHierarchical(CollectiveOp& op);
+  void runParts(CollectiveOp& op);
   /// Part of a hierarchical collective: `job` through this channel, as op's own.
   void runPart(CollectiveOp& op, Job job);
-  /// This rank's part between hosts; a failure there leaves this host's ranks waiting for
-  /// it, so it abandons the channel first.
+  /// This rank's part between hosts; DeadlineReached when it gave up at the deadline of the
+  /// waiter running it.
   void runCross(const HostParts& hierarchy, const at::Tensor& buffer, CollectiveOp& op);
   void allreduceSmall(CollectiveOp& op);
   void allreduceChunked(CollectiveOp& op);
@@ -155,7 +156,7 @@ class Channel {
   char* slot(std::uint32_t s, int rank) const noexcept;
   /// The group rank of channel index `index`.
   int groupRank(int index) const noexcept {
-    return members_.empty() ? index : members_[static_cast<std::size_t>(index)];
+    return members_[static_cast<std::size_t>(index)];
   }
   /// all_to_all: every rank's send and receive counts must match pairwise (the first step's
   /// slot headers); throws on every rank alike when they do not.

@@ -16,6 +16,17 @@ void Channel::runPart(CollectiveOp& op, Job job) {
 }
 
 void Channel::runHierarchical(CollectiveOp& op) {
+  try {
+    runParts(op);
+  } catch (...) {
+    // Whatever failed, this host's other ranks may be waiting in a later part: they must not
+    // wait for this rank any longer (a no-op when the channel broke already).
+    abandon();
+    throw;
+  }
+}
+
+void Channel::runParts(CollectiveOp& op) {
   const Job whole = op.job();
   const HostParts& h = *whole.hierarchy;
   const bool crosses = static_cast<bool>(h.cross);

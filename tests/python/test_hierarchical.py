@@ -235,6 +235,36 @@ def test_which_collectives_run_in_parts():
                          env={}))
 
 
+def _mixed_settings(rank, world_size, scratch, labels):
+    import torch
+    import torch.distributed as dist
+
+    from harness import get_backend_obj
+
+    # Rank 0 says leader; the others would run flat, or in parts only from 1 GiB.
+    os.environ["COMMUX_HIERARCHY"] = "leader" if rank == 0 else ("off" if rank % 2 else "auto")
+    os.environ["COMMUX_HIERARCHY_MIN_BYTES"] = str(1 << 30)
+    _init(rank, world_size, scratch, labels)
+    for n in (3, 50_000):
+        t = torch.full((n,), float(rank))
+        dist.broadcast(t, src=world_size - 1)
+        assert t[0].item() == world_size - 1
+        out = torch.empty(world_size * n)
+        dist.all_gather_into_tensor(out, torch.full((n,), float(rank)))
+        assert out[::n].tolist() == list(map(float, range(world_size)))
+    hosts = get_backend_obj().hosts()
+    dist.destroy_process_group()
+    return hosts
+
+
+def test_the_group_takes_rank_0s_hierarchy_settings():
+    """Every rank must take the same paths: rank 0's COMMUX_HIERARCHY settings count (a rank
+    with others would run flat while its peers wait in shared memory)."""
+    labels = ["a", "a", "b", "b"]
+    for hosts in run_ranks(_mixed_settings, 4, timeout=120, init="none", labels=labels, env={}):
+        assert hosts == _expected_hosts(labels)
+
+
 def _flat(rank, world_size, scratch, labels):
     import torch
     import torch.distributed as dist
