@@ -68,4 +68,4 @@ def test_hard_timeout_kills_and_names_ranks():
     msg = str(ei.value)
     assert "HARD TIMEOUT" in msg and "ranks still running: [1]" in msg, msg
     assert "_hang" in msg, "stack dump of the hung rank missing"
-    assert elapsed < 30, f"hard timeout took {elapsed:.1f}s"
+    assert elapsed < 60, f"hard timeout took {elapsed:.1f}s"

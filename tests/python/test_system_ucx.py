@@ -32,12 +32,14 @@ pytestmark = [
 def test_build_and_run_against_system_ucx(tmp_path):
     build = REPO / "build" / "system-ucx"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    # Paths relative to the checkout in ccache's keys: a fresh clone reuses earlier objects.
+    cache = dict(os.environ, CCACHE_BASEDIR=str(REPO), CCACHE_NOHASHDIR="1")
     subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), *generator,
                     "-DCOMMUX_UCX_PROVIDER=system", f"-DPython3_EXECUTABLE={sys.executable}",
                     # Also the build a CPU-only torch gets: the CUDA stub instead of the unit.
                     "-DCOMMUX_CUDA=OFF"],
-                   check=True, capture_output=True, timeout=300)
-    subprocess.run(["cmake", "--build", str(build), "-j2"], check=True, timeout=1200)
+                   check=True, capture_output=True, timeout=300, env=cache)
+    subprocess.run(["cmake", "--build", str(build), "-j2"], check=True, timeout=1200, env=cache)
 
     stage = tmp_path / "commux"
     shutil.copytree(REPO / "python" / "commux", stage)
