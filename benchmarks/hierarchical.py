@@ -5,7 +5,7 @@ Gloo in the same job. Run it through the multi-host harness, once per setting:
       COMMUX_HIERARCHY=$mode HIER_BENCH_OUT=/tmp/hier-2x2-$mode.json \\
         scripts/multihost_check.sh --hosts 2 --job benchmarks/hierarchical.py
     done
-    python3 benchmarks/hierarchical.py --table /tmp/hier-2x2-*.json
+    python3 benchmarks/hierarchical.py --table /tmp/hier-2x2-*.json   # medians of repeated runs
 
 Each op runs `iters` times after a warm-up; the time per op is the slowest rank's mean.
 Buffers are written before timing. Sizes are bytes of float32 per rank: the buffer, the
@@ -80,18 +80,26 @@ def run_job():
 
 
 def table(paths):
+    """One column per mode; several runs of a mode give the median of each point."""
+    import statistics
+
     runs = [json.load(open(p)) for p in paths]
-    runs.sort(key=lambda r: ["off", "leader", "parallel", "auto"].index(r["mode"]))
+    order = ["off", "leader", "parallel", "auto"]
+    modes = sorted({r["mode"] for r in runs}, key=order.index)
+    by_mode = {m: [r for r in runs if r["mode"] == m] for m in modes}
     keys = list(runs[0]["us"]["ucx"])
     shape = f'{runs[0]["world"] // runs[0]["local"]} hosts x {runs[0]["local"]} ranks'
-    head = " | ".join(f'ucx {r["mode"]}' for r in runs)
-    gl = " | ".join(f'gloo ({r["mode"]} run)' for r in runs)
-    print(f"{shape}: us per op (slowest rank's mean)\n")
+    counts = ", ".join(f"{m}: {len(by_mode[m])}" for m in modes)
+    print(f"{shape}: us per op (slowest rank's mean; median over runs, {counts})\n")
+    head = " | ".join(f"ucx {m}" for m in modes)
+    gl = " | ".join(f"gloo ({m} runs)" for m in modes)
     print(f"| op bytes | {head} | {gl} |")
-    print("|---" * (1 + 2 * len(runs)) + "|")
+    print("|---" * (1 + 2 * len(modes)) + "|")
     for k in keys:
-        u = " | ".join(f'{r["us"]["ucx"][k]:.0f}' for r in runs)
-        g = " | ".join(f'{r["us"]["gloo"][k]:.0f}' for r in runs)
+        med = {(m, b): statistics.median(r["us"][b][k] for r in by_mode[m])
+               for m in modes for b in ("ucx", "gloo")}
+        u = " | ".join(f"{med[m, 'ucx']:.0f}" for m in modes)
+        g = " | ".join(f"{med[m, 'gloo']:.0f}" for m in modes)
         print(f"| {k} | {u} | {g} |")
 
 

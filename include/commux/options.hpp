@@ -88,12 +88,12 @@ struct Config {
   /// and UCX between hosts (leader: one rank per host crosses; parallel, allreduce only:
   /// every rank crosses with its counterparts for its block), or off: flat UCX between all
   /// ranks. parallel needs every host to hold as many ranks (else leader). auto: parallel
-  /// from COMMUX_HIERARCHY_PARALLEL_MIN_BYTES, else leader; broadcast, reduce, allgather and
-  /// reduce_scatter in parts only from COMMUX_HIERARCHY_MIN_BYTES (below it their flat
-  /// schedules are faster). Rank 0's values count for the whole group.
+  /// from COMMUX_HIERARCHY_PARALLEL_MIN_BYTES, else leader; broadcast and reduce in parts
+  /// only from COMMUX_HIERARCHY_MIN_BYTES (below it their flat trees are as fast or faster).
+  /// Rank 0's values count for the whole group.
   Hierarchy hierarchy = Hierarchy::Auto;
   std::size_t hierarchyParallelMinBytes = 256 * 1024;
-  std::size_t hierarchyMinBytes = 64 * 1024;
+  std::size_t hierarchyMinBytes = 1024 * 1024;
 
   /// COMMUX_FAILURE_DETECTION: auto, ucx or off (see FailureDetection).
   FailureDetection failureDetection = FailureDetection::Auto;

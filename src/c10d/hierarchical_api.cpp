@@ -96,10 +96,12 @@ std::vector<std::vector<int>> ProcessGroupUCX::hosts() const {
 bool ProcessGroupUCX::hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) const {
   if (!cpu || !layout_ || layout_->hierarchy == Hierarchy::Off) return false;
   if (layout_->hierarchy != Hierarchy::Auto) return true;
-  // Allreduce and barrier gain at every size (their flat schedules cross hosts at every
-  // step); the others have as many steps between hosts either way, so small ones only pay
-  // for the extra shared-memory stages (docs/performance.md, "host-aware collectives").
-  return kind == shm::Kind::Allreduce || kind == shm::Kind::Barrier || bytes >= layout_->minBytes;
+  // Allreduce, allgather, reduce_scatter and barrier gain from the smallest sizes (their flat
+  // schedules cross hosts at most steps). Broadcast's and reduce's flat trees cross about as
+  // often as the parts do, so below the threshold the extra shared-memory stages only cost
+  // (docs/performance.md, "host-aware collectives").
+  const bool rooted = kind == shm::Kind::Broadcast || kind == shm::Kind::Reduce;
+  return !rooted || bytes >= layout_->minBytes;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(

@@ -87,7 +87,7 @@ def _every_collective(rank, world_size, scratch, labels):
     assert t.tolist() == [torch.tensor(range(1, ws + 1)).prod().item()] * 33
 
     for root in range(ws):
-        for n in (5, 70_001):
+        for n in (5, 300_007):  # 1.2 MB: in parts under auto too (COMMUX_HIERARCHY_MIN_BYTES)
             x = _values(rank, n, root)
             before = x.clone()
             dist.reduce(x, dst=root)
@@ -103,8 +103,7 @@ def _every_collective(rank, world_size, scratch, labels):
         dist.broadcast(z, src=root)
         assert torch.equal(z, torch.arange(24.0).reshape(4, 6).t())
 
-    # Allgather and reduce-scatter: blocks land in rank order whatever the hosts' order;
-    # the larger sizes run in parts under auto too (COMMUX_HIERARCHY_MIN_BYTES).
+    # Allgather and reduce-scatter: blocks land in rank order whatever the hosts' order.
     for salt, n in enumerate([0, 1, 3, 5_000, 40_001]):
         out = torch.empty(ws * n)
         dist.all_gather_into_tensor(out, _values(rank, n, salt))
@@ -193,27 +192,23 @@ def _which_path(rank, world_size, scratch, labels):
     import torch.distributed as dist
 
     _init(rank, world_size, scratch, labels)
-    small, large = 8, 32_768  # floats per rank: 32 B and 128 KiB
+    small, large = 8, 262_144  # floats per rank: 32 B and 1 MiB
     ws = world_size
     last = ws - 1
     cases = [
         ("allreduce small", True, lambda g: dist.all_reduce(torch.ones(small), group=g, async_op=True)),
         ("barrier", True, lambda g: dist.barrier(group=g, async_op=True)),
-        # Rank 0 receives in every flat case below, so its operation cannot finish alone.
+        ("allgather small", True, lambda g: dist.all_gather_into_tensor(
+            torch.empty(ws * small), torch.ones(small), group=g, async_op=True)),
+        ("reduce_scatter small", True, lambda g: dist.reduce_scatter_tensor(
+            torch.empty(small), torch.ones(ws * small), group=g, async_op=True)),
+        # Rank 0 receives in the flat cases below, so its operation cannot finish alone.
         ("broadcast small", False,
          lambda g: dist.broadcast(torch.ones(small), src=last, group=g, async_op=True)),
         ("broadcast large", True,
          lambda g: dist.broadcast(torch.ones(large), src=last, group=g, async_op=True)),
         ("reduce small", False, lambda g: dist.reduce(torch.ones(small), dst=0, group=g, async_op=True)),
         ("reduce large", True, lambda g: dist.reduce(torch.ones(large), dst=0, group=g, async_op=True)),
-        ("allgather small", False, lambda g: dist.all_gather_into_tensor(
-            torch.empty(ws * small), torch.ones(small), group=g, async_op=True)),
-        ("allgather large", True, lambda g: dist.all_gather_into_tensor(
-            torch.empty(ws * large), torch.ones(large), group=g, async_op=True)),
-        ("reduce_scatter small", False, lambda g: dist.reduce_scatter_tensor(
-            torch.empty(small), torch.ones(ws * small), group=g, async_op=True)),
-        ("reduce_scatter large", True, lambda g: dist.reduce_scatter_tensor(
-            torch.empty(large), torch.ones(ws * large), group=g, async_op=True)),
     ]
     for name, in_parts, start in cases:
         group = dist.new_group(list(range(ws)))
@@ -229,8 +224,8 @@ def _which_path(rank, world_size, scratch, labels):
 
 
 def test_which_collectives_run_in_parts():
-    """Under auto, allreduce and barrier run in parts at every size; broadcast, reduce,
-    allgather and reduce_scatter from COMMUX_HIERARCHY_MIN_BYTES (64 KiB) only."""
+    """Under auto, allreduce, allgather, reduce_scatter and barrier run in parts at every
+    size; broadcast and reduce from COMMUX_HIERARCHY_MIN_BYTES (1 MiB) only."""
     assert all(run_ranks(_which_path, 4, timeout=180, init="none", labels=["a", "a", "b", "b"],
                          env={}))
 
