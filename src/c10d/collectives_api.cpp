@@ -238,15 +238,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptions& opts) {
   const NoAutograd noAutograd;
-  if (auto channel = shmFor("barrier", true)) {
-    return launchShm(c10d::OpType::BARRIER, describe("barrier", {}, "", "shared memory", nextSequence()),
-                     {}, channel, shm::Job{}, nullptr, opts.timeout);
-  }
-  if (hierarchical(shm::Kind::Barrier, true, 0)) {
-    const std::uint32_t seq = nextSequence();
-    return launchHierarchical(c10d::OpType::BARRIER, shm::Job{},
-                              describe("barrier", {}, "", "hierarchical", seq), {}, nullptr,
-                              opts.timeout, seq);
+  auto channel = shmFor("barrier", true);
+  if (channel || hierarchical(shm::Kind::Barrier, true, 0)) {
+    return launchShared(c10d::OpType::BARRIER, channel, shm::Job{}, "barrier", {}, "", {}, nullptr,
+                        opts.timeout);
   }
   auto plan = collectives::planBarrier(rank_, size_);
   const std::uint32_t seq = nextSequence();

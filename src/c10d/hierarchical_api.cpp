@@ -100,8 +100,7 @@ bool ProcessGroupUCX::hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) 
   // schedules cross hosts at most steps). Broadcast's and reduce's flat trees cross about as
   // often as the parts do, so below the threshold the extra shared-memory stages only cost
   // (docs/performance.md, "host-aware collectives").
-  const bool rooted = kind == shm::Kind::Broadcast || kind == shm::Kind::Reduce;
-  return !rooted || bytes >= layout_->minBytes;
+  return !shm::hasRoot(kind) || bytes >= layout_->minBytes;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
@@ -116,7 +115,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
   const int myHost = layout.hostOf[rank_];
   const int hosts = layout.hostCount();
   const int hostRanks = static_cast<int>(layout.hosts[myHost].size());
-  const bool rooted = kind == shm::Kind::Reduce || kind == shm::Kind::Broadcast;
+  const bool rooted = shm::hasRoot(kind);  // reduce, broadcast: gather and scatter stay flat
   const bool blocks = kind == shm::Kind::Allgather || kind == shm::Kind::ReduceScatter;
   const int root = job.root;
   const int rootHost = rooted ? layout.hostOf[root] : 0;
@@ -182,9 +181,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     const std::size_t crossCount =
         parallel ? (count + hostRanks - 1) / static_cast<std::size_t>(hostRanks) : count;
     std::vector<collectives::Range> hostBlocks;
-    for (std::size_t h = 0, first = 0; blocks && h < layout.hosts.size(); ++h) {
-      hostBlocks.push_back({first * count, layout.hosts[h].size() * count});
-      first += layout.hosts[h].size();
+    for (int h = 0; blocks && h < hosts; ++h) {
+      hostBlocks.push_back({static_cast<std::size_t>(layout.hostStart[h]) * count,
+                            layout.hosts[h].size() * count});
     }
     collectives::Plan plan{};
     switch (kind) {
