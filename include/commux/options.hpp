@@ -114,8 +114,9 @@ struct Config {
   /// the tag's source field can name). Smaller only for tests of the limit.
   std::uint32_t maxRanks = 1u << 16;
   /// COMMUX_MAX_CONTEXTS: how many groups may be alive in one process at once (at most and
-  /// by default 2^15, what the tag's context field can name). Smaller only for tests.
-  std::uint32_t maxContexts = 1u << 15;
+  /// by default 2^15 - 1: the tag's context field names 2^15, one of them is for control
+  /// notices). Smaller only for tests.
+  std::uint32_t maxContexts = (1u << 15) - 1;
 
   /// The process-wide configuration, parsed from the environment on first use.
   /// Throws std::invalid_argument naming the variable if a value does not parse.

@@ -33,6 +33,7 @@ struct Job;
 enum class Kind : std::uint32_t;
 }  // namespace shm
 struct HostLayout;
+class DeathRelay;
 class GroupHealth;
 class PeerTable;
 class WorkUCX;
@@ -155,6 +156,9 @@ class ProcessGroupUCX : public c10d::Backend {
   /// The group's ranks by host (see HostLayout) once its first collective found that it
   /// spans hosts and shares memory inside them; empty otherwise.
   std::vector<std::vector<int>> hosts() const;
+  /// The ranks whose records this rank has read, so whose deaths it watches itself (the
+  /// others' reach it through its host's leader once the group spans hosts), ascending.
+  std::vector<int> knownRanks() const;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
   /// A barrier through rank 0 that names the ranks that did not arrive in time (all of
@@ -220,8 +224,17 @@ class ProcessGroupUCX : public c10d::Backend {
   bool collectivesMayBeRefused() const;
   /// Watch thread: the peer process at `address` died.
   void onPeerFailed(const std::string& address, const std::string& why);
-  /// `rank` died: fail what waits on it, refuse what would.
+  /// `rank` died: fail what waits on it, refuse what would, and tell who must hear of it
+  /// from this rank (relayDeath).
   void markDead(int rank, const std::string& why);
+  /// Before a collective: every member's death must fail it. In a group that spans hosts
+  /// the relay covers the members this rank does not watch; otherwise it watches them all.
+  void watchMembers();
+  /// Once the host layout is known (shmChannel, under shmMutex_): watch this host's ranks
+  /// (and, as its leader, the other leaders) and start hearing death notices.
+  void startRelay();
+  /// As a host's leader: sends `rank`'s death to whoever learns it only from this rank.
+  void relayDeath(int rank, const std::string& why);
   /// Fails the receives still in flight (nothing can complete them once the group is gone).
   void failOrphans(const std::string& why);
   /// all_to_all_single between contiguous tensors, with no staging. `uniform`: every
@@ -265,6 +278,9 @@ class ProcessGroupUCX : public c10d::Backend {
   bool shmDecided_ = false;
   // Set (before shmDecided_) when the group spans hosts and shares memory inside them.
   std::shared_ptr<const HostLayout> layout_;
+  // Set once layout_ is and the relay listens (startRelay); read by markDead on any thread.
+  std::unique_ptr<DeathRelay> relay_;
+  std::atomic<bool> relayReady_{false};
   // Declared last: destroyed first, so its lane stops while the engine still runs. Read
   // and written with std::atomic_load/store: the watch thread reads it without shmMutex_,
   // which a first allreduce holds through the (blocking) shared-memory set-up.

@@ -62,9 +62,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
     std::chrono::milliseconds timeout, at::Tensor sendBuffer, int onlyPeer) {
   const NoAutograd noAutograd;
-  // Every member is watched: a collective fails when any of them dies, also one this rank
-  // does not talk to directly (its partners would wait for it).
-  if (onlyPeer < 0) peers_->resolveAll();
+  // A collective fails when any member dies, also one this rank does not talk to directly
+  // (its partners would wait for it).
+  if (onlyPeer < 0) watchMembers();
   auto setup = collectiveSetup(*peers_, std::move(schedule), reduce, context_, rank_, sequence,
                                description, size_);
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
@@ -93,7 +93,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
     std::chrono::milliseconds timeout) {
   const NoAutograd noAutograd;
   // Every member takes part: the collective fails when any of them dies.
-  peers_->resolveAll();
+  watchMembers();
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
   launch(w, std::make_shared<shm::CollectiveOp>(channel, std::move(job), std::move(finalize),

@@ -88,6 +88,8 @@ bool crossHosts(engine::Engine& engine, engine::CollectiveOp::Setup setup,
 
 }  // namespace
 
+std::vector<int> ProcessGroupUCX::knownRanks() const { return peers_->knownRanks(); }
+
 std::vector<std::vector<int>> ProcessGroupUCX::hosts() const {
   std::lock_guard<std::mutex> lock(shmMutex_);
   return layout_ ? layout_->hosts : std::vector<std::vector<int>>{};
@@ -109,9 +111,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     std::chrono::milliseconds timeout, std::uint32_t sequence) {
   const HostLayout& layout = *layout_;
   const shm::Kind kind = job.kind;
-  // Every member is watched (a collective fails when any of them dies), and the routes of
-  // the part between hosts are then known without another store request.
-  peers_->resolveAll();
   const int myHost = layout.hostOf[rank_];
   const int hosts = layout.hostCount();
   const int hostRanks = static_cast<int>(layout.hosts[myHost].size());

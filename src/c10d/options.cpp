@@ -127,7 +127,7 @@ Config Config::fromEnvironment() {
   readPowerOfTwo("COMMUX_SEQUENCE_WRAP", c.sequenceWrap, 2, 1u << wire::kSequenceBits);
   readPowerOfTwo("COMMUX_ROUND_WRAP", c.roundWrap, 2, 1u << wire::kRoundBits);
   readBounded("COMMUX_MAX_RANKS", c.maxRanks, 1, wire::kMaxRanks);
-  readBounded("COMMUX_MAX_CONTEXTS", c.maxContexts, 1, wire::kMaxContexts);
+  readBounded("COMMUX_MAX_CONTEXTS", c.maxContexts, 1, wire::kControlContext);
   c.shmSlotBytes = (c.shmSlotBytes + 4095) / 4096 * 4096;  // 0 stays 0: chosen per group
   if (c.pipelineChunkBytes == 0) throw std::invalid_argument("COMMUX_PIPELINE_CHUNK_BYTES must be > 0");
   return c;

@@ -175,6 +175,19 @@ void PeerTable::resolveAll() {
   allResolved_ = true;
 }
 
+std::shared_ptr<const engine::Route> PeerTable::known(int rank) const {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= routes_.size()) return nullptr;
+  return known_[rank].load(std::memory_order_acquire) ? routes_[rank] : nullptr;
+}
+
+std::vector<int> PeerTable::knownRanks() const {
+  std::vector<int> ranks;
+  for (std::size_t r = 0; r < routes_.size(); ++r) {
+    if (known_[r].load(std::memory_order_acquire)) ranks.push_back(static_cast<int>(r));
+  }
+  return ranks;
+}
+
 std::vector<int> PeerTable::ranksAt(const std::string& address) const {
   std::vector<int> ranks;
   std::lock_guard<std::mutex> lock(mutex_);

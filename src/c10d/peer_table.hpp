@@ -3,10 +3,12 @@
 // context id for the group and who its process is (for the death watch) under
 // "commux/<incarnation>/peer/<rank>" in the group's store; the others read it the first
 // time they talk to that rank, so connecting is lazy and a group of p ranks costs nothing
-// for pairs that never communicate. Collectives and receives from any source resolve every
-// rank (a member's death must fail them), all missing records in one store request
-// (multiGet): a round trip per rank would make a group's first collective cost p round
-// trips on each rank and p^2 requests on the store.
+// for pairs that never communicate. Receives from any source resolve every rank (a member's
+// death must fail them), and so do collectives, except in a group that spans hosts: there a
+// rank reads its host's ranks and its schedules' peers, and hears of other deaths from its
+// host's leader (DeathRelay). Missing records come in one store request (multiGet): a
+// round trip per rank would make a group's first collective cost p round trips on each
+// rank and p^2 requests on the store.
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
@@ -44,6 +46,10 @@ class PeerTable {
   /// Reads every rank's record (once, in one store request): a collective's failure
   /// depends on every member.
   void resolveAll();
+  /// The route to `rank` if its record was read already, else null; never blocks.
+  std::shared_ptr<const engine::Route> known(int rank) const;
+  /// The ranks resolved so far, ascending.
+  std::vector<int> knownRanks() const;
   /// The ranks resolved so far whose process listens at `address`.
   std::vector<int> ranksAt(const std::string& address) const;
 

@@ -7,6 +7,7 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "c10d/death_relay.hpp"
 #include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
 #include "engine/errors.hpp"
@@ -77,6 +78,8 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
 }
 
 ProcessGroupUCX::~ProcessGroupUCX() {
+  // First: a notice arriving now would mark a rank dead in a group that is going away.
+  if (relay_) relay_->close();
   engine_->removeFailureListener(failureListener_);
   std::atomic_store(&shm_, std::shared_ptr<shm::Channel>());
   failOrphans("the process group was destroyed with this receive in flight");
@@ -125,6 +128,51 @@ void ProcessGroupUCX::markDead(int peer, const std::string& why) {
   for (auto& work : victims) {
     work->failAfterDraining(engine::commError("commux: " + work->description() + ": " + died));
   }
+  // After health_ knows it: startRelay relays the deaths known when it is ready, so each
+  // one goes out from here or from there.
+  if (relayReady_.load()) relayDeath(peer, why);
+}
+
+void ProcessGroupUCX::watchMembers() {
+  if (!relayReady_.load(std::memory_order_acquire)) peers_->resolveAll();
+}
+
+void ProcessGroupUCX::startRelay() {
+  const HostLayout& layout = *layout_;
+  const auto& host = layout.hosts[layout.hostOf[rank_]];
+  std::vector<int> watched(host.begin(), host.end());
+  if (host.front() == rank_) {
+    for (const auto& other : layout.hosts) watched.push_back(other.front());
+  }
+  // Listening before watching: a notice sent as soon as the others watch must find it.
+  relay_ = std::make_unique<DeathRelay>(
+      engine_, context_, rank_,
+      [this](int peer, const std::string& why) {
+        if (peer >= 0 && peer < size_ && peer != rank_) markDead(peer, why);
+      });
+  peers_->get(watched);  // one store request; watched from now on (onResolved)
+  relayReady_.store(true);
+  for (int dead : health_->deadRanks()) relayDeath(dead, health_->deadWhy(dead));
+}
+
+void ProcessGroupUCX::relayDeath(int peer, const std::string& why) {
+  const HostLayout& layout = *layout_;
+  const int myHost = layout.hostOf[rank_];
+  const auto& host = layout.hosts[myHost];
+  if (host.front() != rank_) return;  // only leaders relay
+  std::vector<int> targets;
+  for (int r : host) targets.push_back(r);
+  // The other leaders watch no rank of this host but its leader.
+  if (layout.hostOf[peer] == myHost) {
+    for (const auto& other : layout.hosts) targets.push_back(other.front());
+  }
+  std::vector<std::shared_ptr<const engine::Route>> routes;
+  for (int r : targets) {
+    if (r == rank_ || r == peer || !health_->deadWhy(r).empty()) continue;
+    // Known since startRelay: no store request on this (watch or driver) thread.
+    if (auto route = peers_->known(r)) routes.push_back(std::move(route));
+  }
+  relay_->tell(peer, why, routes);
 }
 
 std::string ProcessGroupUCX::checkHealthy(const WorkUCX& work) {
@@ -211,6 +259,7 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
     if (setup.hierarchical) layout_ = std::make_shared<const HostLayout>(std::move(setup.layout));
     std::atomic_store(&shm_, std::move(setup.channel));
     shmDecided_ = true;
+    if (layout_) startRelay();
   }
   // A broken channel refuses the collective (checkCollectivesAllowed) rather than sending it
   // over UCX: every rank must take the same path for the same collective.

@@ -23,7 +23,7 @@ std::uint32_t ContextIds::acquire() {
       "commux: more than " + std::to_string(n) +
       " live process groups in one process: each needs an id in the UCX tag's context field (" +
       std::to_string(n) + " ids" +
-      (n < wire::kMaxContexts ? ", lowered by COMMUX_MAX_CONTEXTS" : "") +
+      (n < wire::kControlContext ? ", lowered by COMMUX_MAX_CONTEXTS" : "") +
       "). Destroy groups that are no longer needed (dist.destroy_process_group(group)) and drop "
       "the references to them before creating more");
 }

@@ -402,6 +402,10 @@ void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error) {
   dispatch([op = std::move(op), error](Engine& engine) { op->fail(engine, error); }, Drive::IfFree);
 }
 
+void Engine::submitQuietly(std::shared_ptr<Op> op) {
+  dispatch([op = std::move(op)](Engine& engine) { engine.startOp(op); }, Drive::Never);
+}
+
 void Engine::cancelQuietly(std::shared_ptr<Op> op, std::exception_ptr error) {
   dispatch([op = std::move(op), error](Engine& engine) { op->fail(engine, error); }, Drive::Never);
 }
@@ -471,16 +475,22 @@ void Engine::purgeContext(std::uint32_t context) {
 
 std::size_t Engine::dropUnexpected(std::uint32_t context) {
   std::size_t dropped = 0;
-  const wire::Tag tag = wire::Tag{context} << wire::kContextShift;
+  // The group's messages, and the control notices addressed to it.
+  const std::pair<wire::Tag, wire::Tag> kinds[] = {
+      {wire::Tag{context} << wire::kContextShift, wire::kContextMask},
+      {wire::controlTag(context, 0), wire::kControlMask}};
   // Messages already delivered to this process but not yet matched only show in the queue
   // after a progress call.
   while (worker_.progress() != 0) {
   }
-  for (;;) {
+  for (std::size_t kind = 0; kind < 2;) {
     ucp_tag_recv_info_t info{};
-    ucp_tag_message_h message =
-        ucp_tag_probe_nb(worker_.get(), tag, wire::kContextMask, /*remove=*/1, &info);
-    if (message == nullptr) break;
+    ucp_tag_message_h message = ucp_tag_probe_nb(worker_.get(), kinds[kind].first,
+                                                 kinds[kind].second, /*remove=*/1, &info);
+    if (message == nullptr) {
+      ++kind;
+      continue;
+    }
     ++dropped;
     auto sink = std::make_unique<char[]>(std::max<std::size_t>(info.length, 1));
     ucp_request_param_t params{};

@@ -88,6 +88,9 @@ class Engine {
   /// a reference to `op`; `op` fails if the engine stops first.
   void continueAfter(const c10::Stream& stream, std::shared_ptr<Op> op,
                      std::function<void(Engine&)> command);
+  /// Any thread, never drives: the driver starts `op` (for the peer watch and completion
+  /// callbacks, which must not run other operations' callbacks or start one mid-drain).
+  void submitQuietly(std::shared_ptr<Op> op);
   /// Any thread: start `ops` in order, in one pass (a coalescing window's operations).
   void submit(std::vector<std::shared_ptr<Op>> ops);
   /// Any thread: fail `op` with `error` (used for timeouts and aborts).

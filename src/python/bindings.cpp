@@ -49,6 +49,9 @@ PYBIND11_MODULE(_C, m) {
       .def("hosts", &commux::ProcessGroupUCX::hosts, py::call_guard<py::gil_scoped_release>(),
            "The group's ranks by host, when its first collective found that it spans hosts "
            "(collectives then run shared memory inside hosts, UCX between); else []")
+      .def("known_ranks", &commux::ProcessGroupUCX::knownRanks,
+           "The ranks whose records this rank has read and whose deaths it watches itself; "
+           "in a group that spans hosts the others' deaths reach it through its host's leader")
       // torch calls this on ranks left out of a new subgroup of a device-bound group (NCCL's
       // ncclCommSplit needs them). A commux subgroup meets through its own store keys,
       // members only, so there is nothing for the others to do.

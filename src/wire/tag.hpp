@@ -6,7 +6,7 @@
 //  | K |  context (15) |  source (16)  |  payload (32)                   |
 //  +---+---------------+---------------+--+------------------------------+
 //
-//  K        kind: 0 = user point-to-point, 1 = collective traffic.
+//  K        kind: 0 = user point-to-point (and control notices, below), 1 = collective traffic.
 //  context  the RECEIVER's local id for the communicator (process group). Each process
 //           numbers its own groups, publishes the id through the group's store, and
 //           senders put the receiver's id here. Ids are unique inside a process, so two
@@ -18,11 +18,15 @@
 //           K=1: bits 31..12 = collective sequence number (mod 2^20), bits 11..0 = the
 //                round inside the collective (mod 2^12).
 //
+// Control notices (a member's death, relayed between hosts: c10d/death_relay.hpp) carry
+// K=0 and the context kControlContext, which no group is ever given, so no user or
+// collective receive can match them; their payload is the receiver's context for the group.
+//
 // No field overflows silently (docs/design.md, "Tag limits"). Two fields fail before
 // anything is sent, two wrap where wrapping is harmless, one is checked at the call:
 //  source   a group has at most 2^16 ranks: a larger one fails when it is created
 //           (ProcessGroupUCX), before it publishes or sends anything.
-//  context  at most 2^15 groups live in one process: one more fails when it is created
+//  context  at most 2^15 - 1 groups live in one process: one more fails when it is created
 //           (engine::ContextIds), before it publishes anything. A destroyed group's id
 //           comes back only after every other id was used, and its queued messages are
 //           purged, so nothing addressed to the old group reaches the new one.
@@ -55,6 +59,8 @@ inline constexpr int kRoundBits = 12;
 inline constexpr int kSequenceBits = 20;
 
 inline constexpr std::uint32_t kMaxContexts = 1u << kContextBits;
+/// The context of control notices; groups get the others (engine::ContextIds).
+inline constexpr std::uint32_t kControlContext = kMaxContexts - 1;
 inline constexpr std::uint32_t kMaxRanks = 1u << kSourceBits;
 inline constexpr std::int64_t kMaxUserTag = (std::int64_t{1} << 31) - 1;
 
@@ -90,6 +96,13 @@ constexpr Tag collectiveTag(std::uint32_t context, std::uint32_t source, std::ui
                       Tag{round & ((1u << kRoundBits) - 1)};
   return kKindBit | (Tag{context} << kContextShift) | (Tag{source} << kSourceShift) | payload;
 }
+
+/// A control notice for the group whose context at the receiver is `context`.
+constexpr Tag controlTag(std::uint32_t context, std::uint32_t source) {
+  return (Tag{kControlContext} << kContextShift) | (Tag{source} << kSourceShift) | Tag{context};
+}
+/// Mask for a group's control receive: from any source, every other bit counts.
+inline constexpr Tag kControlMask = ~kSourceMask;
 
 constexpr bool isCollective(Tag tag) { return (tag & kKindBit) != 0; }
 constexpr std::uint32_t contextOf(Tag tag) {

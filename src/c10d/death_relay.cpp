@@ -1,0 +1,111 @@
+#include "c10d/death_relay.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "engine/description.hpp"
+#include "engine/engine.hpp"
+#include "engine/errors.hpp"
+#include "engine/p2p_op.hpp"
+#include "wire/tag.hpp"
+
+namespace commux {
+
+struct DeathRelay::State {
+  std::mutex mutex;  // held while onNotice runs, so close() waits for it
+  bool closed = false;
+  std::weak_ptr<engine::Engine> engine;
+  std::uint32_t context = 0;
+  OnNotice onNotice;
+  at::Tensor buffer;
+  std::shared_ptr<engine::Op> receive;  // the standing receive
+};
+
+DeathRelay::DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t context, int rank,
+                       OnNotice onNotice)
+    : engine_(std::move(engine)), rank_(rank), state_(std::make_shared<State>()) {
+  state_->engine = engine_;
+  state_->context = context;
+  state_->onNotice = std::move(onNotice);
+  state_->buffer = at::zeros({kNoticeBytes}, at::kByte);
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  post(state_);
+}
+
+DeathRelay::~DeathRelay() { close(); }
+
+void DeathRelay::post(const std::shared_ptr<State>& state) {
+  auto engine = state->engine.lock();
+  if (!engine) return;
+  std::weak_ptr<State> weak = state;
+  auto op = std::make_shared<engine::P2POp>(
+      engine::P2POp::Kind::Recv, std::vector<at::Tensor>{state->buffer}, nullptr,
+      wire::controlTag(state->context, 0), wire::kControlMask, false,
+      engine::Description::p2p("death notice", "from", -1, 0, kNoticeBytes, 1),
+      [weak](std::exception_ptr error, int source) {
+        auto state = weak.lock();
+        if (!state) return;
+        std::lock_guard<std::mutex> lock(state->mutex);
+        // An error: the receive was cancelled (close) or the engine stops.
+        if (state->closed || error) return;
+        const auto* bytes = state->buffer.data_ptr<std::uint8_t>();
+        std::int32_t dead = -1;
+        std::memcpy(&dead, bytes, sizeof(dead));
+        const char* text = reinterpret_cast<const char*>(bytes + sizeof(dead));
+        std::string why(text, strnlen(text, kNoticeBytes - sizeof(dead)));
+        // The chain of ranks it came through, as each receiver appends its sender.
+        why += (why.empty() ? "" : "; ") + std::string("told by rank ") + std::to_string(source);
+        state->onNotice(dead, why);
+        post(state);
+      });
+  state->receive = op;
+  try {
+    engine->submitQuietly(std::move(op));
+  } catch (const std::exception&) {
+    // The engine is shutting down: no more deaths to hear of.
+  }
+}
+
+void DeathRelay::tell(int dead, const std::string& why,
+                      const std::vector<std::shared_ptr<const engine::Route>>& targets) {
+  if (targets.empty()) return;
+  at::Tensor notice = at::zeros({kNoticeBytes}, at::kByte);
+  auto* bytes = notice.data_ptr<std::uint8_t>();
+  const std::int32_t rank = dead;
+  std::memcpy(bytes, &rank, sizeof(rank));
+  std::memcpy(bytes + sizeof(rank), why.data(),
+              std::min<std::size_t>(why.size(), kNoticeBytes - sizeof(rank) - 1));
+  for (const auto& route : targets) {
+    if (!route) continue;
+    auto op = std::make_shared<engine::P2POp>(
+        engine::P2POp::Kind::Send, std::vector<at::Tensor>{notice}, route,
+        wire::controlTag(route->context, static_cast<std::uint32_t>(rank_)), wire::kExactMask,
+        false, engine::Description::p2p("death notice", "to", -1, 0, kNoticeBytes, 1),
+        [](std::exception_ptr, int) {});
+    try {
+      engine_->submitQuietly(std::move(op));
+    } catch (const std::exception&) {
+      return;  // the engine is shutting down
+    }
+  }
+}
+
+void DeathRelay::close() {
+  std::shared_ptr<engine::Op> receive;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (state_->closed) return;
+    state_->closed = true;
+    receive = std::move(state_->receive);
+  }
+  if (!receive) return;
+  try {
+    engine_->cancelQuietly(std::move(receive),
+                           engine::commError("commux: the group's death notices were closed"));
+  } catch (const std::exception&) {
+    // The engine is shutting down and fails the receive itself.
+  }
+}
+
+}  // namespace commux

@@ -1,0 +1,61 @@
+#pragma once
+// How a member's death reaches the ranks that do not watch it. In a group that spans hosts a
+// rank watches only its own host's ranks (and, when it leads its host, the other hosts'
+// leaders): watching every member would cost each rank a store record and, across hosts,
+// a UCX endpoint per member (docs/design.md, "When a peer dies"). A leader that learns of
+// a death tells the others who cannot see it themselves, one small control notice each:
+//  - a death on its own host: every other leader, which hears no pidfd from there;
+//  - any death: the ranks of its own host, which watch nothing beyond it.
+// A leader's own death is seen by the other leaders directly (they watch it) and by its
+// host's ranks by pidfd, so no notice depends on a dead sender.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/route.hpp"
+
+namespace commux {
+namespace engine {
+class Engine;
+}
+
+class DeathRelay {
+ public:
+  /// `onNotice(rank, why)` runs under the worker lock when a notice arrives; it must not
+  /// block on anything a completion callback may hold.
+  using OnNotice = std::function<void(int rank, const std::string& why)>;
+
+  /// Posts the standing receive of the group whose context here is `context`.
+  DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t context, int rank,
+             OnNotice onNotice);
+  /// close()
+  ~DeathRelay();
+  DeathRelay(const DeathRelay&) = delete;
+  DeathRelay& operator=(const DeathRelay&) = delete;
+
+  /// Any thread, never blocks or drives the worker: "rank `dead` died (`why`)" to each of
+  /// `targets` (routes to them, known already). A notice that cannot be delivered is
+  /// dropped: its receiver is dead or leaving.
+  void tell(int dead, const std::string& why,
+            const std::vector<std::shared_ptr<const engine::Route>>& targets);
+  /// Cancels the standing receive; after it returns onNotice is not running and will not
+  /// run again.
+  void close();
+
+  /// Bytes of a notice: the rank (4) and the reason, cut to fit.
+  static constexpr std::int64_t kNoticeBytes = 256;
+
+ private:
+  struct State;
+  static void post(const std::shared_ptr<State>& state);
+
+  std::shared_ptr<engine::Engine> engine_;
+  int rank_;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace commux

@@ -1,0 +1,93 @@
+"""Watching members at scale: in a group that spans hosts a rank reads the records of (and
+watches) only its own host's ranks, the other hosts' leaders when it leads its host, and the
+peers its collectives talk to. A death anywhere still fails every survivor's collective
+within seconds: host leaders relay it (src/c10d/death_relay.hpp).
+
+COMMUX_HOST splits this machine into "hosts", as in test_hierarchical.py. Every rank here
+shares one PID namespace, so a rank that watched every member would see each death by
+itself: the victim is one the survivor does not watch, so only the relay can tell it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import run_ranks
+from test_faults import DETECT_LIMIT_S, _die_after, _expect_death, _health_says_dead
+from test_hierarchical import _expected_hosts, _init
+
+pytestmark = pytest.mark.ucx_only
+
+
+def _reads_only_what_it_uses(rank, world_size, scratch, labels):
+    import torch
+    import torch.distributed as dist
+
+    from harness import get_backend_obj
+
+    _init(rank, world_size, scratch, labels)
+    pg = get_backend_obj()
+    hosts = _expected_hosts(labels)
+    mine = next(h for h in hosts if rank in h)
+    leaders = [h[0] for h in hosts]
+    t = torch.full((1000,), float(rank))
+    dist.all_reduce(t)  # in parts: shared memory in hosts, leaders across
+    assert t[0].item() == sum(range(world_size))
+    dist.barrier()
+    expected = set(mine) | (set(leaders) if rank == mine[0] else set())
+    assert set(pg.known_ranks()) == expected, (rank, pg.known_ranks(), expected)
+    # A small broadcast runs flat: each rank adds the peers of its tree, no more.
+    b = torch.full((8,), float(rank))
+    dist.broadcast(b, src=world_size - 1)
+    assert b.tolist() == [float(world_size - 1)] * 8
+    known = pg.known_ranks()
+    assert set(known) >= expected and len(known) < world_size, (rank, known)
+    dist.destroy_process_group()
+    return sorted(known)
+
+
+def test_a_rank_reads_only_its_host_its_leaders_and_its_peers():
+    labels = ["a", "a", "b", "b", "c", "c"]
+    known = run_ranks(_reads_only_what_it_uses, len(labels), timeout=180, init="none",
+                      labels=labels)
+    # Not everyone reads everything: the non-leaders read 2 or 3 records of 6.
+    assert max(len(k) for k in known) < len(labels), known
+
+
+def _relayed(rank, world_size, scratch, labels, victim, scenario):
+    import torch
+    import torch.distributed as dist
+
+    store = _init(rank, world_size, scratch, labels)
+    dist.all_reduce(torch.ones(1000))  # the layout, the relay, every route in use
+    if rank == victim:
+        _die_after(0.3)
+    if scenario == "allreduce":
+        work = dist.all_reduce(torch.ones(1000), async_op=True)
+    elif scenario == "broadcast":  # small: flat, over UCX on every rank
+        work = dist.broadcast(torch.ones(8), src=victim, async_op=True)
+    else:
+        raise ValueError(scenario)
+    elapsed = _expect_death(work, victim, scenario)
+    assert elapsed < DETECT_LIMIT_S, f"rank {rank}: {scenario} took {elapsed:.2f} s to see the death"
+    h = _health_says_dead(victim)
+    # Nobody leaves before all have checked (a group torn down closes its connections).
+    store.set(f"checked/{rank}", "1")
+    store.wait([f"checked/{r}" for r in range(world_size) if r != victim])
+    dist.destroy_process_group()
+    return h["reason"]
+
+
+@pytest.mark.parametrize(
+    "victim,scenario",
+    [
+        (3, "allreduce"),  # not a leader: rank 1 hears of it from leader 0, told by leader 2
+        (2, "broadcast"),  # a leader: leader 0 watches it, and tells rank 1
+    ],
+)
+def test_a_death_reaches_every_host_through_the_leaders(victim, scenario):
+    labels = ["a", "a", "b", "b"]
+    reasons = run_ranks(_relayed, len(labels), timeout=120, init="none", labels=labels,
+                        killed=(victim,), victim=victim, scenario=scenario)
+    # Rank 1 watches neither victim: what it knows came through leader 0.
+    assert "told by rank 0" in reasons[1], reasons
