@@ -7,11 +7,14 @@
 #   scripts/multihost_check.sh --hosts 3      # 3 hosts x 2 ranks (world size 6)
 #   scripts/multihost_check.sh --break        # cut host 1's link after the first collective:
 #                                             # the job must FAIL (non-zero exit) in bounded time
+#   scripts/multihost_check.sh --kill         # SIGKILL the last rank after the first
+#                                             # collective: every rank of the other hosts must
+#                                             # fail its next all_reduce naming it, in seconds
 #   scripts/multihost_check.sh --job benchmarks/hierarchical.py   # another torchrun script
 #                                             # (a benchmark) on the same hosts
 #
 # Options: --hosts N (2..9), --nproc N (ranks per host, default 2), --timeout S (hard limit
-# per torchrun, default 240), --break, --keep-logs. Environment: PYTHON (interpreter, default
+# per torchrun, default 240), --break, --kill, --keep-logs. Environment: PYTHON (interpreter, default
 # python3), MULTIHOST_BACKEND (default ucx; "gloo" checks the harness itself),
 # MULTIHOST_PG_TIMEOUT (seconds, init_process_group's timeout; default 60, 20 with --break).
 #
@@ -42,6 +45,7 @@ HOSTS=2
 NPROC=2
 TIMEOUT=240
 BREAK=0
+KILL=0
 KEEP_LOGS=0
 JOB=tests/python/multihost_job.py
 while [[ $# -gt 0 ]]; do
@@ -53,6 +57,7 @@ while [[ $# -gt 0 ]]; do
         --timeout) TIMEOUT=$2; shift 2 ;;
         --timeout=*) TIMEOUT=${1#*=}; shift ;;
         --break) BREAK=1; shift ;;
+        --kill) KILL=1; shift ;;
         --keep-logs) KEEP_LOGS=1; shift ;;
         --job) JOB=$2; shift 2 ;;
         --job=*) JOB=${1#*=}; shift ;;
@@ -194,6 +199,7 @@ else
     unset MULTIHOST_BREAK_DIR
     export MULTIHOST_PG_TIMEOUT=${MULTIHOST_PG_TIMEOUT:-60}
 fi
+if [[ $KILL -eq 1 ]]; then export MULTIHOST_KILL=1; else unset MULTIHOST_KILL; fi
 # gloo (harness self-check only) must be told which interface is the cross-host one.
 if [[ $MULTIHOST_BACKEND == gloo ]]; then export GLOO_SOCKET_IFNAME=eth0; fi
 
@@ -243,6 +249,24 @@ if [[ $BREAK -eq 1 ]]; then
     echo "multihost_check: --break: eth0 of host 1 is down after $(($(date +%s) - start)) s"
 fi
 
+# ---- --kill: the surviving hosts are judged by their ranks' lines ---------------------
+# torchrun's agents meet at an exit barrier (5 min) that the host which lost a worker never
+# reaches, so the surviving hosts' torchruns are stopped once their ranks have reported.
+if [[ $KILL -eq 1 ]]; then
+    last=$((HOSTS - 1))
+    deadline=$((SECONDS + TIMEOUT))
+    while (($(cat "$WORK"/host*.log | grep -c "^multihost kill ok rank " || true) < last * NPROC)); do
+        alive=0
+        for pid in "${LAUNCHER_PIDS[@]:0:last}"; do
+            if kill -0 "$pid" 2>/dev/null; then alive=1; fi
+        done
+        [[ $alive -eq 1 && $SECONDS -lt $deadline ]] || break
+        sleep 0.2
+    done
+    sleep 1  # the ranks' own exit
+    for pid in "${LAUNCHER_PIDS[@]:0:last}"; do kill -TERM "$pid" 2>/dev/null || true; done
+fi
+
 # ---- collect --------------------------------------------------------------------------
 fail=0
 for ((i = 0; i < HOSTS; i++)); do
@@ -257,8 +281,25 @@ elapsed=$(($(date +%s) - start))
 for ((i = 0; i < HOSTS; i++)); do
     note=""
     [[ ${RCS[$i]} -eq 124 || ${RCS[$i]} -eq 137 ]] && note=" (HARD TIMEOUT of ${TIMEOUT}s)"
+    [[ $KILL -eq 1 && $i -lt $((HOSTS - 1)) ]] && note=" (stopped after its ranks reported)"
     echo "multihost_check: host $i ($(host_ip "$i")): torchrun exit ${RCS[$i]}$note"
 done
+if [[ $KILL -eq 1 ]]; then
+    # The last host lost a worker, so its torchrun fails on its own; every rank of the
+    # other hosts must say what it saw.
+    fail=0
+    [[ ${RCS[$last]} -ne 0 && ${RCS[$last]} -ne 124 && ${RCS[$last]} -ne 137 ]] || fail=1
+    for ((r = 0; r < last * NPROC; r++)); do
+        grep -h "^multihost kill ok rank $r " "$WORK"/host*.log || { echo "rank $r: no 'multihost kill ok' line"; fail=1; }
+    done
+    if [[ $fail -ne 0 ]]; then
+        for ((i = 0; i < HOSTS; i++)); do echo "===== host $i output (last 200 lines) ====="; tail -n 200 "$WORK/host$i.log"; done
+        echo "multihost_check: --kill FAILED ($HOSTS hosts x $NPROC ranks, ${elapsed}s)"
+        exit 1
+    fi
+    echo "multihost_check: --kill PASSED ($HOSTS hosts x $NPROC ranks, ${elapsed}s)"
+    exit 0
+fi
 if [[ $fail -ne 0 ]]; then
     for ((i = 0; i < HOSTS; i++)); do
         echo "===== host $i output (last 200 lines) ====="

@@ -20,10 +20,14 @@ DDP steps of a tiny CPU model, after which every rank holds the same parameters.
 Environment (set by the script): MULTIHOST_BACKEND (default ucx), MULTIHOST_PG_TIMEOUT
 (seconds, default 60), MULTIHOST_BREAK_DIR (the --break mode: after the first collective
 each rank writes ready.<rank> there and waits for ``broken``, which the script creates once
-it has cut host 1's link; the checks that follow must then fail).
+it has cut host 1's link; the checks that follow must then fail), MULTIHOST_KILL (the
+--kill mode: after the first collective the last rank, not its host's leader, is SIGKILLed;
+every rank of the other hosts must fail its next all_reduce naming a rank of that host
+within KILL_LIMIT_S, and prints ``multihost kill ok rank R: <the error>``).
 """
 
 import os
+import signal
 import socket
 import sys
 import time
@@ -358,6 +362,47 @@ def wait_for_break(break_dir):
     print(f"rank {RANK} on {HOST}: link cut, continuing (this must fail)", flush=True)
 
 
+KILL_LIMIT_S = 10.0
+
+
+def check_kill():
+    """--kill mode. No rank of the other hosts watches the victim (only its own host's
+    ranks do, by pidfd): they learn of the death from their hosts' leaders, who hear it from
+    the victim's leader over UCX. torchrun then stops the victim's host, so the error may
+    name its leader instead, which the other leaders watch through UCX's error handling."""
+    victim = WORLD - 1
+    dist.all_reduce(torch.ones(1000))  # the host layout, the relay, the routes in use
+    dist.barrier()
+    if RANK == victim:
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1000))
+    except dist.DistBackendError as e:
+        elapsed = time.monotonic() - start
+        msg = str(e)
+    else:
+        check(False, f"--kill: the all_reduce completed although rank {victim} was killed")
+    named = [r for r in range(WORLD) if f"rank {r} died" in msg]
+    check(len(named) == 1 and named[0] // L == victim // L,
+          f"--kill: the error does not name a rank of host {victim // L}: {msg}")
+    check(elapsed < KILL_LIMIT_S, f"--kill: took {elapsed:.2f} s to see the death: {msg}")
+    if NODE == victim // L:
+        # Alive until torchrun stops this host: the others must learn of the victim from
+        # this host's leader, not from the leader's own exit.
+        time.sleep(60)
+        return
+    # The survivors leave together: a group torn down closes its connections.
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"kill-checked/{RANK}", "1")
+    store.wait([f"kill-checked/{r}" for r in range(WORLD) if r // L != victim // L])
+    dist.destroy_process_group()
+    # One write: the ranks of a host share its log, and the script reads whole lines.
+    sys.stdout.flush()
+    os.write(1, f"multihost kill ok rank {RANK} ({elapsed:.2f}s): {msg}\n".encode())
+
+
 def main():
     pg_timeout = timedelta(seconds=float(os.environ.get("MULTIHOST_PG_TIMEOUT", "60")))
     t0 = time.monotonic()
@@ -371,6 +416,9 @@ def main():
           f"host names within host {NODE} differ: {names}")
     check(len(set(names)) == NHOSTS, f"expected {NHOSTS} distinct host names, got {names}")
 
+    if os.environ.get("MULTIHOST_KILL"):
+        check_kill()
+        return
     break_dir = os.environ.get("MULTIHOST_BREAK_DIR")
     if break_dir:
         wait_for_break(break_dir)

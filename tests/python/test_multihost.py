@@ -3,7 +3,8 @@ Linux namespaces (own network with a veth to a bridge, host name, IPC, mount wit
 /dev/shm, PID), 2 ranks each, with no UCX_* variable set; tests/python/multihost_job.py
 checks tagged and any-source point-to-point across hosts, every collective, per-host
 subgroups (shared memory) and DDP with exact values. A third case cuts one host's link
-after the first collective: the job must then fail, on its own and in bounded time.
+after the first collective: the job must then fail, on its own and in bounded time. A
+fourth kills one rank: every other host's ranks must fail their collective naming it.
 
 Needs root, iproute2's `ip netns` and util-linux's `unshare`; skipped otherwise.
 """
@@ -90,6 +91,26 @@ def test_multihost_job_passes(hosts):
         assert ok[2 * h] == ok[2 * h + 1], f"ranks of host {h} report different names: {ok}"
     assert len(set(ok.values())) == hosts, f"expected {hosts} distinct host names: {ok}"
     assert f"PASSED ({hosts} hosts x 2 ranks, backend {BACKEND}" in out, out[-3000:]
+
+
+@pytest.mark.skipif(not is_ucx(), reason=skip_reason_unless_ucx("failure injection"))
+@pytest.mark.timeout(HARD_TIMEOUT_S + 20)
+def test_a_death_on_one_host_fails_every_other_hosts_collective():
+    """Rank 5 (host 2, not its leader) is SIGKILLed. The ranks of hosts 0 and 1 never read
+    its record (they watch their host and, as leaders, the other leaders): they must fail
+    their all_reduce naming it within seconds, the leaders through rank 4's notice over UCX
+    across the namespaces, their hosts' other ranks through their leader."""
+    rc, out, elapsed = _run("--hosts", "3", "--kill")
+    assert rc == 0 and "--kill PASSED (3 hosts" in out, f"exit {rc} after {elapsed:.0f}s:\n{out[-12000:]}"
+    lines = dict(
+        (int(m.group(1)), m.group(2))
+        for m in re.finditer(r"^multihost kill ok rank (\d+) \(\S+\): (.*)$", out, re.M)
+    )
+    assert sorted(lines) == [0, 1, 2, 3], out[-8000:]
+    for r, msg in lines.items():
+        assert "rank 5 died" in msg, (r, msg)
+    for leader in (0, 2):
+        assert "told by rank 4" in lines[leader], (leader, lines[leader])
 
 
 @pytest.mark.skipif(not is_ucx(), reason=skip_reason_unless_ucx("failure injection"))
