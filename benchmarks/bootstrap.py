@@ -1,7 +1,7 @@
 """What creating a process group and using it the first time cost, at 2..64 ranks on this host.
 
     python3 benchmarks/bootstrap.py [--ranks 2,4,8,16,32,64] [--backends ucx,gloo]
-                                    [--repeats 1] [--out DIR] [--label NAME]
+                                    [--repeats 1] [--out DIR] [--label NAME] [--per-host K]
 
 For every world size N and backend, N rank processes start (environment as torchrun sets it:
 RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), import torch (and commux), then wait for a
@@ -26,6 +26,13 @@ multi_get/... per phase, the keys a multi_get asked for, and the bytes get/multi
 returned. ``ops`` in the table is init plus first allreduce per rank (max over ranks, and
 rank 0, which hosts no store here: the parent does). A TCPStore get or multi_get is two round
 trips (it waits for the keys first), whatever the number of keys.
+
+--per-host K splits the ranks into "hosts" of K (COMMUX_HOST, LOCAL_RANK, LOCAL_WORLD_SIZE
+as on K-rank nodes), so that the group spans hosts and the first allreduce runs in parts.
+With COMMUX_FAILURE_DETECTION=ucx in the environment every watched rank of another
+"host" costs a UCX endpoint, as on real hosts (here they share a PID namespace, where a
+pidfd would do). Then ``records`` (the peer records a rank read: ``known_ranks``) and
+``endpoints`` show what watching costs per rank.
 
 The machine is shared and small: beyond its core count the ranks are oversubscribed, so the
 times grow with N for that reason too; compare backends and builds within one run.
@@ -198,10 +205,17 @@ def worker(args) -> int:
 
         C = commux.load_extension()
         out["endpoints"] = C._engine_stats()["endpoints"]
+        pg = dist.group.WORLD._get_backend(torch.device("cpu"))
+        if hasattr(pg, "known_ranks"):  # builds before it read every record
+            out["records"] = len(pg.known_ranks())
         if hasattr(C, "ucx_context_hints"):
             out["ucx_hints"] = C.ucx_context_hints()
     # One line the parent parses (stdout may carry other output before it).
     print("BOOTSTRAP-RESULT " + json.dumps(out), flush=True)
+    # Nobody leaves while another rank may still finish its barrier: a rank that exits is
+    # a rank that died to the others (at once through UCX's error handling).
+    real.set(f"bench/done/{args.rank}", "1")
+    real.wait([f"bench/done/{r}" for r in range(args.world)])
     dist.destroy_process_group()
     return 0
 
@@ -222,9 +236,13 @@ def run_world(backend: str, n: int, args, before: str | None) -> dict:
         env["PYTHONPATH"] = before + os.pathsep + env.get("PYTHONPATH", "")
     logs = tempfile.TemporaryDirectory(prefix="bootstrap-")
     procs, files = [], []
+    k = args.per_host or n
     for r in range(n):
-        env_r = dict(env, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
-                     LOCAL_WORLD_SIZE=str(n))
+        env_r = dict(env, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r % k),
+                     LOCAL_WORLD_SIZE=str(k))
+        if args.per_host:
+            env_r["COMMUX_HOST"] = f"bench-host{r // k}"
+
         cmd = [sys.executable, os.path.abspath(__file__), "--_worker", "--_rank", str(r),
                "--_world", str(n), "--_port", str(master.port), "--_backend", backend,
                "--bytes", str(args.bytes), "--timeout", str(args.timeout)]
@@ -324,6 +342,10 @@ def summarize(backend: str, n: int, ranks: list, go: float) -> dict:
         row["ops_by_kind_busiest"] = " ".join(f"{op}={kinds[op]}" for op in STORE_OPS if op in kinds)
     if "endpoints" in ranks[0]:
         row["endpoints_max"] = max(r["endpoints"] for r in ranks)
+        row["endpoints_median"] = statistics.median(r["endpoints"] for r in ranks)
+    if "records" in ranks[0]:
+        row["records_max"] = max(r["records"] for r in ranks)
+        row["records_median"] = statistics.median(r["records"] for r in ranks)
     if "ucx_hints" in ranks[0]:
         row["ucx_hints"] = json.dumps(ranks[0]["ucx_hints"], sort_keys=True)
     row["_per_rank"] = ranks
@@ -340,6 +362,8 @@ COLUMNS = [
     ("load_max_ms", "load max ms", "{:.0f}"),
     ("ops_max", "store ops/rank max", "{}"), ("ops_rank0", "rank 0", "{}"),
     ("bytes_read_max", "bytes read/rank", "{}"), ("ops_by_kind_busiest", "busiest rank's ops", "{}"),
+    ("records_max", "records max", "{}"), ("records_median", "records med", "{:.0f}"),
+    ("endpoints_max", "endpoints max", "{}"), ("endpoints_median", "endpoints med", "{:.0f}"),
 ]
 
 
@@ -391,6 +415,8 @@ def main(argv=None) -> int:
     ap.add_argument("--label", default="", help="a name for the build measured (in the table)")
     ap.add_argument("--before", metavar="DIR",
                     help="also measure the commux installed in DIR, as backend ucx@before")
+    ap.add_argument("--per-host", type=int, default=0, metavar="K",
+                    help="ranks per \"host\" (COMMUX_HOST): the group spans N/K hosts")
     ap.add_argument("--no-count", action="store_true",
                     help="hand torch the TCPStore itself (no counting wrapper, no Python in "
                          "the store path)")
