@@ -156,8 +156,9 @@ class ProcessGroupUCX : public c10d::Backend {
   /// The group's ranks by host (see HostLayout) once its first collective found that it
   /// spans hosts and shares memory inside them; empty otherwise.
   std::vector<std::vector<int>> hosts() const;
-  /// The ranks whose records this rank has read, so whose deaths it watches itself (the
-  /// others' reach it through its host's leader once the group spans hosts), ascending.
+  /// The ranks whose records this rank has read (itself included), ascending: those it
+  /// watches for death itself, unless COMMUX_FAILURE_DETECTION=off. Once the group spans
+  /// hosts, the others' deaths reach it through the host leaders.
   std::vector<int> knownRanks() const;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
@@ -225,16 +226,18 @@ class ProcessGroupUCX : public c10d::Backend {
   /// Watch thread: the peer process at `address` died.
   void onPeerFailed(const std::string& address, const std::string& why);
   /// `rank` died: fail what waits on it, refuse what would, and tell who must hear of it
-  /// from this rank (relayDeath).
-  void markDead(int rank, const std::string& why);
+  /// from this rank (relayDeath). `from`: the rank whose death notice said so, or -1 when
+  /// this rank saw it itself.
+  void markDead(int rank, const std::string& why, int from = -1);
   /// Before a collective: every member's death must fail it. In a group that spans hosts
   /// the relay covers the members this rank does not watch; otherwise it watches them all.
   void watchMembers();
   /// Once the host layout is known (shmChannel, under shmMutex_): watch this host's ranks
   /// (and, as its leader, the other leaders) and start hearing death notices.
   void startRelay();
-  /// As a host's leader: sends `rank`'s death to whoever learns it only from this rank.
-  void relayDeath(int rank, const std::string& why);
+  /// Sends `rank`'s death (seen here, or told by `from`) to whoever learns it only from
+  /// this rank (death_relay.hpp).
+  void relayDeath(int rank, const std::string& why, int from);
   /// Fails the receives still in flight (nothing can complete them once the group is gone).
   void failOrphans(const std::string& why);
   /// all_to_all_single between contiguous tensors, with no staging. `uniform`: every

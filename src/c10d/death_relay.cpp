@@ -47,16 +47,24 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
         auto state = weak.lock();
         if (!state) return;
         std::lock_guard<std::mutex> lock(state->mutex);
-        // An error: the receive was cancelled (close) or the engine stops.
-        if (state->closed || error) return;
-        const auto* bytes = state->buffer.data_ptr<std::uint8_t>();
-        std::int32_t dead = -1;
-        std::memcpy(&dead, bytes, sizeof(dead));
-        const char* text = reinterpret_cast<const char*>(bytes + sizeof(dead));
-        std::string why(text, strnlen(text, kNoticeBytes - sizeof(dead)));
-        // The chain of ranks it came through, as each receiver appends its sender.
-        why += (why.empty() ? "" : "; ") + std::string("told by rank ") + std::to_string(source);
-        state->onNotice(dead, why);
+        if (state->closed) return;  // cancelled by close()
+        // Any other failure (a notice cut short by its dying sender, a malformed one) costs
+        // that notice only: the receive is posted again below, so this rank never goes deaf.
+        // When the engine stops, posting fails quietly and that is the end.
+        if (!error) {
+          const auto* bytes = state->buffer.data_ptr<std::uint8_t>();
+          std::int32_t dead = -1;
+          std::memcpy(&dead, bytes, sizeof(dead));
+          const char* text = reinterpret_cast<const char*>(bytes + sizeof(dead));
+          std::string why(text, strnlen(text, kNoticeBytes - sizeof(dead)));
+          // The chain of ranks it came through, as each receiver appends its sender.
+          why += (why.empty() ? "" : "; ") + std::string("told by rank ") + std::to_string(source);
+          try {
+            state->onNotice(dead, why, source);
+          } catch (const std::exception&) {
+            // The engine is stopping (failing what waits needs its queue): nothing to save.
+          }
+        }
         post(state);
       });
   state->receive = op;

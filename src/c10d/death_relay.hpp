@@ -2,12 +2,16 @@
 // How a member's death reaches the ranks that do not watch it. In a group that spans hosts a
 // rank watches only its own host's ranks (and, when it leads its host, the other hosts'
 // leaders): watching every member would cost each rank a store record and, across hosts,
-// a UCX endpoint per member (docs/design.md, "When a peer dies"). A leader that learns of
-// a death tells the others who cannot see it themselves, one small control notice each:
-//  - a death on its own host: every other leader, which hears no pidfd from there;
-//  - any death: the ranks of its own host, which watch nothing beyond it.
+// a UCX endpoint per member (docs/design.md, "When a peer dies"). Whoever learns of a
+// death tells those who cannot see it themselves, one small control notice each
+// (ProcessGroupUCX::relayDeath):
+//  - a leader, of a death on its own host, or one it saw itself (a peer's endpoint failed)
+//    or heard of from its own host's ranks: every other leader, which watches no rank of
+//    that host but its leader;
+//  - a leader, of any death: the ranks of its own host, which watch nothing beyond it;
+//  - any other rank, of a death on another host that it saw itself: its own leader.
 // A leader's own death is seen by the other leaders directly (they watch it) and by its
-// host's ranks by pidfd, so no notice depends on a dead sender.
+// host's ranks by pidfd, so no notice between leaders depends on a dead sender.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -25,9 +29,9 @@ class Engine;
 
 class DeathRelay {
  public:
-  /// `onNotice(rank, why)` runs under the worker lock when a notice arrives; it must not
-  /// block on anything a completion callback may hold.
-  using OnNotice = std::function<void(int rank, const std::string& why)>;
+  /// `onNotice(rank, why, from)` runs under the worker lock when rank `from`'s notice of
+  /// `rank`'s death arrives; it must not block on anything a completion callback may hold.
+  using OnNotice = std::function<void(int rank, const std::string& why, int from)>;
 
   /// Posts the standing receive of the group whose context here is `context`.
   DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t context, int rank,

@@ -88,8 +88,6 @@ bool crossHosts(engine::Engine& engine, engine::CollectiveOp::Setup setup,
 
 }  // namespace
 
-std::vector<int> ProcessGroupUCX::knownRanks() const { return peers_->knownRanks(); }
-
 std::vector<std::vector<int>> ProcessGroupUCX::hosts() const {
   std::lock_guard<std::mutex> lock(shmMutex_);
   return layout_ ? layout_->hosts : std::vector<std::vector<int>>{};

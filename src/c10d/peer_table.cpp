@@ -88,16 +88,20 @@ std::shared_ptr<const engine::Route> PeerTable::adopt(int rank,
   TORCH_CHECK(record.size() > 28 + spaceLength, "commux: rank ", rank,
               " published a truncated peer record");
   process.pidSpace.assign(record.begin() + 28, record.begin() + 28 + spaceLength);
-  auto route = std::make_shared<engine::Route>(engine::Route{
+  std::shared_ptr<const engine::Route> route = std::make_shared<engine::Route>(engine::Route{
       std::string(record.begin() + 28 + spaceLength, record.end()), getU32(record, 8)});
-  // Watch first: an operation on this route may only start once a death would be seen.
-  if (onResolved_) onResolved_(rank, *route, process);
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!routes_[rank]) {
-    routes_[rank] = std::move(route);
-    known_[rank].store(true, std::memory_order_release);
+  {
+    // In the table before it is watched: a death reported the moment the watch starts
+    // finds its rank (ranksAt), and is never reported twice.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!routes_[rank]) routes_[rank] = std::move(route);
+    route = routes_[rank];
   }
-  return routes_[rank];
+  // Watch first: an operation on this route may only start (known_) once a death would be
+  // seen.
+  if (onResolved_) onResolved_(rank, *route, process);
+  known_[rank].store(true, std::memory_order_release);
+  return route;
 }
 
 void PeerTable::resolve(const std::vector<int>& ranks) {

@@ -111,7 +111,7 @@ void ProcessGroupUCX::onPeerFailed(const std::string& address, const std::string
   }
 }
 
-void ProcessGroupUCX::markDead(int peer, const std::string& why) {
+void ProcessGroupUCX::markDead(int peer, const std::string& why, int from) {
   std::vector<c10::intrusive_ptr<WorkUCX>> victims;
   {
     // Under trackMutex_, as launch() checks: an operation is either refused there or found
@@ -130,8 +130,10 @@ void ProcessGroupUCX::markDead(int peer, const std::string& why) {
   }
   // After health_ knows it: startRelay relays the deaths known when it is ready, so each
   // one goes out from here or from there.
-  if (relayReady_.load()) relayDeath(peer, why);
+  if (relayReady_.load()) relayDeath(peer, why, from);
 }
+
+std::vector<int> ProcessGroupUCX::knownRanks() const { return peers_->knownRanks(); }
 
 void ProcessGroupUCX::watchMembers() {
   if (!relayReady_.load(std::memory_order_acquire)) peers_->resolveAll();
@@ -147,28 +149,41 @@ void ProcessGroupUCX::startRelay() {
   // Listening before watching: a notice sent as soon as the others watch must find it.
   relay_ = std::make_unique<DeathRelay>(
       engine_, context_, rank_,
-      [this](int peer, const std::string& why) {
-        if (peer >= 0 && peer < size_ && peer != rank_) markDead(peer, why);
+      [this](int peer, const std::string& why, int from) {
+        if (peer >= 0 && peer < size_ && peer != rank_ && from >= 0 && from < size_) {
+          markDead(peer, why, from);
+        }
       });
   peers_->get(watched);  // one store request; watched from now on (onResolved)
   relayReady_.store(true);
-  for (int dead : health_->deadRanks()) relayDeath(dead, health_->deadWhy(dead));
+  // Seen before now (here or by a notice that waited): relayed as if seen here, which may
+  // tell a leader what it knows already; the receiver drops what it knew.
+  for (int dead : health_->deadRanks()) relayDeath(dead, health_->deadWhy(dead), -1);
 }
 
-void ProcessGroupUCX::relayDeath(int peer, const std::string& why) {
+void ProcessGroupUCX::relayDeath(int peer, const std::string& why, int from) {
   const HostLayout& layout = *layout_;
   const int myHost = layout.hostOf[rank_];
   const auto& host = layout.hosts[myHost];
-  if (host.front() != rank_) return;  // only leaders relay
+  const int peerHost = layout.hostOf[peer];
   std::vector<int> targets;
-  for (int r : host) targets.push_back(r);
-  // The other leaders watch no rank of this host but its leader.
-  if (layout.hostOf[peer] == myHost) {
-    for (const auto& other : layout.hosts) targets.push_back(other.front());
+  if (host.front() != rank_) {
+    // This host's leader watches its ranks itself; of another host's rank it may know
+    // nothing (an endpoint that failed here, its rank alive to its own leader's pidfd).
+    if (from < 0 && peerHost != myHost) targets.push_back(host.front());
+  } else {
+    for (int r : host) targets.push_back(r);
+    // The other leaders watch no rank of another host but its leader, so they hear of
+    // what reached this leader otherwise than from one of them.
+    const bool fromLeader = from >= 0 && layout.hostOf[from] != myHost;
+    const bool peerLeads = layout.hosts[peerHost].front() == peer;
+    if (!fromLeader && !peerLeads) {
+      for (const auto& other : layout.hosts) targets.push_back(other.front());
+    }
   }
   std::vector<std::shared_ptr<const engine::Route>> routes;
   for (int r : targets) {
-    if (r == rank_ || r == peer || !health_->deadWhy(r).empty()) continue;
+    if (r == rank_ || r == peer || r == from || !health_->deadWhy(r).empty()) continue;
     // Known since startRelay: no store request on this (watch or driver) thread.
     if (auto route = peers_->known(r)) routes.push_back(std::move(route));
   }
@@ -259,7 +274,18 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
     if (setup.hierarchical) layout_ = std::make_shared<const HostLayout>(std::move(setup.layout));
     std::atomic_store(&shm_, std::move(setup.channel));
     shmDecided_ = true;
-    if (layout_) startRelay();
+    if (layout_) {
+      try {
+        startRelay();
+      } catch (const std::exception& e) {
+        // Not retried (the set-up above is collective): this rank, and its host's ranks
+        // if it leads, would no longer hear of every death, so the group runs no more
+        // collectives, here or on this host.
+        health_->collectiveFailed(std::string("the death watch could not start: ") + e.what());
+        if (auto channel = std::atomic_load(&shm_)) channel->abandon();
+        throw;
+      }
+    }
   }
   // A broken channel refuses the collective (checkCollectivesAllowed) rather than sending it
   // over UCX: every rank must take the same path for the same collective.

@@ -133,7 +133,8 @@ PYBIND11_MODULE(_C, m) {
         d["purged_messages"] = s.purgedMessages;
         return d;
       },
-      "Operations and UCX requests in flight in this process (leak checks)");
+      "Operations and UCX requests in flight in this process (leak checks). A live group "
+      "that spans hosts keeps one of each posted: its death-notice receive");
   m.def("_shutdown", &commux::engine::Engine::shutdownInstance,
         py::call_guard<py::gil_scoped_release>(),
         "Stops the progress thread (registered with atexit)");

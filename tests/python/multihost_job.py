@@ -21,7 +21,8 @@ Environment (set by the script): MULTIHOST_BACKEND (default ucx), MULTIHOST_PG_T
 (seconds, default 60), MULTIHOST_BREAK_DIR (the --break mode: after the first collective
 each rank writes ready.<rank> there and waits for ``broken``, which the script creates once
 it has cut host 1's link; the checks that follow must then fail), MULTIHOST_KILL (the
---kill mode: after the first collective the last rank, not its host's leader, is SIGKILLed;
+--kill mode: after the first collective the last rank (not its host's leader, unless
+--nproc 1) is SIGKILLed;
 every rank of the other hosts must fail its next all_reduce naming a rank of that host
 within KILL_LIMIT_S, and prints ``multihost kill ok rank R: <the error>``).
 """
