@@ -76,7 +76,10 @@ def run_job():
                        "local": local, "us": results}, f, indent=1)
     dist.barrier(group=gloo)
     dist.destroy_process_group()
-    print(f"multihost ok rank {rank} host {socket.gethostname()} (benchmark)", flush=True)
+    # One write (scripts/multihost_check.sh greps whole lines from a log the host's ranks
+    # share; unbuffered print writes the newline apart, and two ranks' lines could merge).
+    sys.stdout.flush()
+    os.write(1, f"multihost ok rank {rank} host {socket.gethostname()} (benchmark)\n".encode())
 
 
 def table(paths):

@@ -366,6 +366,14 @@ def wait_for_break(break_dir):
 KILL_LIMIT_S = 10.0
 
 
+def say_line(line):
+    """One write for the whole line: the ranks of a host share its log, the script greps
+    whole lines, and unbuffered print writes the text and the newline apart (two ranks'
+    lines then run together, and the script misses one)."""
+    sys.stdout.flush()
+    os.write(1, (line + "\n").encode())
+
+
 def check_kill():
     """--kill mode. No rank of the other hosts watches the victim (only its own host's
     ranks do, by pidfd): they learn of the death from their hosts' leaders, who hear it from
@@ -399,9 +407,7 @@ def check_kill():
     store.set(f"kill-checked/{RANK}", "1")
     store.wait([f"kill-checked/{r}" for r in range(WORLD) if r // L != victim // L])
     dist.destroy_process_group()
-    # One write: the ranks of a host share its log, and the script reads whole lines.
-    sys.stdout.flush()
-    os.write(1, f"multihost kill ok rank {RANK} ({elapsed:.2f}s): {msg}\n".encode())
+    say_line(f"multihost kill ok rank {RANK} ({elapsed:.2f}s): {msg}")
 
 
 def main():
@@ -437,7 +443,7 @@ def main():
         print(f"rank {RANK} on {HOST}: {name} ok ({time.monotonic() - t:.2f}s)", flush=True)
     dist.barrier()
     dist.destroy_process_group()
-    print(f"multihost ok rank {RANK} host {HOST} ({time.monotonic() - t0:.1f}s)", flush=True)
+    say_line(f"multihost ok rank {RANK} host {HOST} ({time.monotonic() - t0:.1f}s)")
 
 
 if __name__ == "__main__":
