@@ -268,6 +268,21 @@ if [[ $KILL -eq 1 ]]; then
 fi
 
 # ---- collect --------------------------------------------------------------------------
+show_logs() {
+    local i
+    for ((i = 0; i < HOSTS; i++)); do
+        echo "===== host $i output (last 400 lines) ====="
+        tail -n 400 "$WORK/host$i.log"
+    done
+}
+# Ranks 0..$2-1 each printed their "$1 rank R " line (what the script reads as passed).
+reported() {
+    local r ok=0
+    for ((r = 0; r < $2; r++)); do
+        grep -h "^$1 rank $r " "$WORK"/host*.log || { echo "rank $r: no '$1' line"; ok=1; }
+    done
+    return $ok
+}
 fail=0
 for ((i = 0; i < HOSTS; i++)); do
     rc=0
@@ -289,11 +304,9 @@ if [[ $KILL -eq 1 ]]; then
     # other hosts must say what it saw.
     fail=0
     [[ ${RCS[$last]} -ne 0 && ${RCS[$last]} -ne 124 && ${RCS[$last]} -ne 137 ]] || fail=1
-    for ((r = 0; r < last * NPROC; r++)); do
-        grep -h "^multihost kill ok rank $r " "$WORK"/host*.log || { echo "rank $r: no 'multihost kill ok' line"; fail=1; }
-    done
+    reported "multihost kill ok" $((last * NPROC)) || fail=1
     if [[ $fail -ne 0 ]]; then
-        for ((i = 0; i < HOSTS; i++)); do echo "===== host $i output (last 200 lines) ====="; tail -n 200 "$WORK/host$i.log"; done
+        show_logs
         echo "multihost_check: --kill FAILED ($HOSTS hosts x $NPROC ranks, ${elapsed}s)"
         exit 1
     fi
@@ -301,20 +314,13 @@ if [[ $KILL -eq 1 ]]; then
     exit 0
 fi
 if [[ $fail -ne 0 ]]; then
-    for ((i = 0; i < HOSTS; i++)); do
-        echo "===== host $i output (last 200 lines) ====="
-        tail -n 200 "$WORK/host$i.log"
-    done
+    show_logs
     echo "multihost_check: FAILED ($HOSTS hosts x $NPROC ranks, ${elapsed}s)"
     exit 1
 fi
 # Success also needs every rank's last line.
-missing=0
-for ((r = 0; r < WORLD; r++)); do
-    grep -h "^multihost ok rank $r " "$WORK"/host*.log || { echo "rank $r: no 'multihost ok' line"; missing=1; }
-done
-if [[ $missing -ne 0 ]]; then
-    for ((i = 0; i < HOSTS; i++)); do echo "===== host $i output ====="; cat "$WORK/host$i.log"; done
+if ! reported "multihost ok" "$WORLD"; then
+    show_logs
     echo "multihost_check: FAILED (a rank did not report)"
     exit 1
 fi

@@ -15,7 +15,7 @@ namespace commux {
 struct DeathRelay::State {
   std::mutex mutex;  // held while onNotice runs, so close() waits for it
   bool closed = false;
-  std::weak_ptr<engine::Engine> engine;
+  std::shared_ptr<engine::Engine> engine;
   std::uint32_t context = 0;
   OnNotice onNotice;
   at::Tensor buffer;
@@ -24,8 +24,8 @@ struct DeathRelay::State {
 
 DeathRelay::DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t context, int rank,
                        OnNotice onNotice)
-    : engine_(std::move(engine)), rank_(rank), state_(std::make_shared<State>()) {
-  state_->engine = engine_;
+    : rank_(rank), state_(std::make_shared<State>()) {
+  state_->engine = std::move(engine);
   state_->context = context;
   state_->onNotice = std::move(onNotice);
   state_->buffer = at::zeros({kNoticeBytes}, at::kByte);
@@ -36,8 +36,6 @@ DeathRelay::DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t con
 DeathRelay::~DeathRelay() { close(); }
 
 void DeathRelay::post(const std::shared_ptr<State>& state) {
-  auto engine = state->engine.lock();
-  if (!engine) return;
   std::weak_ptr<State> weak = state;
   auto op = std::make_shared<engine::P2POp>(
       engine::P2POp::Kind::Recv, std::vector<at::Tensor>{state->buffer}, nullptr,
@@ -69,7 +67,7 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
       });
   state->receive = op;
   try {
-    engine->submitQuietly(std::move(op));
+    state->engine->submitQuietly(std::move(op));
   } catch (const std::exception&) {
     // The engine is shutting down: no more deaths to hear of.
   }
@@ -92,7 +90,7 @@ void DeathRelay::tell(int dead, const std::string& why,
         false, engine::Description::p2p("death notice", "to", -1, 0, kNoticeBytes, 1),
         [](std::exception_ptr, int) {});
     try {
-      engine_->submitQuietly(std::move(op));
+      state_->engine->submitQuietly(std::move(op));
     } catch (const std::exception&) {
       return;  // the engine is shutting down
     }
@@ -109,7 +107,7 @@ void DeathRelay::close() {
   }
   if (!receive) return;
   try {
-    engine_->cancelQuietly(std::move(receive),
+    state_->engine->cancelQuietly(std::move(receive),
                            engine::commError("commux: the group's death notices were closed"));
   } catch (const std::exception&) {
     // The engine is shutting down and fails the receive itself.

@@ -57,9 +57,8 @@ class DeathRelay {
   struct State;
   static void post(const std::shared_ptr<State>& state);
 
-  std::shared_ptr<engine::Engine> engine_;
   int rank_;
-  std::shared_ptr<State> state_;
+  std::shared_ptr<State> state_;  // the engine too; the standing receive holds it weakly
 };
 
 }  // namespace commux

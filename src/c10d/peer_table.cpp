@@ -69,7 +69,7 @@ void PeerTable::checkRank(int rank) const {
 
 std::shared_ptr<const engine::Route> PeerTable::get(int rank) {
   checkRank(rank);
-  if (known_[rank].load(std::memory_order_acquire)) return routes_[rank];
+  if (auto route = known(rank)) return route;
   return adopt(rank, store_->get(key(rank)));
 }
 
