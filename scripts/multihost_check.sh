@@ -267,6 +267,40 @@ if [[ $KILL -eq 1 ]]; then
     for pid in "${LAUNCHER_PIDS[@]:0:last}"; do kill -TERM "$pid" 2>/dev/null || true; done
 fi
 
+# ---- a failed host: the others would wait out torchrun's exit barrier (5 min) ----------
+# Once one host's torchrun fails, the others get a short grace to finish on their own (a
+# rank's error reaches its peers in seconds), then are stopped, so a failure is reported in
+# well under a minute instead of at the hard timeout.
+# (--break and --kill judge how each host fails on its own, so they are left alone.)
+STOPPED=()
+if [[ $KILL -eq 0 && $BREAK -eq 0 ]]; then
+    grace_end=-1
+    while :; do
+        running=0
+        for ((i = 0; i < HOSTS; i++)); do
+            [[ -n ${RCS[$i]:-} ]] && continue
+            if kill -0 "${LAUNCHER_PIDS[$i]}" 2>/dev/null; then
+                running=1
+            else
+                rc=0
+                wait "${LAUNCHER_PIDS[$i]}" || rc=$?
+                RCS[$i]=$rc
+                [[ $rc -ne 0 && $grace_end -lt 0 ]] && grace_end=$((SECONDS + 20))
+            fi
+        done
+        [[ $running -eq 1 ]] || break
+        if [[ $grace_end -ge 0 && $SECONDS -ge $grace_end ]]; then
+            for ((i = 0; i < HOSTS; i++)); do
+                [[ -n ${RCS[$i]:-} ]] && continue
+                kill -TERM "${LAUNCHER_PIDS[$i]}" 2>/dev/null || true
+                STOPPED[$i]=1
+            done
+            break
+        fi
+        sleep 0.5
+    done
+fi
+
 # ---- collect --------------------------------------------------------------------------
 show_logs() {
     local i
@@ -285,10 +319,12 @@ reported() {
 }
 fail=0
 for ((i = 0; i < HOSTS; i++)); do
-    rc=0
-    wait "${LAUNCHER_PIDS[$i]}" || rc=$?
-    RCS[$i]=$rc
-    [[ $rc -eq 0 ]] || fail=1
+    if [[ -z ${RCS[$i]:-} ]]; then
+        rc=0
+        wait "${LAUNCHER_PIDS[$i]}" || rc=$?
+        RCS[$i]=$rc
+    fi
+    [[ ${RCS[$i]} -eq 0 ]] || fail=1
 done
 LAUNCHER_PIDS=()
 elapsed=$(($(date +%s) - start))
@@ -297,6 +333,7 @@ for ((i = 0; i < HOSTS; i++)); do
     note=""
     [[ ${RCS[$i]} -eq 124 || ${RCS[$i]} -eq 137 ]] && note=" (HARD TIMEOUT of ${TIMEOUT}s)"
     [[ $KILL -eq 1 && $i -lt $((HOSTS - 1)) ]] && note=" (stopped after its ranks reported)"
+    [[ -n ${STOPPED[$i]:-} ]] && note=" (stopped: another host failed first)"
     echo "multihost_check: host $i ($(host_ip "$i")): torchrun exit ${RCS[$i]}$note"
 done
 if [[ $KILL -eq 1 ]]; then

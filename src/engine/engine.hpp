@@ -111,7 +111,8 @@ class Engine {
   /// True once the peer at `address` was found dead.
   bool peerFailed(const std::string& address) const { return watch_.failed(address); }
   /// `listener(address, why)` runs on the watch thread when a peer dies. It must be quick
-  /// and must not add or remove listeners; it may cancel operations (cancelQuietly).
+  /// and must not add or remove listeners; it may cancel operations (cancelQuietly). No
+  /// listener runs once stop() has begun (process exit), and stop() waits for a running one.
   using FailureListener = std::function<void(const std::string& address, const std::string& why)>;
   std::uint64_t addFailureListener(FailureListener listener);
   /// After this returns, the listener is not running and will not run again.
@@ -244,6 +245,7 @@ class Engine {
   std::mutex failureMutex_;  // held while listeners run
   std::map<std::uint64_t, FailureListener> failureListeners_;
   std::uint64_t nextFailureListener_ = 0;
+  bool failuresClosed_ = false;  // set by stop()
   // Peers to reach with UCX's peer error handling (not watchable by pidfd).
   std::mutex remoteMutex_;
   std::unordered_set<std::string> remoteWatched_;

@@ -10,6 +10,8 @@ itself: the victim is one the survivor does not watch, so only the relay can tel
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from harness import run_ranks
@@ -91,3 +93,39 @@ def test_a_death_reaches_every_host_through_the_leaders(victim, scenario):
                         killed=(victim,), victim=victim, scenario=scenario)
     # Rank 1 watches neither victim: what it knows came through leader 0.
     assert "told by rank 0" in reasons[1], reasons
+
+
+def _deaf_after_shutdown(rank, world_size, scratch, labels):
+    import torch
+    import torch.distributed as dist
+
+    import commux
+
+    store = _init(rank, world_size, scratch, labels)
+    dist.all_reduce(torch.ones(1000))  # the layout, the relay, every watch in place
+    victim = 2  # leads host b: leader 0 watches it and would relay its death to rank 1
+    if rank in (0, 1):
+        # What Python's exit does first (atexit): the groups stay alive, the engine stops.
+        commux.load_extension()._shutdown()
+        store.set(f"stopped/{rank}", "1")
+    if rank == victim:
+        store.wait(["stopped/0", "stopped/1"])
+        _die_after(0.1)
+    if rank == 3:
+        _expect_death(dist.all_reduce(torch.ones(1000), async_op=True), victim, "allreduce")
+        return commux.health()
+    # Before the fix, leader 0's watch delivered the death here and relayed it with a
+    # tensor: in a real exit that ran during torch's own teardown and aborted the process.
+    time.sleep(1.5)
+    return commux.health()
+
+
+def test_a_stopped_engine_reports_no_deaths():
+    """At process exit the groups outlive the engine: a peer that exits first must reach no
+    group (CI, stop 21: a leader relayed a leader's normal exit after torch's teardown had
+    begun, and aborted in at::zeros)."""
+    labels = ["a", "a", "b", "b"]
+    health = run_ranks(_deaf_after_shutdown, len(labels), timeout=120, init="none",
+                       labels=labels, killed=(2,))
+    assert health[0]["healthy"] and health[1]["healthy"], health
+    assert 2 in health[3]["dead_ranks"], health  # the rank still running saw it
