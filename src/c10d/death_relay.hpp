@@ -1,17 +1,17 @@
 #pragma once
 // How a member's death reaches the ranks that do not watch it. In a group that spans hosts a
-// rank watches only its own host's ranks (and, when it leads its host, the other hosts'
-// leaders): watching every member would cost each rank a store record and, across hosts,
-// a UCX endpoint per member (docs/design.md, "When a peer dies"). Whoever learns of a
-// death tells those who cannot see it themselves, one small control notice each
+// rank watches only its own host's ranks (and, when it leads its host, the next two
+// hosts' leaders): watching every member would cost each rank a store record and, across
+// hosts, a UCX endpoint per member (docs/design.md, "When a peer dies"). Whoever learns of
+// a death tells those who cannot see it themselves, one small control notice each
 // (ProcessGroupUCX::relayDeath):
-//  - a leader, of a death on its own host, or one it saw itself (a peer's endpoint failed)
-//    or heard of from its own host's ranks: every other leader, which watches no rank of
-//    that host but its leader;
+//  - a leader, of a death it did not hear of from another leader (one on its own host,
+//    one it saw itself: a watched leader, a peer's endpoint that failed, or one its host's
+//    ranks told it of): every other leader;
 //  - a leader, of any death: the ranks of its own host, which watch nothing beyond it;
 //  - any other rank, of a death on another host that it saw itself: its own leader.
-// A leader's own death is seen by the other leaders directly (they watch it) and by its
-// host's ranks by pidfd, so no notice between leaders depends on a dead sender.
+// A leader's own death is seen by its host's ranks by pidfd and by the two leaders before
+// it, which tell the rest; only if those two die with it do the other hosts miss it.
 #include <ATen/ATen.h>
 
 #include <cstdint>

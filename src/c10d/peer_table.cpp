@@ -70,56 +70,95 @@ void PeerTable::checkRank(int rank) const {
 std::shared_ptr<const engine::Route> PeerTable::get(int rank) {
   checkRank(rank);
   if (auto route = known(rank)) return route;
-  return adopt(rank, store_->get(key(rank)));
+  resolve({rank});
+  return known(rank);
 }
 
-std::shared_ptr<const engine::Route> PeerTable::adopt(int rank,
-                                                      const std::vector<uint8_t>& record) {
+PeerTable::Record PeerTable::parse(int rank, const std::vector<uint8_t>& record) const {
   TORCH_CHECK(record.size() >= 28 && getU32(record, 0) == kMagic,
               "commux: rank ", rank, " published an unreadable peer record; "
               "is every rank running commux on the same process group?");
   TORCH_CHECK(getU32(record, 4) == kFormat, "commux: rank ", rank,
               " runs a commux with peer-record format ", getU32(record, 4), ", this rank uses ",
               kFormat, "; install the same commux version on every rank");
-  engine::ProcessId process;
-  process.pid = static_cast<std::int32_t>(getU32(record, 12));
-  process.startTicks = getU32(record, 16) | (std::uint64_t{getU32(record, 20)} << 32);
+  Record out;
+  out.process.pid = static_cast<std::int32_t>(getU32(record, 12));
+  out.process.startTicks = getU32(record, 16) | (std::uint64_t{getU32(record, 20)} << 32);
   const std::size_t spaceLength = getU32(record, 24);
   TORCH_CHECK(record.size() > 28 + spaceLength, "commux: rank ", rank,
               " published a truncated peer record");
-  process.pidSpace.assign(record.begin() + 28, record.begin() + 28 + spaceLength);
-  std::shared_ptr<const engine::Route> route = std::make_shared<engine::Route>(engine::Route{
+  out.process.pidSpace.assign(record.begin() + 28, record.begin() + 28 + spaceLength);
+  out.route = std::make_shared<engine::Route>(engine::Route{
       std::string(record.begin() + 28 + spaceLength, record.end()), getU32(record, 8)});
+  return out;
+}
+
+std::shared_ptr<const engine::Route> PeerTable::adopt(int rank, Record record) {
+  std::shared_ptr<const engine::Route> route;
   {
     // In the table before it is watched: a death reported the moment the watch starts
     // finds its rank (ranksAt), and is never reported twice.
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!routes_[rank]) routes_[rank] = std::move(route);
+    if (!routes_[rank]) routes_[rank] = std::move(record.route);
     route = routes_[rank];
+    prefetched_.erase(rank);
   }
   // Watch first: an operation on this route may only start (known_) once a death would be
   // seen.
-  if (onResolved_) onResolved_(rank, *route, process);
+  if (onResolved_) onResolved_(rank, *route, record.process);
   known_[rank].store(true, std::memory_order_release);
   return route;
 }
 
 void PeerTable::resolve(const std::vector<int>& ranks) {
   std::vector<int> missing;
+  std::vector<std::pair<int, Record>> ready;  // prefetched: no store request
   for (int r : ranks) {
     checkRank(r);
-    if (!known_[r].load(std::memory_order_acquire)) missing.push_back(r);
+    if (known_[r].load(std::memory_order_acquire)) continue;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = prefetched_.find(r);
+    if (it != prefetched_.end()) {
+      ready.emplace_back(r, Record{routes_[r], it->second});
+    } else {
+      missing.push_back(r);
+    }
+  }
+  for (auto& [r, record] : ready) adopt(r, std::move(record));
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  if (missing.empty()) return;
+  const auto records = fetch(missing);
+  for (std::size_t i = 0; i < missing.size(); ++i) adopt(missing[i], parse(missing[i], records[i]));
+}
+
+void PeerTable::prefetch(const std::vector<int>& ranks) {
+  std::vector<int> missing;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int r : ranks) {
+      checkRank(r);
+      if (!routes_[r]) missing.push_back(r);
+    }
   }
   std::sort(missing.begin(), missing.end());
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
   if (missing.empty()) return;
-  if (missing.size() == 1) {
-    get(missing[0]);
-    return;
+  const auto records = fetch(missing);
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    Record record = parse(missing[i], records[i]);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (routes_[missing[i]]) continue;  // adopted meanwhile by another thread
+    routes_[missing[i]] = std::move(record.route);
+    prefetched_.emplace(missing[i], std::move(record.process));
   }
+}
+
+std::vector<std::vector<uint8_t>> PeerTable::fetch(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return {store_->get(key(ranks[0]))};
   std::vector<std::string> keys;
-  keys.reserve(missing.size());
-  for (int r : missing) keys.push_back(key(r));
+  keys.reserve(ranks.size());
+  for (int r : ranks) keys.push_back(key(r));
   // One request for all of them (TCPStore: one wait and one MULTI_GET, whatever their
   // number), where a get each cost a round trip per rank: p of them on every rank's first
   // collective, p^2 on the store. Stores without it get each key (c10d's default).
@@ -127,11 +166,11 @@ void PeerTable::resolve(const std::vector<int>& ranks) {
   try {
     records = store_->multiGet(keys);
   } catch (const c10::DistStoreError& e) {
-    throwMissing(missing, e.what());
+    throwMissing(ranks, e.what());
   }
-  TORCH_CHECK(records.size() == missing.size(), "commux: the store answered ", records.size(),
-              " of ", missing.size(), " peer records");
-  for (std::size_t i = 0; i < missing.size(); ++i) adopt(missing[i], records[i]);
+  TORCH_CHECK(records.size() == ranks.size(), "commux: the store answered ", records.size(),
+              " of ", ranks.size(), " peer records");
+  return records;
 }
 
 void PeerTable::throwMissing(const std::vector<int>& ranks, const std::string& why) const {
@@ -182,6 +221,13 @@ void PeerTable::resolveAll() {
 std::shared_ptr<const engine::Route> PeerTable::known(int rank) const {
   if (rank < 0 || static_cast<std::size_t>(rank) >= routes_.size()) return nullptr;
   return known_[rank].load(std::memory_order_acquire) ? routes_[rank] : nullptr;
+}
+
+std::shared_ptr<const engine::Route> PeerTable::reachable(int rank) const {
+  if (auto route = known(rank)) return route;
+  if (rank < 0 || static_cast<std::size_t>(rank) >= routes_.size()) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return routes_[rank];
 }
 
 std::vector<int> PeerTable::knownRanks() const {

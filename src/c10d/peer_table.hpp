@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,8 +47,14 @@ class PeerTable {
   /// Reads every rank's record (once, in one store request): a collective's failure
   /// depends on every member.
   void resolveAll();
+  /// Reads the records of `ranks` not read yet, in one store request, without watching
+  /// them: a host leader must be able to reach every other leader (death notices) but
+  /// watches only a few. A later get() watches them with no store request.
+  void prefetch(const std::vector<int>& ranks);
   /// The route to `rank` if its record was read already, else null; never blocks.
   std::shared_ptr<const engine::Route> known(int rank) const;
+  /// As known(), also for a rank only prefetched (not watched); never blocks.
+  std::shared_ptr<const engine::Route> reachable(int rank) const;
   /// The ranks resolved so far, ascending.
   std::vector<int> knownRanks() const;
   /// The ranks resolved so far whose process listens at `address`.
@@ -58,8 +65,15 @@ class PeerTable {
   void checkRank(int rank) const;
   /// Reads the records of those of `ranks` not known yet, in one request.
   void resolve(const std::vector<int>& ranks);
-  /// Parses `rank`'s record, starts watching it (onResolved_) and keeps its route.
-  std::shared_ptr<const engine::Route> adopt(int rank, const std::vector<uint8_t>& record);
+  /// The records of `ranks`, in one request (throws naming the missing ones).
+  std::vector<std::vector<uint8_t>> fetch(const std::vector<int>& ranks);
+  struct Record {
+    std::shared_ptr<const engine::Route> route;
+    engine::ProcessId process;
+  };
+  Record parse(int rank, const std::vector<uint8_t>& record) const;
+  /// Keeps `rank`'s route (the first one wins) and starts watching it (onResolved_).
+  std::shared_ptr<const engine::Route> adopt(int rank, Record record);
   [[noreturn]] void throwMissing(const std::vector<int>& ranks, const std::string& why) const;
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -68,9 +82,11 @@ class PeerTable {
   const std::string prefix_;
   mutable std::mutex mutex_;
   std::vector<std::shared_ptr<const engine::Route>> routes_;
-  // known_[r]: routes_[r] is set and never changes again, so it is read without the lock
-  // (every send looks its route up).
+  // known_[r]: routes_[r] is set and watched, and never changes again, so it is read
+  // without the lock (every send looks its route up). A prefetched rank has its route in
+  // routes_ (so a failure at its address finds it: ranksAt) and its process here.
   std::unique_ptr<std::atomic<bool>[]> known_;
+  std::map<int, engine::ProcessId> prefetched_;
   bool allResolved_ = false;
 };
 

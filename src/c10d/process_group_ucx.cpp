@@ -25,6 +25,10 @@
 namespace commux {
 namespace {
 
+// How many leaders watch each host leader: its death is lost to the other hosts only if
+// all of them die with it (their own deaths are relayed by the leaders before them).
+constexpr int kLeaderWatches = 2;
+
 std::size_t totalBytes(const std::vector<at::Tensor>& tensors) {
   std::size_t bytes = 0;
   for (const auto& t : tensors) bytes += static_cast<std::size_t>(t.numel()) * t.element_size();
@@ -141,10 +145,19 @@ void ProcessGroupUCX::watchMembers() {
 
 void ProcessGroupUCX::startRelay() {
   const HostLayout& layout = *layout_;
-  const auto& host = layout.hosts[layout.hostOf[rank_]];
+  const int myHost = layout.hostOf[rank_];
+  const auto& host = layout.hosts[myHost];
   std::vector<int> watched(host.begin(), host.end());
+  std::vector<int> leaders;
   if (host.front() == rank_) {
-    for (const auto& other : layout.hosts) watched.push_back(other.front());
+    // A leader watches the next few leaders in host order, not all of them: each leader is
+    // watched by that many others, which tell every leader of its death (relayDeath). The
+    // others' records are read for those notices, but nobody connects to them until then.
+    const int hosts = static_cast<int>(layout.hosts.size());
+    for (int k = 1; k <= std::min(kLeaderWatches, hosts - 1); ++k) {
+      watched.push_back(layout.hosts[(myHost + k) % hosts].front());
+    }
+    for (const auto& other : layout.hosts) leaders.push_back(other.front());
   }
   // Listening before watching: a notice sent as soon as the others watch must find it.
   relay_ = std::make_unique<DeathRelay>(
@@ -155,6 +168,7 @@ void ProcessGroupUCX::startRelay() {
         }
       });
   peers_->get(watched);  // one store request; watched from now on (onResolved)
+  peers_->prefetch(leaders);
   relayReady_.store(true);
   // Seen before now (here or by a notice that waited): relayed as if seen here, which may
   // tell a leader what it knows already; the receiver drops what it knew.
@@ -173,19 +187,18 @@ void ProcessGroupUCX::relayDeath(int peer, const std::string& why, int from) {
     if (from < 0 && peerHost != myHost) targets.push_back(host.front());
   } else {
     for (int r : host) targets.push_back(r);
-    // The other leaders watch no rank of another host but its leader, so they hear of
-    // what reached this leader otherwise than from one of them.
+    // The other leaders watch no rank of another host, and only a few leaders, so they
+    // hear of what reached this leader otherwise than from one of them.
     const bool fromLeader = from >= 0 && layout.hostOf[from] != myHost;
-    const bool peerLeads = layout.hosts[peerHost].front() == peer;
-    if (!fromLeader && !peerLeads) {
+    if (!fromLeader) {
       for (const auto& other : layout.hosts) targets.push_back(other.front());
     }
   }
   std::vector<std::shared_ptr<const engine::Route>> routes;
   for (int r : targets) {
     if (r == rank_ || r == peer || r == from || !health_->deadWhy(r).empty()) continue;
-    // Known since startRelay: no store request on this (watch or driver) thread.
-    if (auto route = peers_->known(r)) routes.push_back(std::move(route));
+    // Read in startRelay: no store request on this (watch or driver) thread.
+    if (auto route = peers_->reachable(r)) routes.push_back(std::move(route));
   }
   relay_->tell(peer, why, routes);
 }

@@ -378,7 +378,7 @@ def check_kill():
     """--kill mode. No rank of the other hosts watches the victim (only its own host's
     ranks do, by pidfd): they learn of the death from their hosts' leaders, who hear it from
     the victim's leader over UCX. torchrun then stops the victim's host, so the error may
-    name its leader instead, which the other leaders watch through UCX's error handling."""
+    name its leader instead, which the leaders before it watch through UCX's error handling."""
     victim = WORLD - 1
     dist.all_reduce(torch.ones(1000))  # the host layout, the relay, the routes in use
     dist.barrier()

@@ -95,6 +95,48 @@ def test_a_death_reaches_every_host_through_the_leaders(victim, scenario):
     assert "told by rank 0" in reasons[1], reasons
 
 
+def _leader_ring(rank, world_size, scratch, labels):
+    import torch
+    import torch.distributed as dist
+
+    from harness import get_backend_obj
+
+    store = _init(rank, world_size, scratch, labels)
+    hosts = _expected_hosts(labels)
+    leaders = [h[0] for h in hosts]
+    victim = leaders[-1]  # watched by the two leaders before it, not by leader 0
+    dist.all_reduce(torch.ones(8))  # the layout, the relay, the leaders' watches
+    known = get_backend_obj().known_ranks()
+    if rank == leaders[0]:
+        # Its host, the next two leaders, and the leaders its schedule talks to: the test
+        # means something only if the victim is none of them.
+        assert set(known) >= {0, 1, leaders[1], leaders[2]} and victim not in known, known
+    store.set(f"known/{rank}", "1")
+    store.wait([f"known/{r}" for r in range(world_size)])
+    if rank == victim:
+        _die_after(0.3)
+    work = dist.all_reduce(torch.ones(8), async_op=True)
+    elapsed = _expect_death(work, victim, "allreduce")
+    assert elapsed < DETECT_LIMIT_S, f"rank {rank}: took {elapsed:.2f} s to see the death"
+    h = _health_says_dead(victim)
+    store.set(f"checked/{rank}", "1")
+    store.wait([f"checked/{r}" for r in range(world_size) if r != victim])
+    dist.destroy_process_group()
+    return {"known": known, "reason": h["reason"]}
+
+
+def test_a_leader_is_watched_by_the_two_before_it_who_tell_the_rest():
+    """4 hosts: leaders 0, 2, 3, 4. A leader watches the next two leaders only (not all
+    H - 1 of them), so leader 4 is watched by leaders 2 and 3, which must tell leader 0,
+    which tells rank 1."""
+    labels = ["a", "a", "b", "c", "d"]
+    out = run_ranks(_leader_ring, len(labels), timeout=120, init="none", labels=labels,
+                    killed=(4,))
+    assert set(out[2]["known"]) >= {2, 3, 4} and set(out[3]["known"]) >= {3, 4, 0}, out
+    assert ("told by rank 2" in out[0]["reason"] or "told by rank 3" in out[0]["reason"]), out
+    assert "told by rank 0" in out[1]["reason"], out
+
+
 def _deaf_after_shutdown(rank, world_size, scratch, labels):
     import torch
     import torch.distributed as dist

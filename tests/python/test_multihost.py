@@ -97,7 +97,7 @@ def test_multihost_job_passes(hosts):
 @pytest.mark.timeout(HARD_TIMEOUT_S + 20)
 def test_a_death_on_one_host_fails_every_other_hosts_collective():
     """Rank 5 (host 2, not its leader) is SIGKILLed. The ranks of hosts 0 and 1 never read
-    its record (they watch their host and, as leaders, the other leaders): they must fail
+    its record (they watch their host and, as leaders, the next two leaders): they must fail
     their all_reduce naming it within seconds, the leaders through rank 4's notice over UCX
     across the namespaces, their hosts' other ranks through their leader."""
     rc, out, elapsed = _run("--hosts", "3", "--kill")
