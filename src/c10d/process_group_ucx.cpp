@@ -148,7 +148,7 @@ void ProcessGroupUCX::startRelay() {
   const int myHost = layout.hostOf[rank_];
   const auto& host = layout.hosts[myHost];
   std::vector<int> watched(host.begin(), host.end());
-  std::vector<int> leaders;
+  std::vector<int> reachable = watched;  // read in one store request
   if (host.front() == rank_) {
     // A leader watches the next few leaders in host order, not all of them: each leader is
     // watched by that many others, which tell every leader of its death (relayDeath). The
@@ -157,7 +157,7 @@ void ProcessGroupUCX::startRelay() {
     for (int k = 1; k <= std::min(kLeaderWatches, hosts - 1); ++k) {
       watched.push_back(layout.hosts[(myHost + k) % hosts].front());
     }
-    for (const auto& other : layout.hosts) leaders.push_back(other.front());
+    for (const auto& other : layout.hosts) reachable.push_back(other.front());
   }
   // Listening before watching: a notice sent as soon as the others watch must find it.
   relay_ = std::make_unique<DeathRelay>(
@@ -167,8 +167,8 @@ void ProcessGroupUCX::startRelay() {
           markDead(peer, why, from);
         }
       });
-  peers_->get(watched);  // one store request; watched from now on (onResolved)
-  peers_->prefetch(leaders);
+  peers_->prefetch(reachable);
+  peers_->get(watched);  // watched from now on (onResolved)
   relayReady_.store(true);
   // Seen before now (here or by a notice that waited): relayed as if seen here, which may
   // tell a leader what it knows already; the receiver drops what it knew.
