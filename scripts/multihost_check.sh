@@ -277,9 +277,12 @@ if [[ $KILL -eq 0 && $BREAK -eq 0 ]]; then
     grace_end=-1
     while :; do
         running=0
+        # The shell's own view of its jobs: a reaped launcher's pid may belong to another
+        # process by now, which kill -0 would take for a running host.
+        live=" $(jobs -rp | tr '\n' ' ') "
         for ((i = 0; i < HOSTS; i++)); do
             [[ -n ${RCS[$i]:-} ]] && continue
-            if kill -0 "${LAUNCHER_PIDS[$i]}" 2>/dev/null; then
+            if [[ $live == *" ${LAUNCHER_PIDS[$i]} "* ]]; then
                 running=1
             else
                 rc=0

@@ -11,7 +11,10 @@
 //  - a leader, of any death: the ranks of its own host, which watch nothing beyond it;
 //  - any other rank, of a death on another host that it saw itself: its own leader.
 // A leader's own death is seen by its host's ranks by pidfd and by the two leaders before
-// it, which tell the rest; only if those two die with it do the other hosts miss it.
+// it, which tell the rest. The watches are fixed when the relay starts: once both leaders
+// before it have died (together with it or earlier), nobody watches it. The group runs no
+// collective after the first death anyway; point-to-point peers are watched by their own
+// routes.
 #include <ATen/ATen.h>
 
 #include <cstdint>

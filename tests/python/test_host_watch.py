@@ -155,10 +155,13 @@ def _deaf_after_shutdown(rank, world_size, scratch, labels):
         _die_after(0.1)
     if rank == 3:
         _expect_death(dist.all_reduce(torch.ones(1000), async_op=True), victim, "allreduce")
+        store.set("seen", "1")
         return commux.health()
     # Before the fix, leader 0's watch delivered the death here and relayed it with a
     # tensor: in a real exit that ran during torch's own teardown and aborted the process.
-    time.sleep(1.5)
+    # Rank 3 saw it through the same kind of pidfd event, so by now leader 0's watch had it.
+    store.wait(["seen"])
+    time.sleep(0.5)
     return commux.health()
 
 
