@@ -228,15 +228,21 @@ for ((i = 0; i < HOSTS; i++)); do
     LAUNCHER_PIDS+=($!)
 done
 
+# True while any of the given launcher pids still runs. Read from the shell's own job table:
+# a reaped launcher's pid may belong to another process by now, which kill -0 would take
+# for a running host.
+running() {
+    local live pid
+    live=" $(jobs -rp | tr '\n' ' ') "
+    for pid in "$@"; do [[ $live == *" $pid "* ]] && return 0; done
+    return 1
+}
+
 # ---- --break: cut host 1 off once every rank has finished its first collective --------
 if [[ $BREAK -eq 1 ]]; then
     deadline=$((SECONDS + TIMEOUT))
     while (($(find "$MULTIHOST_BREAK_DIR" -name 'ready.*' | wc -l) < WORLD)); do
-        alive=0
-        for pid in "${LAUNCHER_PIDS[@]}"; do
-            if kill -0 "$pid" 2>/dev/null; then alive=1; fi
-        done
-        if [[ $alive -eq 0 || $SECONDS -ge $deadline ]]; then
+        if ! running "${LAUNCHER_PIDS[@]}" || [[ $SECONDS -ge $deadline ]]; then
             echo "multihost_check: --break: the job never got to the break point" >&2
             break
         fi
@@ -256,11 +262,7 @@ if [[ $KILL -eq 1 ]]; then
     last=$((HOSTS - 1))
     deadline=$((SECONDS + TIMEOUT))
     while (($(cat "$WORK"/host*.log | grep -c "^multihost kill ok rank " || true) < last * NPROC)); do
-        alive=0
-        for pid in "${LAUNCHER_PIDS[@]:0:last}"; do
-            if kill -0 "$pid" 2>/dev/null; then alive=1; fi
-        done
-        [[ $alive -eq 1 && $SECONDS -lt $deadline ]] || break
+        running "${LAUNCHER_PIDS[@]:0:last}" && [[ $SECONDS -lt $deadline ]] || break
         sleep 0.2
     done
     sleep 1  # the ranks' own exit
@@ -276,14 +278,11 @@ STOPPED=()
 if [[ $KILL -eq 0 && $BREAK -eq 0 ]]; then
     grace_end=-1
     while :; do
-        running=0
-        # The shell's own view of its jobs: a reaped launcher's pid may belong to another
-        # process by now, which kill -0 would take for a running host.
-        live=" $(jobs -rp | tr '\n' ' ') "
+        any=0
         for ((i = 0; i < HOSTS; i++)); do
             [[ -n ${RCS[$i]:-} ]] && continue
-            if [[ $live == *" ${LAUNCHER_PIDS[$i]} "* ]]; then
-                running=1
+            if running "${LAUNCHER_PIDS[$i]}"; then
+                any=1
             else
                 rc=0
                 wait "${LAUNCHER_PIDS[$i]}" || rc=$?
@@ -291,7 +290,7 @@ if [[ $KILL -eq 0 && $BREAK -eq 0 ]]; then
                 [[ $rc -ne 0 && $grace_end -lt 0 ]] && grace_end=$((SECONDS + 20))
             fi
         done
-        [[ $running -eq 1 ]] || break
+        [[ $any -eq 1 ]] || break
         if [[ $grace_end -ge 0 && $SECONDS -ge $grace_end ]]; then
             for ((i = 0; i < HOSTS; i++)); do
                 [[ -n ${RCS[$i]:-} ]] && continue

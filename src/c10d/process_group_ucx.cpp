@@ -25,8 +25,8 @@
 namespace commux {
 namespace {
 
-// How many leaders watch each host leader: its death is lost to the other hosts only if
-// all of them die with it (their own deaths are relayed by the leaders before them).
+// How many leaders watch each host leader (the ones before it in host order): they tell
+// every other leader of its death, so it is missed only once all of them are dead.
 constexpr int kLeaderWatches = 2;
 
 std::size_t totalBytes(const std::vector<at::Tensor>& tensors) {

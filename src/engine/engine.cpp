@@ -158,14 +158,14 @@ void Engine::stop() {
   std::lock_guard<std::mutex> once(stopMutex_);
   if (!thread_.joinable()) return;
   {
-    // No failure reaches a group from now on. At process exit the groups outlive the
+    // Under failureMutex_: no failure reaches a group from now on (deliverFailure), and a
+    // listener already running has finished. At process exit the groups outlive the
     // engine (Python never destroys them), and peers that exit first would otherwise be
     // reported while this process tears torch down, to listeners that allocate tensors
-    // (the death relay). Taking the lock waits for a listener already running.
+    // (the death relay).
     std::lock_guard<std::mutex> lock(failureMutex_);
-    failuresClosed_ = true;
+    stopping_.store(true);
   }
-  stopping_.store(true);
   waker_.stop();
   runBlocking([](void* thread) { static_cast<std::thread*>(thread)->join(); }, &thread_);
   failStranded();
@@ -463,7 +463,7 @@ void Engine::removeFailureListener(std::uint64_t id) {
 
 void Engine::deliverFailure(const std::string& address, const std::string& why) {
   std::lock_guard<std::mutex> lock(failureMutex_);
-  if (failuresClosed_) return;
+  if (stopping_.load()) return;
   for (auto& entry : failureListeners_) entry.second(address, why);
 }
 

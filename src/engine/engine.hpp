@@ -245,7 +245,6 @@ class Engine {
   std::mutex failureMutex_;  // held while listeners run
   std::map<std::uint64_t, FailureListener> failureListeners_;
   std::uint64_t nextFailureListener_ = 0;
-  bool failuresClosed_ = false;  // set by stop()
   // Peers to reach with UCX's peer error handling (not watchable by pidfd).
   std::mutex remoteMutex_;
   std::unordered_set<std::string> remoteWatched_;

@@ -56,6 +56,21 @@ def test_a_rank_reads_only_its_host_its_leaders_and_its_peers():
     assert max(len(k) for k in known) < len(labels), known
 
 
+def _fails_naming(work, victim, what, store, rank, world_size):
+    """`work` must fail naming `victim` within DETECT_LIMIT_S and health must say so; then
+    the group is destroyed once every survivor has checked. Returns commux.health()."""
+    import torch.distributed as dist
+
+    elapsed = _expect_death(work, victim, what)
+    assert elapsed < DETECT_LIMIT_S, f"rank {rank}: {what} took {elapsed:.2f} s to see the death"
+    h = _health_says_dead(victim)
+    # Nobody leaves before all have checked (a group torn down closes its connections).
+    store.set(f"checked/{rank}", "1")
+    store.wait([f"checked/{r}" for r in range(world_size) if r != victim])
+    dist.destroy_process_group()
+    return h
+
+
 def _relayed(rank, world_size, scratch, labels, victim, scenario):
     import torch
     import torch.distributed as dist
@@ -70,14 +85,7 @@ def _relayed(rank, world_size, scratch, labels, victim, scenario):
         work = dist.broadcast(torch.ones(8), src=victim, async_op=True)
     else:
         raise ValueError(scenario)
-    elapsed = _expect_death(work, victim, scenario)
-    assert elapsed < DETECT_LIMIT_S, f"rank {rank}: {scenario} took {elapsed:.2f} s to see the death"
-    h = _health_says_dead(victim)
-    # Nobody leaves before all have checked (a group torn down closes its connections).
-    store.set(f"checked/{rank}", "1")
-    store.wait([f"checked/{r}" for r in range(world_size) if r != victim])
-    dist.destroy_process_group()
-    return h["reason"]
+    return _fails_naming(work, victim, scenario, store, rank, world_size)["reason"]
 
 
 @pytest.mark.parametrize(
@@ -116,12 +124,7 @@ def _leader_ring(rank, world_size, scratch, labels):
     if rank == victim:
         _die_after(0.3)
     work = dist.all_reduce(torch.ones(8), async_op=True)
-    elapsed = _expect_death(work, victim, "allreduce")
-    assert elapsed < DETECT_LIMIT_S, f"rank {rank}: took {elapsed:.2f} s to see the death"
-    h = _health_says_dead(victim)
-    store.set(f"checked/{rank}", "1")
-    store.wait([f"checked/{r}" for r in range(world_size) if r != victim])
-    dist.destroy_process_group()
+    h = _fails_naming(work, victim, "allreduce", store, rank, world_size)
     return {"known": known, "reason": h["reason"]}
 
 
