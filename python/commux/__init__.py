@@ -6,11 +6,14 @@
 importing it. This module stays import-light on purpose: torch imports it while torch
 itself is loading, and UCX is only loaded when a process group is first created.
 
-Registering also reads the variables that ``mpirun`` (Open MPI, MPICH/Hydra), PMIx and
-``srun`` set and fills in the unset ones of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``, so that the default ``env://``
-rendezvous works without torchrun (``commux.launcher`` lists what is read;
-``COMMUX_LAUNCHER=0`` turns it off).
+Neither importing nor registering changes ``os.environ``. Registering wraps torch's
+``env://`` rendezvous so that a commux group's ``init_process_group`` (and only a commux
+group's) reads the variables that ``mpirun`` (Open MPI, MPICH/Hydra), PMIx and ``srun`` set
+and fills in the unset ones of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` then, so that the default
+``env://`` rendezvous works without torchrun (``commux.launcher`` lists what is read;
+``commux.launcher.apply()`` fills them earlier on request; ``COMMUX_LAUNCHER=0`` turns it
+off).
 """
 
 from __future__ import annotations
@@ -133,24 +136,26 @@ def _skip_torch_flight_recorder() -> None:
         )
 
 
-_launcher_applied = False
+_launcher_hooked = False
 
 
-def _apply_launcher() -> None:
-    """Fills RANK, WORLD_SIZE, LOCAL_RANK, ... from mpirun's or srun's variables, once per
-    process (see commux.launcher). Never raises: registering must not fail over it."""
-    global _launcher_applied
-    if _launcher_applied:
+def _hook_launcher() -> None:
+    """Wraps torch's env:// rendezvous so that a commux group's fills RANK, WORLD_SIZE,
+    LOCAL_RANK, ... from mpirun's or srun's variables (commux.launcher), once per process.
+    Changes nothing in os.environ. Never raises: registering must not fail over it."""
+    global _launcher_hooked
+    if _launcher_hooked:
         return
-    _launcher_applied = True
+    _launcher_hooked = True
     try:
         from . import launcher
 
-        launcher.apply()
-    except Exception as error:  # noqa: BLE001 - a malformed launcher variable, at import time
+        launcher._install_rendezvous_hook()
+    except Exception as error:  # noqa: BLE001 - a torch whose rendezvous module differs
         warnings.warn(
-            f"commux: the launcher's variables were not used ({error}); set RANK, WORLD_SIZE, "
-            "MASTER_ADDR and MASTER_PORT yourself (or COMMUX_LAUNCHER=0 to skip this)",
+            f"commux: torch's env:// rendezvous could not be wrapped ({error}); under mpirun "
+            "or srun call commux.launcher.apply() before init_process_group, or set RANK, "
+            "WORLD_SIZE, MASTER_ADDR and MASTER_PORT yourself",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -158,11 +163,12 @@ def _apply_launcher() -> None:
 
 def register() -> None:
     """Registers the ``ucx`` and ``commux`` backends with torch.distributed (idempotent),
-    and fills the env:// variables from the launcher's (commux.launcher) the first time."""
+    and has a commux group's env:// rendezvous fill its variables from the launcher's
+    (commux.launcher); nothing in os.environ changes here."""
     import torch.distributed as dist
 
     with _lock:
-        _apply_launcher()
+        _hook_launcher()
         for name in BACKEND_NAMES:
             if name in dist.Backend.backend_list:
                 continue

@@ -1,12 +1,23 @@
 """Rank, size and rendezvous address from the launcher that started the job.
 
 torch's default ``env://`` rendezvous reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
-``MASTER_PORT``, which torchrun sets and ``mpirun`` / ``srun`` do not. When torch loads commux
-(its ``torch.backends`` entry point, during ``import torch``) or ``commux.register()`` runs,
-:func:`apply` reads what the launcher did set and fills in ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``, so that
+``MASTER_PORT``, which torchrun sets and ``mpirun`` / ``srun`` do not. This module reads what
+the launcher did set and fills in ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``, so that
 ``torch.distributed.init_process_group("ucx")`` works under ``mpirun`` and ``srun`` as under
-torchrun, and ``LOCAL_RANK`` is there to choose a device before it.
+torchrun. It does so at two moments only, never at import:
+
+* When a commux group is initialised through ``env://`` (``init_process_group("ucx")``, also
+  ``"commux"`` or a device map naming one of them, e.g. ``"cpu:ucx,cuda:nccl"``): commux wraps
+  torch's ``env://`` rendezvous handler when it registers, and in that call only the wrapper
+  fills the variables in ``os.environ``, just before torch's handler reads them. They stay set
+  afterwards, as torchrun's do (code after ``init_process_group`` may read ``LOCAL_RANK``).
+  The rendezvous of other backends (``gloo``, ``nccl``, ...) and other users of ``env://``
+  pass through untouched, and importing torch (which loads commux through its
+  ``torch.backends`` entry point) or commux changes nothing in ``os.environ``: frameworks
+  that tell "am I distributed?" from ``RANK`` or ``WORLD_SIZE`` behave as without commux.
+* When the program calls :func:`apply` itself, e.g. to have ``LOCAL_RANK`` to choose a device
+  before ``init_process_group``: ``commux.launcher.apply()``.
 
 * Only variables that are unset (or empty) are filled: an explicit setting always wins.
 * Nothing at all is done under torchrun (any ``TORCHELASTIC_*`` variable), when ``RANK`` and
@@ -49,10 +60,10 @@ PMIx alone, recognised by ``PMIX_RANK``:
 for Slurm, a step on one node), and on several hosts under Slurm the first host of the
 step's node list. Open MPI, Hydra and PMIx do not say where rank 0 runs, so a job of theirs
 on several hosts must set ``MASTER_ADDR`` (``mpirun -x MASTER_ADDR=<rank 0's host>``,
-``mpiexec -genv MASTER_ADDR <host>``). Importing torch never fails over this: the variable
-stays unset, and ``init_process_group`` with ``env://`` raises a :class:`LauncherError` (a
-``ValueError``, like torch's own) saying what to set, in place of torch's "environment
-variable MASTER_ADDR expected, but not set".
+``mpiexec -genv MASTER_ADDR <host>``). Without it, ``init_process_group`` of a commux group
+with ``env://`` (or of any group after an explicit :func:`apply`) raises a
+:class:`LauncherError` (a ``ValueError``, like torch's own) saying what to set, in place of
+torch's "environment variable MASTER_ADDR expected, but not set".
 
 ``MASTER_PORT`` comes from the job id, so that all ranks agree without talking and
 concurrent jobs take different ports: ``20000 + (id * 17 + step) % 12000`` for a numeric id
@@ -450,14 +461,22 @@ def launcher_environment(env: Mapping[str, str]) -> Dict[str, str]:
 
 _pending: Optional[Launch] = None
 
+#: Backend names that are commux's (commux.BACKEND_NAMES; repeated here so that this module
+#: imports nothing of commux's).
+_COMMUX_BACKENDS = ("ucx", "commux")
+
 
 def apply(environ: Optional[MutableMapping[str, str]] = None, *, install_check: bool = True) -> Launch:
     """Sets the variables :func:`detect` derives in ``environ`` (default ``os.environ``), only
-    those unset. Never raises for what the launcher leaves out: when something needed stays
-    undetermined (several hosts and no MASTER_ADDR), ``install_check`` wraps torch's env://
-    rendezvous so that ``init_process_group`` raises :class:`LauncherError` saying what to
-    set, if the variable is still missing then. A malformed launcher variable raises
-    :class:`LauncherError` (the caller at import time turns it into a warning)."""
+    those unset, and returns what it found. The explicit way to have them before
+    ``init_process_group`` (``LOCAL_RANK`` to choose a device); commux itself calls it only in
+    the ``env://`` rendezvous of a commux group (see the module's docstring), never at import.
+
+    Never raises for what the launcher leaves out: when something needed stays undetermined
+    (several hosts and no MASTER_ADDR), ``install_check`` makes torch's env:// rendezvous raise
+    :class:`LauncherError` saying what to set, if the variable is still missing then (for any
+    backend: the program asked for the launcher's variables). A malformed launcher variable
+    raises :class:`LauncherError`."""
     global _pending
     if environ is None:
         environ = os.environ
@@ -466,11 +485,72 @@ def apply(environ: Optional[MutableMapping[str, str]] = None, *, install_check: 
         environ[name] = value
     if launch.error is not None and install_check:
         _pending = launch
-        _install_rendezvous_check()
+        _install_rendezvous_hook()
     return launch
 
 
-def _install_rendezvous_check() -> None:
+def _names_commux(backend: object) -> bool:
+    """Whether the backend string that ``init_process_group`` got (``"ucx"``, ``"commux"``,
+    a device map such as ``"cpu:gloo,cuda:ucx"``) asks for a commux backend. ``"undefined"``
+    (no backend given) means torch's per-device defaults."""
+    text = str(backend).strip().lower()
+    if text == "undefined":
+        try:
+            from torch.distributed import Backend
+
+            names = [str(n).lower() for n in Backend.default_device_backend_map.values()]
+        except Exception:  # noqa: BLE001 - a torch without the map
+            return False
+    else:
+        names = [part.rsplit(":", 1)[-1].strip() for part in text.split(",")]
+    return any(name in _COMMUX_BACKENDS for name in names)
+
+
+#: How far up the stack the rendezvous wrapper looks for torch's init_process_group (its
+#: generator runs in init_process_group's next(); a few frames leave room for wrappers).
+_STACK_DEPTH = 8
+
+
+def _backend_being_initialised() -> Optional[object]:
+    """The backend of the ``init_process_group`` call running the current rendezvous, None
+    when the rendezvous was not started by one (torch.distributed.rpc, a user's own call)."""
+    import sys
+
+    frame = sys._getframe(1)
+    for _ in range(_STACK_DEPTH):
+        if frame is None:
+            break
+        if (frame.f_code.co_name == "init_process_group"
+                and frame.f_globals.get("__name__") == "torch.distributed.distributed_c10d"):
+            return frame.f_locals.get("backend")
+        frame = frame.f_back
+    return None
+
+
+def _apply_for_commux() -> Optional[Launch]:
+    """The launcher's variables, set for a commux group's rendezvous. A malformed launcher
+    variable warns (torch then says what is missing) instead of failing a rendezvous that
+    explicit settings or the init_method's query may still satisfy."""
+    import warnings
+
+    try:
+        return apply(os.environ, install_check=False)
+    except LauncherError as error:
+        warnings.warn(
+            f"commux: the launcher's variables were not used ({error}); set RANK, WORLD_SIZE, "
+            "MASTER_ADDR and MASTER_PORT yourself (or COMMUX_LAUNCHER=0 to skip this)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+
+
+def _install_rendezvous_hook() -> None:
+    """Wraps torch's ``env://`` rendezvous handler (once; ``commux.register()`` calls it).
+    The wrapper changes nothing for other backends; for a commux group it first fills the
+    launcher's variables (:func:`apply`), and it turns torch's "environment variable X
+    expected" into a :class:`LauncherError` saying what to set when the launcher leaves X
+    out. Touches nothing in ``os.environ`` itself."""
     import sys
 
     import torch.distributed  # noqa: F401  (loads torch.distributed.rendezvous)
@@ -482,11 +562,16 @@ def _install_rendezvous_check() -> None:
         return
 
     def env_rendezvous_handler(url, *args, **kwargs):
+        # A generator like torch's: this runs at init_process_group's next(), in its frame.
+        launch = None
+        if _names_commux(_backend_being_initialised()):
+            launch = _apply_for_commux()
+        if launch is None or launch.error is None:
+            launch = _pending
         inner = original(url, *args, **kwargs)
         try:
             first = next(inner)
         except ValueError as error:  # torch: "environment variable X expected, but not set"
-            launch = _pending
             if (launch is not None and launch.error is not None
                     and any(name in str(error) for name in launch.missing)):
                 raise LauncherError(launch.error) from error

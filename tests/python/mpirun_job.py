@@ -1,23 +1,41 @@
 """One rank of a job started by Open MPI's mpirun with no RANK / WORLD_SIZE / MASTER_*:
 commux (loaded by torch's backend autoload, not imported here) derives them from the
-OMPI_COMM_WORLD_* variables. Run by test_launcher.py; prints "mpirun ok rank R"."""
+OMPI_COMM_WORLD_* variables when the ucx group's env:// rendezvous runs, not at import.
+With ``--apply`` the job asks for them before init_process_group
+(``commux.launcher.apply()``, to have LOCAL_RANK for a device). Run by test_launcher.py
+(under mpirun, or under its stand-in that sets the same variables); prints
+"mpirun ok rank R"."""
 
 import os
+import sys
+
+before = dict(os.environ)
 
 import torch
 import torch.distributed as dist
 
 expected_rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
 expected_size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+FILLED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
-# Filled in at `import torch`, before init_process_group: LOCAL_RANK is there to pick a device.
+# Importing torch (which loads commux) changes nothing in the environment.
+assert dict(os.environ) == before, {k: v for k, v in os.environ.items() if before.get(k) != v}
+assert not any(name in os.environ for name in FILLED), {n: os.environ.get(n) for n in FILLED}
+
+if "--apply" in sys.argv[1:]:
+    import commux.launcher
+
+    launch = commux.launcher.apply()
+    assert launch.launcher == "Open MPI", launch
+    assert os.environ.get("LOCAL_RANK") == os.environ["OMPI_COMM_WORLD_LOCAL_RANK"], dict(os.environ)
+
+dist.init_process_group("ucx")
+# Filled by the ucx group's rendezvous, and left set as torchrun's are.
 assert os.environ.get("LOCAL_RANK") == os.environ["OMPI_COMM_WORLD_LOCAL_RANK"], dict(os.environ)
 assert os.environ.get("LOCAL_WORLD_SIZE") == os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]
 assert os.environ.get("MASTER_ADDR") == "127.0.0.1", os.environ.get("MASTER_ADDR")
 port = int(os.environ["MASTER_PORT"])
 assert 20000 <= port < 32000, port
-
-dist.init_process_group("ucx")
 rank, size = dist.get_rank(), dist.get_world_size()
 assert rank == expected_rank, (rank, expected_rank)
 assert size == expected_size, (size, expected_size)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness import run_python
+from harness import free_port, run_python
 
 from commux import launcher
 from commux.launcher import (LauncherError, detect, expand_hostlist, expand_tasks_per_node,
@@ -341,25 +341,165 @@ def _launcher_free_env():
     return env
 
 
+def _print_environ_change():
+    """Python source: prints what changed in os.environ since ``before`` (a line
+    ``CHANGED {...}``, empty when nothing did)."""
+    return ("changed = {k: os.environ.get(k) for k in set(before) | set(os.environ)\n"
+            "           if before.get(k) != os.environ.get(k)}\n"
+            "print('CHANGED', changed)\n")
+
+
+_LAUNCHES = {
+    "open-mpi-one-host": ompi(0, 1, 0, 1),
+    "open-mpi-several-hosts": ompi(5, 8, 1, 4),
+    "slurm-two-nodes": slurm(3, 4, 1, "node[01-02]", "2(x2)", 2, SLURM_NODEID="1"),
+    "slurm-one-node": slurm(0, 1, 0, "node07", "1", 1),
+    "hydra": hydra(1, 3, 1, 3),
+    "pmix": {"PMIX_RANK": "3", "PMIX_NAMESPACE": "prterun-vm-1@1"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LAUNCHES))
+def test_import_changes_nothing_in_the_environment(name):
+    """Importing torch (whose autoload loads and registers commux), commux and
+    commux.launcher, and registering, leave os.environ as it was under any launcher:
+    programs that use another backend, or none, must not see RANK or WORLD_SIZE appear
+    because commux is installed."""
+    code = (
+        "import os\n"
+        "before = dict(os.environ)\n"
+        "import torch, torch.distributed as dist\n"
+        "assert 'ucx' in dist.Backend.backend_list, 'torch did not autoload commux'\n"
+        "import commux, commux.launcher\n"
+        "commux.register()\n"
+        + _print_environ_change()
+    )
+    env = {**_launcher_free_env(), **_LAUNCHES[name], "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
+    proc = run_python(code, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CHANGED {}" in proc.stdout, proc.stdout + proc.stderr
+    assert "commux" not in proc.stderr, proc.stderr  # no warning either
+
+
+def test_other_backends_and_rendezvous_are_not_affected():
+    """Under mpirun's variables (one rank, one host: enough for commux to fill everything),
+    gloo's env:// rendezvous sees torch's environment as without commux (torch's own error
+    that RANK is missing), a direct env:// rendezvous too, and a gloo group made with
+    tcp:// works and leaves os.environ alone."""
+    code = (
+        "import os\n"
+        "before = dict(os.environ)\n"
+        "import torch, torch.distributed as dist\n"
+        "from torch.distributed.rendezvous import rendezvous\n"
+        "assert 'ucx' in dist.Backend.backend_list, 'torch did not autoload commux'\n"
+        "for what, call in (('gloo', lambda: dist.init_process_group('gloo')),\n"
+        "                   ('direct', lambda: next(rendezvous('env://')))):\n"
+        "    try:\n"
+        "        call()\n"
+        "        print('NO ERROR', what)\n"
+        "    except ValueError as e:\n"
+        "        print('ERROR', what, type(e).__name__, e)\n"
+        "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:%d' % int(os.environ['PORT']),\n"
+        "                        rank=0, world_size=1)\n"
+        "t = torch.ones(2)\n"
+        "dist.all_reduce(t)\n"
+        "print('GLOO', dist.get_backend(), t.tolist())\n"
+        "dist.destroy_process_group()\n"
+        + _print_environ_change()
+    )
+    env = {**_launcher_free_env(), **ompi(0, 1, 0, 1), "TORCH_DEVICE_BACKEND_AUTOLOAD": "1",
+           "PORT": str(free_port())}
+    proc = run_python(code, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    for what in ("gloo", "direct"):
+        assert f"ERROR {what} ValueError" in proc.stdout, out
+        assert "environment variable RANK expected" in proc.stdout, out
+    assert "LauncherError" not in proc.stdout, out
+    assert "GLOO gloo [1.0, 1.0]" in proc.stdout, out
+    assert "CHANGED {}" in proc.stdout, out
+
+
+@pytest.mark.ucx_only
+@pytest.mark.parametrize("backend", ["ucx", "commux", "cpu:ucx"])
+def test_a_ucx_group_fills_the_variables_at_its_rendezvous(backend):
+    """The same environment: init_process_group of a commux group through env:// fills
+    RANK, WORLD_SIZE, LOCAL_*, MASTER_* from the launcher's variables at its rendezvous
+    (not before), and they stay set as torchrun's would be."""
+    code = (
+        "import os, sys\n"
+        "import torch, torch.distributed as dist\n"
+        "assert 'RANK' not in os.environ and 'LOCAL_RANK' not in os.environ\n"
+        "dist.init_process_group(sys.argv[1])\n"
+        "t = torch.ones(2)\n"
+        "dist.all_reduce(t)\n"
+        "print('OK', dist.get_rank(), dist.get_world_size(), t.tolist())\n"
+        "print('ENV', *(os.environ.get(n) for n in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK',\n"
+        "                                            'LOCAL_WORLD_SIZE', 'MASTER_ADDR')))\n"
+        "print('PORT', os.environ.get('MASTER_PORT'))\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = {**_launcher_free_env(), **ompi(0, 1, 0, 1, PMIX_NAMESPACE=f"one-{os.getpid()}-{backend}"),
+           "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
+    proc = run_python(code, env=env, args=(backend,))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "OK 0 1 [1.0, 1.0]" in proc.stdout, out
+    assert "ENV 0 1 0 1 127.0.0.1" in proc.stdout, out
+    port = proc.stdout.split("PORT ")[1].split()[0]
+    assert in_range(port), out
+
+
 def test_missing_master_addr_fails_at_init_not_at_import():
-    """torch's autoload applies the launcher's variables at `import torch`; on several hosts
-    without MASTER_ADDR importing stays quiet, and init_process_group raises the clear
-    LauncherError (no store is created, nothing waits)."""
+    """On several hosts without MASTER_ADDR importing stays quiet, a gloo group gets torch's
+    own error (commux does not speak for other backends), and a ucx group's
+    init_process_group raises the clear LauncherError (no store is created, nothing
+    waits)."""
     code = (
         "import os\n"
         "import torch, torch.distributed as dist\n"
         "print('LOCAL_RANK', os.environ.get('LOCAL_RANK'), 'MASTER_ADDR', os.environ.get('MASTER_ADDR'))\n"
-        "try:\n"
-        "    dist.init_process_group('ucx')\n"
-        "except ValueError as e:\n"
-        "    print('ERROR', type(e).__name__, e)\n"
+        "for backend in ('gloo', 'ucx'):\n"
+        "    try:\n"
+        "        dist.init_process_group(backend)\n"
+        "    except ValueError as e:\n"
+        "        print('ERROR', backend, type(e).__name__, e)\n"
+        "print('AFTER LOCAL_RANK', os.environ.get('LOCAL_RANK'))\n"
     )
     env = {**_launcher_free_env(), **ompi(1, 4, 1, 2), "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
     proc = run_python(code, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "LOCAL_RANK 1 MASTER_ADDR None" in proc.stdout, proc.stdout + proc.stderr
-    assert "ERROR LauncherError" in proc.stdout and "set MASTER_ADDR" in proc.stdout, proc.stdout
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "LOCAL_RANK None MASTER_ADDR None" in proc.stdout, out
+    assert "ERROR gloo ValueError" in proc.stdout and "variable RANK expected" in proc.stdout, out
+    assert "ERROR ucx LauncherError" in proc.stdout and "set MASTER_ADDR" in proc.stdout, out
+    # What could be derived was, at the ucx group's rendezvous.
+    assert "AFTER LOCAL_RANK 1" in proc.stdout, out
     assert "commux" not in proc.stderr, proc.stderr  # no warning at import
+
+
+def test_explicit_apply_gives_local_rank_before_init():
+    """commux.launcher.apply() is the explicit way to have the variables (LOCAL_RANK for a
+    device) before init_process_group."""
+    code = (
+        "import os\n"
+        "import torch, commux.launcher\n"
+        "print('BEFORE', os.environ.get('LOCAL_RANK'))\n"
+        "launch = commux.launcher.apply()\n"
+        "print('AFTER', launch.launcher, os.environ.get('RANK'), os.environ.get('LOCAL_RANK'))\n"
+    )
+    env = {**_launcher_free_env(), **slurm(3, 4, 1, "node[01-02]", "2(x2)", 2, SLURM_NODEID="1")}
+    proc = run_python(code, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "BEFORE None" in proc.stdout and "AFTER Slurm 3 1" in proc.stdout, out
+
+
+def test_the_backend_check_reads_init_process_group():
+    assert launcher._names_commux("ucx") and launcher._names_commux("commux")
+    assert launcher._names_commux("cpu:ucx,cuda:nccl") and launcher._names_commux("cpu:gloo,cuda:commux")
+    assert not launcher._names_commux("gloo") and not launcher._names_commux("cpu:gloo,cuda:nccl")
+    assert not launcher._names_commux(None) and not launcher._names_commux("undefined")
 
 
 # ---------------------------------------------------------------------------------------
@@ -367,21 +507,29 @@ def test_missing_master_addr_fails_at_init_not_at_import():
 # ---------------------------------------------------------------------------------------
 
 MPIRUN_TIMEOUT_S = 180
+_JOB_MODES = [pytest.param((), id="at-rendezvous"), pytest.param(("--apply",), id="explicit-apply")]
+
+
+def _job_env():
+    """This process's environment without any launcher, torchrun or UCX variable."""
+    stripped = ("TORCHELASTIC_", "UCX_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "MPI_LOCAL")
+    env = {name: value for name, value in os.environ.items()
+           if name not in _CLEAN and not name.startswith(stripped)}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
 
 
 @pytest.mark.ucx_only
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Open MPI) is not installed")
 @pytest.mark.timeout(MPIRUN_TIMEOUT_S + 30)
-def test_mpirun_without_torchrun_variables():
+@pytest.mark.parametrize("job_args", _JOB_MODES)
+def test_mpirun_without_torchrun_variables(job_args):
     version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True, timeout=30)
     if "Open MPI" not in version.stdout + version.stderr:
         pytest.skip(f"mpirun is not Open MPI's: {version.stdout.strip()[:80]}")
-    stripped = ("TORCHELASTIC_", "UCX_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "MPI_LOCAL")
-    env = {name: value for name, value in os.environ.items()
-           if name not in _CLEAN and not name.startswith(stripped)}
-    env["OMP_NUM_THREADS"] = "1"
+    env = _job_env()
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
-           sys.executable, os.path.join(HERE, "mpirun_job.py")]
+           sys.executable, os.path.join(HERE, "mpirun_job.py"), *job_args]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -400,3 +548,59 @@ def test_mpirun_without_torchrun_variables():
     for rank in range(4):
         assert f"mpirun ok rank {rank}" in out, out[-6000:]
     print(f"mpirun -np 4 job: {elapsed:.1f} s")
+
+
+STAND_IN_RANKS = 2
+STAND_IN_TIMEOUT_S = 120
+
+
+def _free_job_namespace() -> str:
+    """An Open MPI 5 style namespace whose derived MASTER_PORT is free now."""
+    import socket
+
+    for attempt in range(100):
+        namespace = f"prterun-test-{os.getpid()}@{attempt}"
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", launcher.port_for_job(namespace)))
+            except OSError:
+                continue
+        return namespace
+    pytest.fail("no free port among 100 job namespaces")
+
+
+@pytest.mark.ucx_only
+@pytest.mark.timeout(STAND_IN_TIMEOUT_S + 30)
+@pytest.mark.parametrize("job_args", _JOB_MODES)
+def test_job_under_mpirun_variables(job_args):
+    """mpirun_job.py in ranks started the way Open MPI's mpirun starts them (its variables,
+    nothing else), for machines without Open MPI: nothing is set at import, a ucx group's
+    env:// init works from the launcher's variables alone."""
+    namespace = _free_job_namespace()
+    procs = []
+    for rank in range(STAND_IN_RANKS):
+        env = {**_job_env(), **ompi(rank, STAND_IN_RANKS, rank, STAND_IN_RANKS,
+                                    PMIX_NAMESPACE=namespace, OMPI_MCA_ess_base_jobid=namespace),
+               "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "mpirun_job.py"), *job_args], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    deadline = time.monotonic() + STAND_IN_TIMEOUT_S
+    outs = []
+    try:
+        for proc in procs:
+            try:
+                out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the stand-in job did not finish in {STAND_IN_TIMEOUT_S} s")
+            outs.append(out)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+    report = "\n".join(f"--- rank {r} (exit {p.returncode}) ---\n{o[-4000:]}"
+                       for r, (p, o) in enumerate(zip(procs, outs)))
+    for rank, proc in enumerate(procs):
+        assert proc.returncode == 0, report
+        assert f"mpirun ok rank {rank}" in outs[rank], report
