@@ -185,6 +185,7 @@ thread_local std::vector<std::function<void()>> afterReleaseQueue;
 thread_local int drivingDepth = 0;
 thread_local int runningAfterRelease = 0;
 thread_local int neverDrivesDepth = 0;
+thread_local int startingForCallerDepth = 0;  // submit() starts the caller's own operation
 
 void runAfterRelease() {
   struct Running {
@@ -233,6 +234,7 @@ bool Engine::inAfterRelease() noexcept { return runningAfterRelease > 0; }
 Engine::NeverDrives::NeverDrives() { ++neverDrivesDepth; }
 Engine::NeverDrives::~NeverDrives() { --neverDrivesDepth; }
 bool Engine::neverDrivesHere() noexcept { return neverDrivesDepth > 0; }
+bool Engine::startingForCaller() noexcept { return startingForCallerDepth > 0; }
 
 void Engine::afterRelease(std::function<void()> fn) {
   if (drivingDepth > 0) {
@@ -392,7 +394,9 @@ void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<c10
     if (stopping_.load()) throw std::runtime_error("commux: the communication engine has shut down");
     // Started directly, with no command queued: commands queued before it go first.
     drainSubmissions();
+    ++startingForCallerDepth;
     startOp(op);
+    --startingForCallerDepth;
     // Let UCX move what was just posted; work that is not UCX's needs no round.
     if (op->usesWorker()) progressRound();
   });

@@ -87,6 +87,10 @@ class Engine {
     NeverDrives& operator=(const NeverDrives&) = delete;
   };
   static bool neverDrivesHere() noexcept;
+  /// True inside an Op's start() when submit() starts it on the thread of the caller that
+  /// submitted it (who may wait for it next); false when the progress thread, a parked
+  /// waiter or a queued command starts it.
+  static bool startingForCaller() noexcept;
 
   /// The one way into the engine. Any thread: start `op` (with Drive::IfFree on this
   /// thread when the worker lock is free, ops queued before it going first; else through

@@ -129,10 +129,10 @@ void Channel::enqueue(std::shared_ptr<CollectiveOp> op) {
   // A caller that waits right away runs the operation itself (runFromWaiter), which saves
   // waking the lane's thread and handing the result back; the engine's hand-off wakes it
   // for operations nobody waits on, as it does for UCX operations. An operation started by
-  // the progress thread (queued behind the worker lock, or behind a CUDA stream) may
-  // already have a waiter that looked for it and went to sleep: the lane's thread runs it.
-  const bool wake = engine_->onProgressThread();
-  lane_.push(std::move(op), wake);
+  // another thread (the progress thread or a parked waiter ran its queued start: the
+  // worker lock was taken, or it waited for a CUDA stream) may already have a waiter that
+  // looked for it and went to sleep: the lane's thread runs it now.
+  lane_.push(std::move(op), !engine::Engine::startingForCaller());
 }
 
 void Channel::runFromWaiter(const std::shared_ptr<CollectiveOp>& op,
