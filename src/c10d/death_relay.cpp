@@ -67,7 +67,7 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
       });
   state->receive = op;
   try {
-    state->engine->submitQuietly(std::move(op));
+    state->engine->submit(std::move(op), engine::Engine::Drive::Never);
   } catch (const std::exception&) {
     // The engine is shutting down: no more deaths to hear of.
   }
@@ -90,7 +90,7 @@ void DeathRelay::tell(int dead, const std::string& why,
         false, engine::Description::p2p("death notice", "to", -1, 0, kNoticeBytes, 1),
         [](std::exception_ptr, int) {});
     try {
-      state_->engine->submitQuietly(std::move(op));
+      state_->engine->submit(std::move(op), engine::Engine::Drive::Never);
     } catch (const std::exception&) {
       return;  // the engine is shutting down
     }
@@ -107,8 +107,9 @@ void DeathRelay::close() {
   }
   if (!receive) return;
   try {
-    state_->engine->cancelQuietly(std::move(receive),
-                           engine::commError("commux: the group's death notices were closed"));
+    state_->engine->cancel(std::move(receive),
+                           engine::commError("commux: the group's death notices were closed"),
+                           engine::Engine::Drive::Never);
   } catch (const std::exception&) {
     // The engine is shutting down and fails the receive itself.
   }

@@ -5,9 +5,6 @@
 // other hosts for its block. A rank alone on its host only has the part between hosts.
 #include <c10/util/Exception.h>
 
-#include <condition_variable>
-#include <mutex>
-
 #include "c10d/collective_setup.hpp"
 #include "c10d/peer_table.hpp"
 #include "c10d/shm_setup.hpp"
@@ -41,45 +38,36 @@ collectives::Schedule onRanks(collectives::Schedule schedule, const std::vector<
 /// Runs the part between hosts on the calling thread (a channel's lane, or a waiter that
 /// runs the channel's work) and returns when it is over; gives up when `outer`, the
 /// collective it is part of, finished first (timed out or aborted), and returns false
-/// (cancelled) at `deadline`, the waiter's own: its wait then times out as usual.
+/// (cancelled) at `deadline`, the waiter's own: its wait then times out as usual. On the
+/// lane's thread the engine neither starts nor drives it here (Engine::NeverDrives): the
+/// progress thread does, so the lane never runs another operation's callbacks.
 bool crossHosts(engine::Engine& engine, engine::CollectiveOp::Setup setup,
                 engine::Description description, const at::Tensor& buffer,
                 const engine::Op& outer, std::chrono::steady_clock::time_point deadline) {
   setup.work = buffer;
   struct State {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::atomic<bool> done{false};
-    std::exception_ptr error;
+    engine::DoneFlag done;
+    std::exception_ptr error;  // written before `done` is set
   };
   auto state = std::make_shared<State>();
   auto op = std::make_shared<engine::CollectiveOp>(
-      std::move(setup), std::move(description), [state](std::exception_ptr error, int) {
-        {
-          std::lock_guard<std::mutex> lock(state->mutex);
-          state->error = std::move(error);
-          state->done.store(true, std::memory_order_release);
-        }
-        state->cv.notify_all();
+      std::move(setup), std::move(description),
+      [state, &engine](std::exception_ptr error, int) {
+        state->error = std::move(error);
+        engine.setDone(state->done);
       });
   engine.submit(op);
   bool cancelled = false;
   bool late = false;
-  while (!state->done.load(std::memory_order_acquire)) {
+  while (!state->done.done()) {
     late = late || std::chrono::steady_clock::now() >= deadline;
     if (!cancelled && (outer.finished() || late)) {
       engine.cancel(op, engine::commError("commux: " + outer.description() +
                                           ": abandoned between hosts (timed out or aborted)"));
       cancelled = true;
     }
-    // Drive the worker while waiting where no other thread does; look at `outer` now and
-    // then, since its end does not wake this thread.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
-    if (!engine.parkUntil(state->done, until)) {
-      std::unique_lock<std::mutex> lock(state->mutex);
-      state->cv.wait_until(lock, until,
-                           [&] { return state->done.load(std::memory_order_acquire); });
-    }
+    // Look at `outer` now and then, since its end does not wake this thread.
+    engine.wait(state->done, std::chrono::steady_clock::now() + std::chrono::milliseconds(20));
   }
   if (late && cancelled) return false;
   if (state->error) std::rethrow_exception(state->error);

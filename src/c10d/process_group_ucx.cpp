@@ -356,11 +356,7 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
       return;
     }
   }
-  if (stream) {
-    engine_->submitAfter(*stream, std::move(op));
-  } else {
-    engine_->submit(std::move(op));
-  }
+  engine_->submit(std::move(op), engine::Engine::Drive::IfFree, stream);
   if (!doomed.empty()) work->failAfterDraining(engine::commError(doomed));
 }
 

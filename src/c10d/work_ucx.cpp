@@ -7,12 +7,8 @@
 
 #include <algorithm>
 
-#include "engine/errors.hpp"
-
-#include <thread>
-
-#include "commux/options.hpp"
 #include "engine/engine.hpp"
+#include "engine/errors.hpp"
 
 namespace commux {
 namespace {
@@ -81,12 +77,12 @@ bool WorkUCX::collective() const noexcept {
 }
 
 void WorkUCX::failQuietly(std::exception_ptr error) {
-  if (done_.load(std::memory_order_acquire)) return;
-  if (auto op = this->op()) engine_->cancelQuietly(std::move(op), std::move(error));
+  if (done_.done()) return;
+  if (auto op = this->op()) engine_->cancel(std::move(op), std::move(error), engine::Engine::Drive::Never);
 }
 
 void WorkUCX::failAfterDraining(std::exception_ptr error) {
-  if (done_.load(std::memory_order_acquire)) return;
+  if (done_.done()) return;
   if (auto op = this->op()) engine_->failAfterDraining(std::move(op), std::move(error));
 }
 
@@ -102,11 +98,9 @@ void WorkUCX::complete(std::exception_ptr error, int sourceRank) {
     exception_ = error;
     sourceRank_.store(sourceRank, std::memory_order_relaxed);
     completed_ = true;
-    done_.store(true, std::memory_order_release);
     future = future_;  // only when someone asked for it before now (see getFuture)
   }
-  cv_.notify_all();
-  if (waiterParked_.load(std::memory_order_seq_cst)) engine_->waker().wakeParked();
+  engine_->setDone(done_);
   op.reset();
   if (!future) return;
   // The future runs its callbacks (the user's, DDP's comm hooks) in markCompleted: not
@@ -126,7 +120,7 @@ void WorkUCX::completeFuture(c10::ivalue::Future& future) {
   }
 }
 
-bool WorkUCX::isCompleted() { return done_.load(std::memory_order_acquire); }
+bool WorkUCX::isCompleted() { return done_.done(); }
 
 bool WorkUCX::isSuccess() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -141,7 +135,7 @@ std::exception_ptr WorkUCX::exception() const {
 int WorkUCX::sourceRank() const {
   TORCH_CHECK(opType_ == c10d::OpType::RECV || opType_ == c10d::OpType::RECVANYSOURCE,
               "commux: sourceRank() is only defined for receives");
-  TORCH_CHECK(done_.load(std::memory_order_acquire),
+  TORCH_CHECK(done_.done(),
               "commux: sourceRank() called before the receive completed; wait() first");
   return sourceRank_.load(std::memory_order_relaxed);
 }
@@ -151,7 +145,7 @@ std::vector<at::Tensor> WorkUCX::result() { return outputs_; }
 void WorkUCX::synchronize() {
   // CUDA: the last copies for the caller were queued on the stream current at launch; a
   // caller that waits from another stream must not overtake them.
-  if (!stream_ || !done_.load(std::memory_order_acquire)) return;
+  if (!stream_ || !done_.done()) return;
   const auto* impl = c10::impl::getDeviceGuardImpl(stream_->device_type());
   const c10::Stream current = impl->getStream(stream_->device());
   if (current == *stream_) return;
@@ -161,59 +155,11 @@ void WorkUCX::synchronize() {
 }
 
 bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
-  if (done_.load(std::memory_order_acquire)) return true;
-  if (engine_->drivenByThisThread()) {
-    // Inside a completion callback: this thread holds the worker, so nobody else can
-    // finish the operation; progress inline.
-    while (!done_.load(std::memory_order_acquire)) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      engine_->progressOnce();
-    }
-    return true;
-  }
-  // An operation this thread can run itself (a shared-memory collective) runs here, saving
-  // two thread hand-offs.
-  if (auto op = assists_ ? this->op() : nullptr) {
-    op->assist(deadline);
-    if (done_.load(std::memory_order_acquire)) return true;
-  }
-  // Drive the worker ourselves for a short while: a reply that arrives within the spin is
-  // picked up with no thread hand-off at all.
-  {
-    // While this thread spins, the progress thread rests unarmed (see Waker::sleep).
-    const engine::Waker::Driver driving(engine_->waker());
-    const auto spinEnd =
-        std::min(std::chrono::steady_clock::now() + Config::get().waitSpin, deadline);
-    // Yield the core every few passes: when the peer rank (or this rank's other threads)
-    // shares the core, a spin that never yields makes it wait out the whole spin before it
-    // can send the reply, a stable ~100 us per message. With the core to itself,
-    // sched_yield returns at once. The clock is read every 8 passes: read on every pass it
-    // was a twentieth of a small send's time.
-    for (unsigned pass = 1; !done_.load(std::memory_order_acquire); ++pass) {
-      if ((pass & 7u) == 0 && std::chrono::steady_clock::now() >= spinEnd) break;
-      if (!engine_->tryProgress() || (pass & 15u) == 0) std::this_thread::yield();
-    }
-  }
-  if (done_.load(std::memory_order_acquire)) {
-    // This thread drove the worker; the progress thread looks again soon, unless the
-    // caller comes straight back with its next operation.
-    engine_->waker().driverLeft();
-    return true;
-  }
-  // Then sleep on the worker's event fd, still driving it, so our completion wakes us
-  // directly. If another waiter is parked already, sleep on our condition variable; the
-  // parked waiter or the progress thread completes us.
-  // About to block: operations this thread queued but did not run (shared-memory ones
-  // behind a UCX wait) must not wait for a hand-off while it sleeps.
-  engine_->runHandOffHooks();
-  waiterParked_.store(true, std::memory_order_seq_cst);
-  const bool parked = engine_->parkUntil(done_, deadline);
-  waiterParked_.store(false, std::memory_order_relaxed);
-  // Either way this thread stops driving: let the progress thread look again.
-  engine_->waker().handOff();
-  if (parked) return done_.load(std::memory_order_acquire);
-  std::unique_lock<std::mutex> lock(mutex_);
-  return cv_.wait_until(lock, deadline, [this] { return completed_; });
+  if (done_.done()) return true;
+  // Only operations that do their own work (shared memory) have anything to assist with;
+  // the others spare every wait the lock that reading op_ takes.
+  const auto op = assists_ ? this->op() : nullptr;
+  return engine_->wait(done_, deadline, op.get());
 }
 
 bool WorkUCX::wait(std::chrono::milliseconds timeout) {
@@ -261,7 +207,7 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
 }
 
 void WorkUCX::abort() {
-  if (done_.load(std::memory_order_acquire)) return;
+  if (done_.done()) return;
   auto error = engine::commError("commux: " + description() + " was aborted");
   if (auto op = this->op()) engine_->cancel(std::move(op), error);
 }
@@ -283,10 +229,10 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkUCX::getFuture() {
   }
   if (completeNow) {
     completeFuture(*future);
-  } else if (!done_.load(std::memory_order_acquire)) {
+  } else if (!done_.done()) {
     // Whoever asks for the future may wait on it (or chain callbacks) instead of calling
     // wait(), so nobody would drive the worker until the deferred hand-off: hand off now.
-    engine_->waker().handOff();
+    engine_->handOff();
   }
   return future;
 }

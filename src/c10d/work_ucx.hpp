@@ -1,8 +1,7 @@
 #pragma once
 // The Work handed back for every commux operation. Completion is published by whichever
-// thread drives the engine's worker; a waiter drives it itself for a short while, then
-// sleeps on the worker's event fd (or, when another waiter already does, on a condition
-// variable), so a rank blocked for seconds costs no CPU.
+// thread drives the engine's worker; a waiter waits through Engine::wait (it drives the
+// worker itself for a short while, then sleeps), so a rank blocked for seconds costs no CPU.
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -15,6 +14,7 @@
 #include <string>
 
 #include "engine/description.hpp"
+#include "engine/done_flag.hpp"
 #include "engine/op.hpp"
 
 namespace commux {
@@ -94,8 +94,7 @@ class WorkUCX : public c10d::Work {
   std::shared_ptr<engine::Engine> engine_;
   std::shared_ptr<engine::Op> op_;  // until it completes; under mutex_
   bool assists_ = false;            // op_ has work a waiter can do (Op::assist)
-  std::atomic<bool> done_{false};
-  std::atomic<bool> waiterParked_{false};  // a waiter sleeps in Engine::parkUntil
+  engine::DoneFlag done_;
   std::atomic<bool> deferred_{false};
   std::atomic<int> sourceRank_{-1};
   int peer_ = kAllRanks;

@@ -136,6 +136,7 @@ Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds
     : context_(Config::get().loopbackOnly, hints),
       worker_(context_),
       progressSpin_(progressSpin),
+      waitSpin_(Config::get().waitSpin),
       waker_(worker_.eventFd(), [this] { worker_.signal(); }, handOffDelay, kSleepSafetyNet),
       contexts_(Config::get().maxContexts),
       endpoints_(worker_,
@@ -146,6 +147,7 @@ Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds
         waker_.handOff();
       }),
       watch_([this](const std::string& address, const std::string& why) {
+        const NeverDrives onWatchThread;
         deliverFailure(address, why);
       }) {
   thread_ = std::thread([this] { run(); });
@@ -182,6 +184,8 @@ namespace {
 thread_local std::vector<std::function<void()>> afterReleaseQueue;
 thread_local int drivingDepth = 0;
 thread_local int runningAfterRelease = 0;
+thread_local int neverDrivesDepth = 0;
+thread_local int startingForCallerDepth = 0;  // submit() starts the caller's own operation
 
 void runAfterRelease() {
   struct Running {
@@ -201,6 +205,10 @@ class Driving {
  public:
   Driving(std::recursive_mutex& mutex, std::atomic<std::thread::id>& driver, bool locked)
       : mutex_(mutex), driver_(driver) {
+    // A lane or watch thread that drove the worker could run a user's callback, or wait
+    // for a lock that a callback holds.
+    TORCH_INTERNAL_ASSERT(neverDrivesDepth == 0,
+                          "commux: a thread that must never drive the worker tried to");
     if (!locked) mutex_.lock();
     // Read only under the lock: the previous driver is this thread (nested) or nobody.
     previous_ = driver_.load(std::memory_order_relaxed);
@@ -223,6 +231,11 @@ class Driving {
 
 bool Engine::inAfterRelease() noexcept { return runningAfterRelease > 0; }
 
+Engine::NeverDrives::NeverDrives() { ++neverDrivesDepth; }
+Engine::NeverDrives::~NeverDrives() { --neverDrivesDepth; }
+bool Engine::neverDrivesHere() noexcept { return neverDrivesDepth > 0; }
+bool Engine::startingForCaller() noexcept { return startingForCallerDepth > 0; }
+
 void Engine::afterRelease(std::function<void()> fn) {
   if (drivingDepth > 0) {
     afterReleaseQueue.push_back(std::move(fn));
@@ -233,7 +246,7 @@ void Engine::afterRelease(std::function<void()> fn) {
 
 template <typename Work>
 bool Engine::driveIfFree(Work&& work) {
-  if (!workerMutex_.try_lock()) return false;
+  if (neverDrivesDepth > 0 || !workerMutex_.try_lock()) return false;
   Driving driving(workerMutex_, driver_, /*locked=*/true);
   work();
   return true;
@@ -264,11 +277,6 @@ void Engine::runQueuedWhileStopping() {
     } catch (...) {
     }
   }
-}
-
-void Engine::submitAfter(const c10::Stream& stream, std::shared_ptr<Op> op) {
-  auto command = [op](Engine& engine) { engine.startOp(op); };
-  continueAfter(stream, std::move(op), std::move(command));
 }
 
 void Engine::continueAfter(const c10::Stream& stream, std::shared_ptr<Op> op,
@@ -370,14 +378,25 @@ void Engine::startOp(const std::shared_ptr<Op>& op) {
   }
 }
 
-void Engine::submit(std::shared_ptr<Op> op) {
+void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<c10::Stream>& after) {
+  if (after) {
+    auto command = [op](Engine& engine) { engine.startOp(op); };
+    continueAfter(*after, std::move(op), std::move(command));
+    return;
+  }
+  if (drive == Drive::Never) {
+    dispatch([op = std::move(op)](Engine& engine) { engine.startOp(op); }, Drive::Never);
+    return;
+  }
   // `op` is our own reference: an operation that completes here may be released by its
   // Work right away (AddressSanitizer caught the read of a freed Op here).
   const bool started = driveIfFree([&] {
     if (stopping_.load()) throw std::runtime_error("commux: the communication engine has shut down");
     // Started directly, with no command queued: commands queued before it go first.
     drainSubmissions();
+    ++startingForCallerDepth;
     startOp(op);
+    --startingForCallerDepth;
     // Let UCX move what was just posted; work that is not UCX's needs no round.
     if (op->usesWorker()) progressRound();
   });
@@ -391,13 +410,13 @@ void Engine::submit(std::shared_ptr<Op> op) {
   }
 }
 
-void Engine::submit(std::vector<std::shared_ptr<Op>> ops) {
+void Engine::submit(std::vector<std::shared_ptr<Op>> ops, Drive drive) {
   auto shared = std::make_shared<std::vector<std::shared_ptr<Op>>>(std::move(ops));
   dispatch(
       [shared](Engine& engine) {
         for (const auto& op : *shared) engine.startOp(op);
       },
-      Drive::IfFree);
+      drive);
   for (const auto& op : *shared) {
     if (!op->finished()) {
       waker_.deferHandOff();
@@ -406,16 +425,8 @@ void Engine::submit(std::vector<std::shared_ptr<Op>> ops) {
   }
 }
 
-void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error) {
-  dispatch([op = std::move(op), error](Engine& engine) { op->fail(engine, error); }, Drive::IfFree);
-}
-
-void Engine::submitQuietly(std::shared_ptr<Op> op) {
-  dispatch([op = std::move(op)](Engine& engine) { engine.startOp(op); }, Drive::Never);
-}
-
-void Engine::cancelQuietly(std::shared_ptr<Op> op, std::exception_ptr error) {
-  dispatch([op = std::move(op), error](Engine& engine) { op->fail(engine, error); }, Drive::Never);
+void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error, Drive drive) {
+  dispatch([op = std::move(op), error](Engine& engine) { op->fail(engine, error); }, drive);
 }
 
 void Engine::failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error) {
@@ -657,6 +668,77 @@ bool Engine::parkUntil(const std::atomic<bool>& done,
   }
   waker_.unpark();
   return true;
+}
+
+void Engine::setDone(DoneFlag& flag) {
+  {
+    // Under the flag's lock: a waiter on the condition variable either sees it set or is
+    // asleep when the notification comes.
+    std::lock_guard<std::mutex> lock(flag.mutex_);
+    flag.done_.store(true, std::memory_order_release);
+  }
+  flag.cv_.notify_all();
+  if (flag.parked_.load(std::memory_order_seq_cst) != 0) waker_.wakeParked();
+}
+
+bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist) {
+  if (flag.done()) return true;
+  if (drivenByThisThread()) {
+    // Inside a completion callback: this thread holds the worker, so nobody else can
+    // finish the operation; progress inline.
+    while (!flag.done()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      progressOnce();
+    }
+    return true;
+  }
+  // An operation this thread can run itself (a shared-memory collective) runs here, saving
+  // two thread hand-offs.
+  if (assist != nullptr) {
+    assist->assist(deadline);
+    if (flag.done()) return true;
+  }
+  const bool drives = neverDrivesDepth == 0;
+  if (drives) {
+    // Drive the worker for a short while: a reply that arrives within the spin is picked
+    // up with no thread hand-off at all. Meanwhile the progress thread rests unarmed.
+    {
+      const Waker::Driver driving(waker_);
+      const auto spinEnd = std::min(std::chrono::steady_clock::now() + waitSpin_, deadline);
+      // Yield the core every few passes: when the peer rank (or this rank's other threads)
+      // shares the core, a spin that never yields makes it wait out the whole spin before
+      // it can send the reply, a stable ~100 us per message. With the core to itself,
+      // sched_yield returns at once. The clock is read every 8 passes: read on every pass
+      // it was a twentieth of a small send's time.
+      for (unsigned pass = 1; !flag.done(); ++pass) {
+        if ((pass & 7u) == 0 && std::chrono::steady_clock::now() >= spinEnd) break;
+        if (!tryProgress() || (pass & 15u) == 0) std::this_thread::yield();
+      }
+    }
+    if (flag.done()) {
+      // The progress thread looks again soon, unless the caller comes straight back with
+      // its next operation.
+      waker_.driverLeft();
+      return true;
+    }
+  }
+  // About to block: operations this thread queued but did not run (shared-memory ones
+  // behind a UCX wait) must not wait for a hand-off while it sleeps.
+  runHandOffHooks();
+  bool parked = false;
+  if (drives) {
+    // Sleep on the worker's event fd, still driving it, so the completion wakes this thread
+    // directly. If another waiter is parked already, sleep on the flag; the parked waiter
+    // or the progress thread completes it.
+    flag.parked_.fetch_add(1, std::memory_order_seq_cst);
+    parked = parkUntil(flag.done_, deadline);
+    flag.parked_.fetch_sub(1, std::memory_order_seq_cst);
+    // Either way this thread stops driving: let the progress thread look again.
+    waker_.handOff();
+  }
+  if (parked) return flag.done();
+  std::unique_lock<std::mutex> lock(flag.mutex_);
+  return flag.cv_.wait_until(lock, deadline, [&] { return flag.done(); });
 }
 
 void Engine::run() {

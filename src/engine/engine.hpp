@@ -19,12 +19,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_set>
 #include <vector>
 
 #include "engine/context_ids.hpp"
+#include "engine/done_flag.hpp"
 #include "engine/endpoint_cache.hpp"
 #include "engine/op.hpp"
 #include "engine/peer_watch.hpp"
@@ -66,38 +68,65 @@ class Engine {
 
   /// Communicator ids are local to this process (see wire/tag.hpp).
   ContextIds& contexts() noexcept { return contexts_; }
-  /// The sleep/wake protocol (hand-offs, parking, the progress thread's rest).
-  Waker& waker() noexcept { return waker_; }
 
   /// Whether a thread that queues a command may run it (and drive the worker) itself.
   enum class Drive {
     IfFree,  // when the worker lock is free: no thread hand-off (callers, waiters)
     Never,   // only queue it and wake the driver (threads that must never run user
-             // callbacks: the peer watch, the shared-memory lane)
+             // callbacks: the peer watch, the shared-memory lane, completion callbacks)
   };
+  /// Held by a thread that must never drive the worker, and so never run user callbacks
+  /// or futures (the shared-memory lane's thread, the peer watch): every Drive::IfFree
+  /// becomes Drive::Never there, waits sleep without driving, and anything that would
+  /// take the worker lock anyway fails an internal assertion.
+  class NeverDrives {
+   public:
+    NeverDrives();
+    ~NeverDrives();
+    NeverDrives(const NeverDrives&) = delete;
+    NeverDrives& operator=(const NeverDrives&) = delete;
+  };
+  static bool neverDrivesHere() noexcept;
+  /// True inside an Op's start() when submit() starts it on the thread of the caller that
+  /// submitted it (who may wait for it next); false when the progress thread, a parked
+  /// waiter or a queued command starts it.
+  static bool startingForCaller() noexcept;
 
-  /// Any thread: start `op`, on this thread when the worker lock is free (ops started
-  /// before it by other threads go first), else through the driver.
-  void submit(std::shared_ptr<Op> op);
-  /// Any thread: start `op` once `stream` (a CUDA stream) has run what is queued on it now:
-  /// the kernels producing its inputs finish first, and neither the caller nor the device
-  /// is synchronised. If the engine stops first, `op` fails (it never goes missing).
-  void submitAfter(const c10::Stream& stream, std::shared_ptr<Op> op);
+  /// The one way into the engine. Any thread: start `op` (with Drive::IfFree on this
+  /// thread when the worker lock is free, ops queued before it going first; else through
+  /// the driver). With `after` (a CUDA stream) it starts once that stream has run what is
+  /// queued on it now: the kernels producing its inputs finish first, and neither the
+  /// caller nor the device is synchronised. If the engine stops first, `op` fails (it
+  /// never goes missing).
+  void submit(std::shared_ptr<Op> op, Drive drive = Drive::IfFree,
+              const std::optional<c10::Stream>& after = std::nullopt);
+  /// Any thread: start `ops` in order, in one pass (a coalescing window's operations).
+  void submit(std::vector<std::shared_ptr<Op>> ops, Drive drive = Drive::IfFree);
   /// Worker-lock holders (ops): run `command` on the driver once `stream` has run what is
   /// queued on it now, without holding the worker while the GPU works. `command` must hold
   /// a reference to `op`; `op` fails if the engine stops first.
   void continueAfter(const c10::Stream& stream, std::shared_ptr<Op> op,
                      std::function<void(Engine&)> command);
-  /// Any thread, never drives: the driver starts `op` (for the peer watch and completion
-  /// callbacks, which must not run other operations' callbacks or start one mid-drain).
-  void submitQuietly(std::shared_ptr<Op> op);
-  /// Any thread: start `ops` in order, in one pass (a coalescing window's operations).
-  void submit(std::vector<std::shared_ptr<Op>> ops);
-  /// Any thread: fail `op` with `error` (used for timeouts and aborts).
-  void cancel(std::shared_ptr<Op> op, std::exception_ptr error);
-  /// As cancel(), but this thread never drives the worker (so never runs user callbacks):
-  /// for the peer watch thread, which must not block on anything a callback may hold.
-  void cancelQuietly(std::shared_ptr<Op> op, std::exception_ptr error);
+
+  /// The one way to wait, for every waiter: until `flag` is set or `deadline`. It lets
+  /// `assist` (the operation waited for, if it has work a waiter can do: a shared-memory
+  /// collective) run here first, then drives the worker itself for a short spin, then
+  /// sleeps: parked on the worker's event fd (still driving it, so a completion wakes it
+  /// directly), or on the flag's condition variable when another waiter is parked or this
+  /// thread never drives. False at the deadline. docs/design.md, "Progress: who drives
+  /// the worker", has the whole protocol.
+  bool wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist = nullptr);
+  /// Sets `flag` and wakes whoever waits on it.
+  void setDone(DoneFlag& flag);
+  /// Someone may now wait without driving (a caller holding a future): the progress
+  /// thread looks at the worker now instead of after the hand-off delay.
+  void handOff() { waker_.handOff(); }
+  /// The progress thread's state, for tests and diagnostics.
+  Waker::Counts wakerCounts() const { return waker_.counts(); }
+
+  /// Any thread: fail `op` with `error` (used for timeouts and aborts). The peer watch
+  /// passes Drive::Never: it must not block on anything a callback may hold.
+  void cancel(std::shared_ptr<Op> op, std::exception_ptr error, Drive drive = Drive::IfFree);
   /// Any thread, never drives: the driver first moves everything that already arrived
   /// (a dead peer's last messages may sit in UCX's queues, and an operation that they
   /// complete must succeed), then fails `op` with `error` if it is still unfinished.
@@ -111,7 +140,8 @@ class Engine {
   /// True once the peer at `address` was found dead.
   bool peerFailed(const std::string& address) const { return watch_.failed(address); }
   /// `listener(address, why)` runs on the watch thread when a peer dies. It must be quick
-  /// and must not add or remove listeners; it may cancel operations (cancelQuietly). No
+  /// and must not add or remove listeners; it may cancel operations (the thread never
+  /// drives: Engine::NeverDrives). No
   /// listener runs once stop() has begun (process exit), and stop() waits for a running one.
   using FailureListener = std::function<void(const std::string& address, const std::string& why)>;
   std::uint64_t addFailureListener(FailureListener listener);
@@ -139,18 +169,9 @@ class Engine {
   std::uint64_t addHandOffHook(std::function<void()> hook);
   /// After this returns, the hook is not running and will not run again.
   void removeHandOffHook(std::uint64_t id);
-  /// Runs every hand-off hook now: the progress thread does it when it takes over, and a
-  /// waiter before it blocks (what it queued must not wait for a hand-off that its own
-  /// blocking holds back).
-  void runHandOffHooks();
-
   bool onProgressThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
   /// Drives the worker once if its lock is free; false if another thread holds it.
   bool tryProgress();
-  /// A waiter's slow path: sleep on the worker's event fd and drive the worker until
-  /// `done` or `deadline`, so a completion wakes exactly this thread. Only one waiter
-  /// parks at a time; returns false (without waiting) when another one already does.
-  bool parkUntil(const std::atomic<bool>& done, std::chrono::steady_clock::time_point deadline);
   /// True inside a completion callback (this thread drives the worker): a wait() there must
   /// progress inline, since nobody else can.
   bool drivenByThisThread() const noexcept;
@@ -196,6 +217,14 @@ class Engine {
   bool progressRound();
   bool drainSubmissions();
   bool drainCompletions();
+  /// Runs every hand-off hook now: the progress thread does it when it takes over, and a
+  /// waiter before it blocks (what it queued must not wait for a hand-off that its own
+  /// blocking holds back).
+  void runHandOffHooks();
+  /// A waiter's slow path: sleep on the worker's event fd and drive the worker until
+  /// `done` or `deadline`, so a completion wakes exactly this thread. Only one waiter
+  /// parks at a time; returns false (without waiting) when another one already does.
+  bool parkUntil(const std::atomic<bool>& done, std::chrono::steady_clock::time_point deadline);
   /// Appends `command` to the submissions (throws once the engine stops).
   void enqueue(std::function<void(Engine&)> command);
   /// Appends `command` to the submissions, stopping or not.
@@ -217,6 +246,7 @@ class Engine {
   ucx::Context context_;
   ucx::Worker worker_;
   const std::chrono::microseconds progressSpin_;
+  const std::chrono::microseconds waitSpin_;  // how long wait() drives before it sleeps
   Waker waker_;
 
   // Recursive: a completion callback may wait on another operation and progress inline.

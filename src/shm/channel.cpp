@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "collectives/schedule.hpp"
 #include "engine/engine.hpp"
@@ -44,7 +45,10 @@ Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape&
       controls_(reinterpret_cast<Control*>(segment_->data() + controlsOffset())),
       slots_(segment_->data() + slotsOffset(shape.size)),
       bell_(&header_->bell, shape.spin),
-      engine_(std::move(engine)) {
+      engine_(std::move(engine)),
+      lane_([this](const std::shared_ptr<CollectiveOp>& op, std::chrono::steady_clock::time_point deadline,
+                   bool onLane, bool mine) { runOne(op, deadline, onLane, mine); },
+            "commux-shm") {
   TORCH_CHECK(segment_->size() >= segmentBytes(shape), "commux: shared-memory segment ",
               segment_->name(), " is too small for ", shape.size, " ranks");
   if (initialise) {
@@ -62,22 +66,21 @@ Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape&
                 "commux with the same COMMUX_SHM_* settings?");
   }
   controls_[rank_].pid = static_cast<std::int32_t>(::getpid());
-  lane_ = std::thread([this] { runLane(); });
-  hook_ = engine_->addHandOffHook([this] { kick(); });
+  // The engine's hand-off: the lane's thread takes over what no waiter ran.
+  hook_ = engine_->addHandOffHook([this] { lane_.wake(); });
 }
 
 Channel::~Channel() {
   engine_->removeHandOffHook(hook_);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
+  // Queued operations still run when the group goes away: their waits end at once
+  // (stopFlag_), which marks the channel broken for the peers.
   stopFlag_.store(true);
-  cv_.notify_all();
-  bell_.ring();  // a lane asleep on the bell re-checks and sees the stop
+  bell_.ring();  // a holder asleep on the bell re-checks and sees the stop
   // The lane may drop the last reference to a tensor owned by a Python object, which needs
   // the GIL; a group destroyed from Python holds it here.
-  engine::Engine::runBlocking([](void* lane) { static_cast<std::thread*>(lane)->join(); }, &lane_);
+  lane_.stop([](std::thread& thread) {
+    engine::Engine::runBlocking([](void* t) { static_cast<std::thread*>(t)->join(); }, &thread);
+  });
 }
 
 int Channel::deadRank() const noexcept {
@@ -123,74 +126,28 @@ void Channel::peerDied(int rank) {
 }
 
 void Channel::enqueue(std::shared_ptr<CollectiveOp> op) {
-  // No wake-up here: a caller that waits right away runs the operation itself (assist),
-  // which saves waking the lane and handing the result back. The engine's hand-off (kick)
-  // wakes the lane for operations nobody waits on, as it does for UCX operations.
-  std::lock_guard<std::mutex> lock(mutex_);
-  queue_.push_back(std::move(op));
+  // A caller that waits right away runs the operation itself (runFromWaiter), which saves
+  // waking the lane's thread and handing the result back; the engine's hand-off wakes it
+  // for operations nobody waits on, as it does for UCX operations. An operation started by
+  // another thread (the progress thread or a parked waiter ran its queued start: the
+  // worker lock was taken, or it waited for a CUDA stream) may already have a waiter that
+  // looked for it and went to sleep: the lane's thread runs it now.
+  lane_.push(std::move(op), !engine::Engine::startingForCaller());
 }
 
-void Channel::kick() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (queue_.empty() || kicked_) return;
-    kicked_ = true;
-    // A waiter running operations inline hands the rest to the lane when it stops (see
-    // runFromWaiter); a kick it did not see would otherwise be lost.
-    if (busy_) return;
-  }
-  cv_.notify_one();
-}
-
-void Channel::runFromWaiter(std::shared_ptr<CollectiveOp> op,
+void Channel::runFromWaiter(const std::shared_ptr<CollectiveOp>& op,
                             std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (busy_ || stopping_ || std::find(queue_.begin(), queue_.end(), op) == queue_.end()) return;
-  busy_ = true;
-  // Grad mode is per thread: the caller's may be on.
-  const at::NoGradGuard noGrad;
-  for (bool mine = false; !mine;) {
-    auto next = std::move(queue_.front());
-    queue_.pop_front();
-    mine = next == op;
-    lock.unlock();
-    runOne(next, deadline, mine, /*drive=*/true);
-    lock.lock();
-  }
-  busy_ = false;
-  const bool more = !queue_.empty() && kicked_;
-  lock.unlock();
-  if (more) cv_.notify_one();
+  lane_.runFromWaiter(op, deadline);
 }
 
-void Channel::runLane() {
-  pthread_setname_np(pthread_self(), "commux-shm");
+void Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
+                     std::chrono::steady_clock::time_point deadline, bool onLane, bool mine) {
   // Buffers may be views of tensors that require grad; communication is not autograd's
-  // business (grad mode is per thread, and on by default on a new one).
+  // business (grad mode is per thread: a waiter's may be on, and a new thread's is).
   const at::NoGradGuard noGrad;
-  std::unique_lock<std::mutex> lock(mutex_);
-  for (;;) {
-    if (!busy_ && !queue_.empty() && (kicked_ || stopping_)) {
-      auto op = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-      lock.unlock();
-      // Queued operations still run when the group goes away: their waits end at once
-      // (stopFlag_), which marks the channel broken for the peers.
-      runOne(op, std::chrono::steady_clock::time_point::max(), false, /*drive=*/false);
-      op.reset();
-      lock.lock();
-      busy_ = false;
-      continue;
-    }
-    if (queue_.empty()) kicked_ = false;
-    if (stopping_ && queue_.empty() && !busy_) return;
-    cv_.wait(lock);
-  }
-}
-
-bool Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
-                     std::chrono::steady_clock::time_point deadline, bool mine, bool drive) {
+  // The lane's thread never drives the worker, so never runs a user callback or future.
+  std::optional<engine::Engine::NeverDrives> neverDrives;
+  if (onLane) neverDrives.emplace();
   deadline_ = deadline;
   std::exception_ptr error;
   try {
@@ -198,7 +155,7 @@ bool Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
     op->markRan();
     if (!op->finished()) op->finalize();
   } catch (const DeadlineReached&) {
-    if (mine) return false;  // the waiter's own timeout reports it
+    if (mine) return;  // the waiter's own timeout reports it
     op->markRan();
     error = engine::commError("commux: " + op->description() +
                               ": abandoned half way: a later collective ran it on a waiting "
@@ -208,11 +165,10 @@ bool Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
     error = std::current_exception();
   }
   try {
-    engine_->finish(op, error, drive ? engine::Engine::Drive::IfFree : engine::Engine::Drive::Never);
+    engine_->finish(op, error, onLane ? engine::Engine::Drive::Never : engine::Engine::Drive::IfFree);
   } catch (...) {
     // The engine has shut down; it failed the operation already.
   }
-  return true;
 }
 
 // Here, not in channel_hierarchy.cpp: it ends the way a wait in the channel ends.

@@ -29,8 +29,9 @@
 //    owner's memory (process_vm_readv, shm/cma.hpp): one copy, all readers at once. The
 //    owner leaves once every reader has.
 //
-// The collectives run on a lane thread of the channel, one after another in issue order,
-// which is the order every rank issues collectives in. If a rank abandons a collective
+// The collectives run one after another in issue order, which is the order every rank
+// issues collectives in, on the lane (shm/lane.hpp): its own thread, or a thread waiting for
+// one of them. Exactly one thread runs the step protocol at a time. If a rank abandons a collective
 // half way (its Work timed out or was aborted, or the group was destroyed), the channel is
 // marked broken: what the other ranks wait on fails with an error naming that rank, and
 // the group refuses later collectives (it cannot know which of them the others ran).
@@ -46,6 +47,7 @@
 #include <vector>
 
 #include "shm/bell.hpp"
+#include "shm/lane.hpp"
 #include "shm/segment.hpp"
 
 namespace at {
@@ -97,9 +99,10 @@ class Channel {
   /// Any thread: run `op` after those queued before it.
   void enqueue(std::shared_ptr<CollectiveOp> op);
   /// A thread about to wait for `op`: runs it here, with the operations queued before it,
-  /// unless the lane is at work. Past `deadline` it gives up (abandoning the channel) and
-  /// leaves `op` unfinished, for the caller's wait to time out as usual.
-  void runFromWaiter(std::shared_ptr<CollectiveOp> op, std::chrono::steady_clock::time_point deadline);
+  /// unless another thread runs the queue. Past `deadline` it gives up (abandoning the
+  /// channel) and leaves `op` unfinished, for the caller's wait to time out as usual.
+  void runFromWaiter(const std::shared_ptr<CollectiveOp>& op,
+                     std::chrono::steady_clock::time_point deadline);
 
  private:
   struct Control;
@@ -107,13 +110,10 @@ class Channel {
   static std::size_t controlsOffset();
   static std::size_t slotsOffset(int size);
 
-  void runLane();
-  /// Runs `op` and reports it to the engine (`drive`: see Engine::finish). False when it
-  /// stopped at `deadline` and, being the waiter's own (`mine`), was left unreported.
-  bool runOne(const std::shared_ptr<CollectiveOp>& op, std::chrono::steady_clock::time_point deadline,
-              bool mine, bool drive);
-  /// The engine's hand-off: the lane takes over what no waiter ran.
-  void kick();
+  /// The lane's holder: runs `op` and reports it to the engine, unless it stopped at
+  /// `deadline` and, being the waiter's own (`mine`), is left for its wait to time out.
+  void runOne(const std::shared_ptr<CollectiveOp>& op, std::chrono::steady_clock::time_point deadline,
+              bool onLane, bool mine);
   /// The collective's steps (channel_collectives.cpp); throws on failure.
   void run(CollectiveOp& op);
   /// A collective of a group that spans hosts: its parts here and across (channel_hierarchy.cpp).
@@ -171,20 +171,15 @@ class Channel {
   char* slots_;
   Bell bell_;
   std::shared_ptr<engine::Engine> engine_;
-  std::uint32_t step_ = 0;  // lane thread only
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<CollectiveOp>> queue_;
-  bool busy_ = false;    // a thread (the lane or a waiter) runs operations
-  bool kicked_ = false;  // the lane may run what is queued
-  bool stopping_ = false;
-  std::uint64_t hook_ = 0;
-  // Deadline of what the running operation waits on (lane thread: none).
+  // The lane's holder only (shm/lane.hpp): the step counter, and the deadline of the
+  // waiter running the current operation (the lane's thread: none).
+  std::uint32_t step_ = 0;
   std::chrono::steady_clock::time_point deadline_;
+  std::uint64_t hook_ = 0;
   std::atomic<bool> stopFlag_{false};
   std::atomic<int> dead_{-1};  // a rank found dead, or -1
-  std::thread lane_;
+  // Last: its thread runs operations on everything above.
+  Lane<CollectiveOp> lane_;
 };
 
 }  // namespace commux::shm
