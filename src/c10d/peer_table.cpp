@@ -1,6 +1,8 @@
 #include "c10d/peer_table.hpp"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -22,6 +24,31 @@ std::uint32_t getU32(const std::vector<uint8_t>& in, std::size_t at) {
   std::uint32_t v = 0;
   for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(in[at + i]) << (8 * i);
   return v;
+}
+
+// What a record is read for, by the call that reads it, when its caller did not say.
+constexpr std::string_view kForPeer =
+    "a send to or a receive from it (the first between these ranks)";
+constexpr std::string_view kForSome = "a collective (the first to need them) or the death watch";
+constexpr std::string_view kForAll =
+    "a collective or a receive from any source (each waits on every member)";
+constexpr std::string_view kForRelay = "the death relay between host leaders";
+
+std::string_view either(std::string_view given, std::string_view fallback) {
+  return given.empty() ? fallback : given;
+}
+
+// At most this many ranks are named in an error (groups have thousands).
+constexpr std::size_t kNamed = 8;
+
+std::string nameRanks(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
+  std::string named;
+  for (std::size_t i = 0; i < ranks.size() && i < kNamed; ++i) {
+    named += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+  }
+  if (ranks.size() > kNamed) named += ", ...";
+  return std::to_string(ranks.size()) + " ranks (" + named + ")";
 }
 
 }  // namespace
@@ -67,10 +94,10 @@ void PeerTable::checkRank(int rank) const {
               " is outside the group");
 }
 
-std::shared_ptr<const engine::Route> PeerTable::get(int rank) {
+std::shared_ptr<const engine::Route> PeerTable::get(int rank, std::string_view operation) {
   checkRank(rank);
   if (auto route = known(rank)) return route;
-  resolve({rank});
+  resolve({rank}, either(operation, kForPeer));
   return known(rank);
 }
 
@@ -110,7 +137,7 @@ std::shared_ptr<const engine::Route> PeerTable::adopt(int rank, Record record) {
   return route;
 }
 
-void PeerTable::resolve(const std::vector<int>& ranks) {
+void PeerTable::resolve(const std::vector<int>& ranks, std::string_view operation) {
   std::vector<int> missing;
   std::vector<std::pair<int, Record>> ready;  // prefetched: no store request
   for (int r : ranks) {
@@ -128,11 +155,11 @@ void PeerTable::resolve(const std::vector<int>& ranks) {
   std::sort(missing.begin(), missing.end());
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
   if (missing.empty()) return;
-  const auto records = fetch(missing);
+  const auto records = fetch(missing, operation);
   for (std::size_t i = 0; i < missing.size(); ++i) adopt(missing[i], parse(missing[i], records[i]));
 }
 
-void PeerTable::prefetch(const std::vector<int>& ranks) {
+void PeerTable::prefetch(const std::vector<int>& ranks, std::string_view operation) {
   std::vector<int> missing;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -144,7 +171,7 @@ void PeerTable::prefetch(const std::vector<int>& ranks) {
   std::sort(missing.begin(), missing.end());
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
   if (missing.empty()) return;
-  const auto records = fetch(missing);
+  const auto records = fetch(missing, either(operation, kForRelay));
   for (std::size_t i = 0; i < missing.size(); ++i) {
     Record record = parse(missing[i], records[i]);
     std::lock_guard<std::mutex> lock(mutex_);
@@ -154,8 +181,15 @@ void PeerTable::prefetch(const std::vector<int>& ranks) {
   }
 }
 
-std::vector<std::vector<uint8_t>> PeerTable::fetch(const std::vector<int>& ranks) {
-  if (ranks.size() == 1) return {store_->get(key(ranks[0]))};
+std::vector<std::vector<uint8_t>> PeerTable::fetch(const std::vector<int>& ranks,
+                                                   std::string_view operation) {
+  if (ranks.size() == 1) {
+    try {
+      return {store_->get(key(ranks[0]))};
+    } catch (const c10::DistNetworkError& e) {
+      throwUnreachable(ranks, operation, e.what_without_backtrace());
+    }
+  }
   std::vector<std::string> keys;
   keys.reserve(ranks.size());
   for (int r : ranks) keys.push_back(key(r));
@@ -165,6 +199,8 @@ std::vector<std::vector<uint8_t>> PeerTable::fetch(const std::vector<int>& ranks
   std::vector<std::vector<uint8_t>> records;
   try {
     records = store_->multiGet(keys);
+  } catch (const c10::DistNetworkError& e) {
+    throwUnreachable(ranks, operation, e.what_without_backtrace());
   } catch (const c10::DistStoreError& e) {
     throwMissing(ranks, e.what());
   }
@@ -176,7 +212,6 @@ std::vector<std::vector<uint8_t>> PeerTable::fetch(const std::vector<int>& ranks
 void PeerTable::throwMissing(const std::vector<int>& ranks, const std::string& why) const {
   // The store's own message lists every key waited for (thousands at scale): name the
   // ranks that are missing instead, a check each, on this failure path only.
-  constexpr std::size_t kNamed = 8;
   std::vector<int> absent;
   std::size_t checked = 0;
   try {
@@ -199,21 +234,54 @@ void PeerTable::throwMissing(const std::vector<int>& ranks, const std::string& w
                                       " (did every rank create this group?): " + cause);
 }
 
-std::vector<std::shared_ptr<const engine::Route>> PeerTable::get(const std::vector<int>& ranks) {
-  resolve(ranks);
+void PeerTable::throwUnreachable(const std::vector<int>& ranks, std::string_view operation,
+                                 const std::string& why) const {
+  // torch says only "Broken pipe" or "Connection reset by peer": say whose record, what
+  // for, and which store. torch's rendezvous (env://, tcp://) serves the store from rank
+  // 0's process, so it goes when rank 0 exits; torchrun's agent serves it instead.
+  const std::string cause = why.size() > 300 ? why.substr(0, 300) + "..." : why;
+  const std::string where = storeLocation();
+  const std::string store =
+      where.empty() ? "the group's store"
+                    : "the group's store (" + where +
+                          ", served by rank 0's process unless torchrun's agent serves it)";
+  C10_THROW_ERROR(DistNetworkError,
+                  "commux: rank " + std::to_string(rank_) + " could not read the peer record of " +
+                      nameRanks(ranks) + ", needed for " + std::string(operation) + ": " + store +
+                      " cannot be reached; has rank 0 exited? (store error: " + cause + ")");
+}
+
+std::string PeerTable::storeLocation() const {
+  c10::intrusive_ptr<c10d::Store> base = store_;
+  while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(base.get())) {
+    base = prefixed->getUnderlyingStore();
+  }
+  if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(base.get())) {
+    return "a TCPStore at " + tcp->getHost() + ":" + std::to_string(tcp->getPort());
+  }
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  if (addr == nullptr || *addr == '\0') return "";
+  return std::string("MASTER_ADDR:MASTER_PORT = ") + addr + ":" +
+         (port != nullptr && *port != '\0' ? port : "(unset)");
+}
+
+std::vector<std::shared_ptr<const engine::Route>> PeerTable::get(const std::vector<int>& ranks,
+                                                                 std::string_view operation) {
+  resolve(ranks, either(operation, kForSome));
   std::vector<std::shared_ptr<const engine::Route>> out(routes_.size());
   for (int r : ranks) out.at(r) = get(r);
   return out;
 }
 
-void PeerTable::resolveAll() {
+void PeerTable::resolveAll(std::string_view operation) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (allResolved_) return;
   }
   std::vector<int> all(routes_.size());
   for (std::size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
-  resolve(all);
+  resolve(all, either(operation, kForAll));
   std::lock_guard<std::mutex> lock(mutex_);
   allResolved_ = true;
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/process_id.hpp"
@@ -39,18 +40,23 @@ class PeerTable {
   PeerTable(c10::intrusive_ptr<c10d::Store> store, int rank, int size, OnResolved onResolved);
 
   void publish(const std::string& address, std::uint32_t context);
+  // Every reading call below takes `operation`, what the record is read for (used in the
+  // error when the store cannot be reached, e.g. once the rank that hosted it exited); when
+  // empty, the error describes the call instead (get(rank): a send or receive with it).
+
   /// The route to `rank`; blocks on the store the first time (caller threads only).
-  std::shared_ptr<const engine::Route> get(int rank);
+  std::shared_ptr<const engine::Route> get(int rank, std::string_view operation = {});
   /// Routes for a set of ranks, indexed by rank (others left empty); the records not read
   /// yet come in one store request.
-  std::vector<std::shared_ptr<const engine::Route>> get(const std::vector<int>& ranks);
+  std::vector<std::shared_ptr<const engine::Route>> get(const std::vector<int>& ranks,
+                                                        std::string_view operation = {});
   /// Reads every rank's record (once, in one store request): a collective's failure
   /// depends on every member.
-  void resolveAll();
+  void resolveAll(std::string_view operation = {});
   /// Reads the records of `ranks` not read yet, in one store request, without watching
   /// them: a host leader must be able to reach every other leader (death notices) but
   /// watches only a few. A later get() watches them with no store request.
-  void prefetch(const std::vector<int>& ranks);
+  void prefetch(const std::vector<int>& ranks, std::string_view operation = {});
   /// The route to `rank` if its record was read already, else null; never blocks.
   std::shared_ptr<const engine::Route> known(int rank) const;
   /// As known(), also for a rank only prefetched (not watched); never blocks.
@@ -64,9 +70,11 @@ class PeerTable {
   std::string key(int rank) const;
   void checkRank(int rank) const;
   /// Reads the records of those of `ranks` not known yet, in one request.
-  void resolve(const std::vector<int>& ranks);
-  /// The records of `ranks`, in one request (throws naming the missing ones).
-  std::vector<std::vector<uint8_t>> fetch(const std::vector<int>& ranks);
+  void resolve(const std::vector<int>& ranks, std::string_view operation);
+  /// The records of `ranks`, in one request (throws naming the missing ones, or, when the
+  /// store cannot be reached, the ranks, the operation and where the store is).
+  std::vector<std::vector<uint8_t>> fetch(const std::vector<int>& ranks,
+                                          std::string_view operation);
   struct Record {
     std::shared_ptr<const engine::Route> route;
     engine::ProcessId process;
@@ -75,6 +83,12 @@ class PeerTable {
   /// Keeps `rank`'s route (the first one wins) and starts watching it (onResolved_).
   std::shared_ptr<const engine::Route> adopt(int rank, Record record);
   [[noreturn]] void throwMissing(const std::vector<int>& ranks, const std::string& why) const;
+  /// A DistNetworkError: the store did not answer the read of `ranks`' records.
+  [[noreturn]] void throwUnreachable(const std::vector<int>& ranks, std::string_view operation,
+                                     const std::string& why) const;
+  /// Where the store is, for errors: "the TCPStore at host:port" when it is one (under any
+  /// PrefixStore), else MASTER_ADDR:MASTER_PORT when set, else "the group's store".
+  std::string storeLocation() const;
 
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_;

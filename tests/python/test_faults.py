@@ -353,3 +353,50 @@ def _orphan(rank, world_size, scratch):
 
 def test_destroyed_group_fails_orphaned_receives_and_lets_the_engine_go():
     run_ranks(_orphan, 2, timeout=60, init="none")
+
+
+def _store_host_gone(rank, world_size):
+    """Rank 0 hosts the group's TCPStore (torch's tcp:// rendezvous) and is killed; ranks 1
+    and 2 never talked to each other, so a send between them must read the peer's record
+    from the store that is gone."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    tcp = store
+    while hasattr(tcp, "underlying_store"):  # PrefixStore("default_pg", TCPStore)
+        tcp = tcp.underlying_store
+    host, port = tcp.host, tcp.port
+    side_barrier("created")  # every rank's record is published
+    if rank == 0:
+        # Dies only once the survivors are done with the store (their sets have arrived).
+        store.wait([f"survivor/{r}" for r in range(1, world_size)], datetime.timedelta(seconds=60))
+        _die_after(0.0)
+    store.set(f"survivor/{rank}", "1")
+    deadline = time.monotonic() + 10
+    while True:  # until nothing listens at the store's port: rank 0's process is gone
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+        except OSError:
+            break
+        assert time.monotonic() < deadline, "the store still answers 10 s after rank 0's kill"
+        time.sleep(0.05)
+    peer = 3 - rank  # 1 <-> 2
+    try:
+        dist.send(torch.ones(4), dst=peer, tag=3)
+    except (dist.DistNetworkError, dist.DistBackendError) as e:
+        message = str(e)
+    else:
+        raise AssertionError("a send to a rank whose record was never read worked without the store")
+    assert f"peer record of rank {peer}" in message, message
+    assert f"{host}:{port}" in message and "store" in message, message
+    assert "rank 0" in message and "send" in message, message
+
+
+@pytest.mark.timeout(120)
+def test_store_host_gone_is_named_at_the_first_send_to_a_new_peer():
+    """Without a wrapper the survivor's send raised torch's bare "DistNetworkError: Broken
+    pipe"; it must say whose record could not be read, for what, and which store."""
+    run_ranks(_store_host_gone, 3, timeout=60, init="tcp", killed=(0,))
