@@ -170,12 +170,15 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("hierarchy", ["auto", "leader", "parallel"])
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+# Every layout under auto; the forced shapes (leader, parallel) on 2 x 2 only.
+ACROSS_HOSTS = [(layout, "auto") for layout in sorted(LAYOUTS)] + [
+    ("2x2", "leader"), ("2x2", "parallel")]
+
+
+@pytest.mark.parametrize("layout, hierarchy", ACROSS_HOSTS,
+                         ids=[f"{layout}-{hierarchy}" for layout, hierarchy in ACROSS_HOSTS])
 def test_every_collective_is_right_across_hosts(layout, hierarchy):
     labels = LAYOUTS[layout]
-    if hierarchy != "auto" and layout != "2x2":
-        pytest.skip("the forced shapes are tried on 2 x 2")
     run_ranks(_every_collective, len(labels), timeout=240, init="none", labels=labels,
               env={"COMMUX_HIERARCHY": hierarchy, "COMMUX_SHM_SLOT_BYTES": "8192"})
 
@@ -272,23 +275,40 @@ def _flat(rank, world_size, scratch, labels):
     assert t[0].item() == world_size
     hosts = get_backend_obj().hosts()
     threads = shm_threads()
+    # The path shows in the description of a collective that times out: rank 0 starts an
+    # allreduce alone on a fresh group (as in _which_path). Under auto it runs in parts
+    # ("hierarchical") at every size where the group spans hosts.
+    description = None
+    group = dist.new_group(list(range(world_size)))
+    dist.barrier(group=group)
+    if rank == 0:
+        work = dist.all_reduce(torch.ones(8), group=group, async_op=True)
+        description = expect_error(lambda: work.wait(timeout=datetime.timedelta(milliseconds=300)),
+                                   ["timed out"], "allreduce on rank 0 alone")
+    _store_barrier(dist.distributed_c10d._get_default_store(), "flat", world_size)
     dist.destroy_process_group()
-    return hosts, threads
+    return hosts, threads, description
 
 
 def test_hierarchy_off_keeps_the_group_flat():
     labels = ["a", "a", "b", "b"]
-    for hosts, threads in run_ranks(_flat, 4, timeout=120, init="none", labels=labels,
-                                    env={"COMMUX_HIERARCHY": "off"}):
-        # The layout is known, but nothing runs through shared memory across hosts.
+    results = run_ranks(_flat, 4, timeout=120, init="none", labels=labels,
+                        env={"COMMUX_HIERARCHY": "off"})
+    for hosts, threads, _ in results:
+        # The layout is known and each host's channel exists...
         assert hosts == _expected_hosts(labels)
-        assert threads == 1  # the channel exists; allreduce did not use it
+        assert threads == 1
+    # ...but the allreduce runs flat: not in parts (shared memory inside hosts, UCX between).
+    description = results[0][2]
+    assert "hierarchical" not in description, description
+    assert "allreduce" in description, description
 
 
 def test_every_rank_on_its_own_host_is_flat():
-    for hosts, threads in run_ranks(_flat, 3, timeout=120, init="none", labels=["a", "b", "c"],
-                                    env={}):
+    results = run_ranks(_flat, 3, timeout=120, init="none", labels=["a", "b", "c"], env={})
+    for hosts, threads, _ in results:
         assert hosts == [] and threads == 0
+    assert "hierarchical" not in results[0][2], results[0][2]
 
 
 def _late_rank(rank, world_size, scratch, labels):
