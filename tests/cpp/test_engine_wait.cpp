@@ -1,0 +1,84 @@
+// The shipped Engine::wait and Engine::setDone, on a real (idle) UCX worker: every kind of
+// waiter (the one parked on the event fd, those behind it on their flag, a thread that
+// never drives) wakes when its flag is set, and a deadline ends a wait that nobody ends.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using commux::engine::DoneFlag;
+using commux::engine::Engine;
+using Clock = std::chrono::steady_clock;
+
+std::shared_ptr<Engine> makeEngine() {
+  return std::make_shared<Engine>(std::chrono::microseconds(0), std::chrono::microseconds(1000));
+}
+
+TEST(EngineWait, ADeadlineEndsAWaitNobodyEnds) {
+  auto engine = makeEngine();
+  DoneFlag flag;
+  const auto start = Clock::now();
+  EXPECT_FALSE(engine->wait(flag, start + 50ms));
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, 50ms);
+  EXPECT_LT(took, 2s);
+}
+
+// One waiter parks on the event fd; the others sleep on their flags; one thread never
+// drives. setDone from another thread must wake each of them promptly, in any order.
+TEST(EngineWait, SetDoneWakesEveryKindOfWaiter) {
+  auto engine = makeEngine();
+  constexpr int kWaiters = 5;
+  std::vector<std::unique_ptr<DoneFlag>> flags;
+  for (int i = 0; i < kWaiters; ++i) flags.push_back(std::make_unique<DoneFlag>());
+  std::atomic<int> woke{0};
+  std::vector<Clock::duration> lateness(kWaiters);
+  std::vector<std::thread> waiters;
+  std::vector<Clock::time_point> setAt(kWaiters);
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&, i] {
+      std::optional<Engine::NeverDrives> never;
+      if (i == kWaiters - 1) never.emplace();
+      EXPECT_TRUE(engine->wait(*flags[i], Clock::now() + 10s)) << "waiter " << i;
+      lateness[i] = Clock::now() - setAt[i];
+      ++woke;
+    });
+  }
+  std::this_thread::sleep_for(100ms);  // every waiter is asleep by now
+  for (int i : {3, 0, 4, 1, 2}) {
+    setAt[i] = Clock::now();
+    engine->setDone(*flags[i]);
+    std::this_thread::sleep_for(20ms);
+  }
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(woke.load(), kWaiters);
+  // Far below the 100 ms safety net: a lost wake-up would show as one of these.
+  for (int i = 0; i < kWaiters; ++i) EXPECT_LT(lateness[i], 80ms) << "waiter " << i;
+}
+
+TEST(EngineWait, AWaiterOnASetFlagReturnsAtOnce) {
+  auto engine = makeEngine();
+  DoneFlag flag;
+  engine->setDone(flag);
+  EXPECT_TRUE(engine->wait(flag, Clock::now()));
+}
+
+// A thread that must never drive the worker (the shared-memory lane's) fails loudly if
+// something on it tries to.
+TEST(EngineWait, AThreadThatNeverDrivesCannotTakeTheWorker) {
+  auto engine = makeEngine();
+  const Engine::NeverDrives never;
+  EXPECT_FALSE(engine->tryProgress());
+  EXPECT_ANY_THROW(engine->stats());
+}
+
+}  // namespace
