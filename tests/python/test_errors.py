@@ -1,8 +1,11 @@
 """Invalid uses raise clear Python exceptions and leave the group usable.
 
-Every check: the bad call must raise RuntimeError or ValueError whose
-message says what is wrong (a keyword is asserted), and the NEXT operation
-on the same group (a send/recv pair plus an all_reduce) must succeed.
+Every check: the bad call must raise the exception README's "Semantics worth knowing"
+promises (a negative tag is a ValueError, an unsupported op/dtype combination a
+NotImplementedError, a receive of the wrong size a "message size mismatch" naming both
+sizes; elsewhere RuntimeError or ValueError) whose message says what is wrong (a keyword
+is asserted), and the NEXT operation on the same group (a send/recv pair plus an
+all_reduce) must succeed.
 
 Some checks call the c10d backend object directly
 (``get_backend_obj().send([...], dst, tag)``) to bypass torch.distributed's
@@ -42,37 +45,40 @@ def _allreduce_opts(op):
 # --------------------------------------------------------------------------
 
 
-def _size_mismatch(rank, world_size):
+def _size_mismatch(rank, world_size, receive):
+    """Rank 0 sends 100 floats (400 bytes); rank 1 receives them into `receive` floats."""
     if rank == 0:
-        for tag in (3, 4):
-            w = dist.isend(torch.ones(100), 1, tag=tag)
-            try:
-                # The sender may or may not see an error for a message the
-                # receiver rejected; it must not hang.
-                w.wait()
-            except RuntimeError:
-                pass
+        w = dist.isend(torch.ones(100), 1, tag=3)
+        try:
+            # The sender may or may not see an error for a message the receiver rejected;
+            # it must not hang.
+            w.wait()
+        except RuntimeError:
+            pass
     else:
-        expect_error(
-            lambda: dist.recv(torch.zeros(50), 0, tag=3),
-            ("size", "byte", "truncat"),
-            "recv of a 400-byte message into a 200-byte buffer",
-        )
-        expect_error(
-            lambda: dist.recv(torch.zeros(200), 0, tag=4),
-            ("size", "byte", "truncat"),
-            "recv of a 400-byte message into an 800-byte buffer",
-        )
+        message = expect_error(
+            lambda: dist.recv(torch.zeros(receive), 0, tag=3), "message size mismatch",
+            f"recv of a 400-byte message into a {4 * receive}-byte buffer")
+        # README: the error names both sizes.
+        for size in ("400 bytes", f"{4 * receive} bytes"):
+            assert size in message, f"the size mismatch error does not name {size}: {message}"
     group_works(rank, world_size, tag=50)
     return True
 
 
 @pytest.mark.skipif(not is_ucx(), reason="gloo aborts the receiving process on a size "
                     "mismatch (gloo::EnforceNotMet in its I/O thread -> std::terminate)")
-def test_recv_size_mismatch_is_an_error():
-    """Receive buffer smaller than the message (truncation) and larger than
-    the message both raise an error mentioning the size; the group survives."""
-    run_ranks(_size_mismatch, 2)
+@pytest.mark.parametrize("receive", [
+    pytest.param(200, id="larger-buffer"),
+    pytest.param(50, id="truncated", marks=pytest.mark.xfail(
+        strict=True, reason="a truncated receive names only the receive tensor's size, not the "
+        "message's (src/engine/p2p_op.cpp P2POp::describeFailure does not report UCX's "
+        "info.length)")),
+])
+def test_recv_size_mismatch_is_an_error(receive):
+    """A receive buffer larger than the message, or smaller (truncation), raises a "message
+    size mismatch" error naming both sizes, as README promises; the group survives."""
+    run_ranks(_size_mismatch, 2, receive=receive)
 
 
 # --------------------------------------------------------------------------
@@ -83,24 +89,36 @@ def _invalid_args(rank, world_size):
 
     # Negative tag, through the public API and directly on the backend.
     if rank == 0:
-        expect_error(lambda: dist.send(torch.ones(3), 1, tag=-1), "tag", "send with tag=-1")
+        # README: "a negative tag is a ValueError" (commux's promise, not other backends').
+        bad_tag = (ValueError,) if is_ucx() else ERR
+        expect_error(lambda: dist.send(torch.ones(3), 1, tag=-1), "tag", "send with tag=-1",
+                     exc_types=bad_tag)
         expect_error(lambda: pg.send([torch.ones(3)], 1, -5).wait(), "tag",
-                     "backend send with tag=-5")
+                     "backend send with tag=-5", exc_types=bad_tag)
         expect_error(lambda: pg.recv([torch.ones(3)], 1, -5).wait(), "tag",
-                     "backend recv with tag=-5")
+                     "backend recv with tag=-5", exc_types=bad_tag)
     group_works(rank, world_size, tag=51)
 
-    # Unsupported op/dtype combinations, public API and backend directly.
+    # Unsupported op/dtype combinations, public API and backend directly. README: they
+    # raise NotImplementedError before anything is sent (commux's promise, not other
+    # backends').
+    unsupported = (NotImplementedError,) if is_ucx() else ERR
     expect_error(lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND),
-                 ("band", "dtype", "float", "type"), "all_reduce BAND on float32")
+                 ("band", "dtype", "float", "type"), "all_reduce BAND on float32",
+                 exc_types=unsupported)
     expect_error(lambda: pg.allreduce([torch.ones(4)], _allreduce_opts(dist.ReduceOp.BAND)).wait(),
-                 ("band", "dtype", "float", "type"), "backend allreduce BAND on float32")
+                 ("band", "dtype", "float", "type"), "backend allreduce BAND on float32",
+                 exc_types=unsupported)
+    # torch.distributed itself refuses MIN/MAX on complex tensors, with a ValueError, before
+    # any backend sees the call; commux's own check is reached through the backend.
     expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.complex64),
                                          op=dist.ReduceOp.MIN),
-                 ("min", "complex", "dtype"), "all_reduce MIN on complex64")
+                 ("min", "complex", "dtype"), "all_reduce MIN on complex64",
+                 exc_types=(ValueError,))
     expect_error(lambda: pg.allreduce([torch.ones(4, dtype=torch.complex64)],
                                       _allreduce_opts(dist.ReduceOp.MIN)).wait(),
-                 ("min", "complex", "dtype"), "backend allreduce MIN on complex64")
+                 ("min", "complex", "dtype"), "backend allreduce MIN on complex64",
+                 exc_types=unsupported)
     group_works(rank, world_size, tag=52)
 
     # Mixed devices in one backend call.
