@@ -27,12 +27,17 @@ struct Config {
   /// event before it sleeps on the worker's event fd. Callers and waiters drive the worker
   /// themselves, so a spinning progress thread mostly steals CPU from them.
   std::chrono::microseconds progressSpin{0};
-  /// COMMUX_WAIT_SPIN_US: how long Work::wait drives the worker itself before it sleeps
-  /// (and leaves progress to the progress thread).
+  /// COMMUX_WAIT_SPIN_US: how long Work::wait drives the worker itself before it sleeps.
+  /// Then the first waiter to sleep parks on the worker's event fd, still driving it, so a
+  /// completion wakes it directly (the progress thread stands by); any other sleeps on its
+  /// operation, which the parked waiter or the progress thread completes
+  /// (src/engine/waker.hpp).
   std::chrono::microseconds waitSpin{100};
-  /// COMMUX_HANDOFF_DELAY_US: how soon the progress thread takes over operations that a
-  /// caller posted (or finished waiting on) and then left (see Engine::deferHandOff);
-  /// 0 wakes it at once.
+  /// COMMUX_HANDOFF_DELAY_US: how long after a caller stops driving the worker (it posted
+  /// an operation and returned, or its wait ended) the progress thread takes over what is
+  /// still in flight: Waker::deferHandOff (from Engine::submit and Waker::driverLeft),
+  /// pushed back by the caller's next operation, so a loop of short operations never wakes
+  /// it; 0 wakes it at once.
   std::chrono::microseconds handOffDelay{1000};
   /// COMMUX_COALESCE: a send/recv of several tensors travels as ONE UCX message (an IOV
   /// list) instead of one message per tensor. It changes the wire format: every rank must
@@ -59,9 +64,12 @@ struct Config {
   /// COMMUX_RING_MIN_BLOCK_BYTES: from this many bytes per rank's block the rings stay.
   std::size_t ringMinBlockBytes = 256 * 1024;
 
-  /// COMMUX_SHM: allreduce between ranks that all run on one host goes through a shared-
-  /// memory segment instead of UCX. The ranks agree on it when the group first
-  /// allreduces: it is used only if every rank has it on and could map the segment.
+  /// COMMUX_SHM: collectives between ranks on one host (allreduce, reduce, broadcast,
+  /// allgather, reduce_scatter, gather, scatter, all_to_all, barrier; CPU tensors) go
+  /// through a shared-memory segment instead of UCX; in a group that spans hosts, each
+  /// host's part of the host-aware collectives does (COMMUX_HIERARCHY). The ranks agree on
+  /// it at the group's first collective: it is used only if every rank has it on and could
+  /// map the segment.
   bool shm = true;
   /// COMMUX_SHM_SLOT_BYTES: bytes each rank stages per step of a shared-memory collective
   /// (rounded up to 4 KiB); the segment holds two of these per rank. 0 (the default): rank
