@@ -142,8 +142,8 @@ def _count(rng, itemsize, allow_zero=True):
     return max(1, anchor // itemsize + rng.randint(-2, 2))
 
 
-def _reduce_choice(rng, floats_only=False):
-    dtype = rng.choice(sorted(FLOAT_NAMES) if floats_only else DTYPE_NAMES)
+def _reduce_choice(rng):
+    dtype = rng.choice(DTYPE_NAMES)
     ops = ["SUM", "MAX", "MIN", "PRODUCT"]
     if dtype in FLOAT_NAMES:
         ops.append("AVG")
@@ -726,7 +726,7 @@ def replay_command(seed, world_size, n_ops, env=None, hog=False, backend="ucx"):
 def run_rank(rank, world_size, seed, n_ops, progress_dir=None, replay="", probe_every=40,
              progress_every=100, backend=None, inject_hang=None):
     """Runs the plan of (seed, world_size, n_ops) in this rank of an initialized default
-    group. Returns {"ops": ..., "seconds": ...}."""
+    group. Returns {"ops": ..., "seconds": ..., "shm_threads": ...}."""
     import torch.distributed as dist
 
     from harness import BACKEND, shm_threads
