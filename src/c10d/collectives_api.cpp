@@ -53,6 +53,7 @@ engine::CollectiveOp::Setup collectiveSetup(PeerTable& peers, collectives::Sched
   setup.myRank = rank;
   // The tag keeps the sequence modulo the wrap (COMMUX_SEQUENCE_WRAP, 2^20 by default).
   setup.sequence = sequence & (Config::get().sequenceWrap - 1);
+  setup.roundWrap = Config::get().roundWrap;
   return setup;
 }
 

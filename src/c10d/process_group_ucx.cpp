@@ -15,6 +15,7 @@
 #include "c10d/shm_setup.hpp"
 #include "shm/channel.hpp"
 #include "commux/options.hpp"
+#include "c10d/process_engine.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
@@ -24,6 +25,22 @@
 
 namespace commux {
 namespace {
+
+// The engine's share of the configuration: it reads none itself.
+engine::Settings engineSettings(const Config& c) {
+  engine::Settings s;
+  s.progressSpin = c.progressSpin;
+  s.waitSpin = c.waitSpin;
+  s.handOffDelay = c.handOffDelay;
+  s.loopbackOnly = c.loopbackOnly;
+  s.maxContexts = c.maxContexts;
+  s.failureDetection = c.failureDetection == FailureDetection::Auto
+                           ? engine::Settings::FailureDetection::Auto
+                       : c.failureDetection == FailureDetection::Ucx
+                           ? engine::Settings::FailureDetection::Ucx
+                           : engine::Settings::FailureDetection::Off;
+  return s;
+}
 
 // How many leaders watch each host leader (the ones before it in host order): they tell
 // every other leader of its death, so it is missed only once all of them are dead.
@@ -42,6 +59,10 @@ bool packs(const std::vector<at::Tensor>& tensors) {
 
 }  // namespace
 
+std::shared_ptr<engine::Engine> processEngine(std::size_t groupSize) {
+  return engine::Engine::instance(groupSize, engineSettings(Config::get()));
+}
+
 ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size), timeout_(timeout) {
@@ -55,7 +76,7 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
                     " ranks");
   TORCH_CHECK_VALUE(rank >= 0 && rank < size, "commux: rank ", rank,
                     " is outside a group of size ", size);
-  engine_ = engine::Engine::instance(static_cast<std::size_t>(size));
+  engine_ = processEngine(static_cast<std::size_t>(size));
   health_ = std::make_shared<GroupHealth>(size);
   store_ = store;
   // No purge here: it runs later on the driver and would drop messages that peers send to

@@ -8,7 +8,6 @@
 
 #include <cstring>
 
-#include "commux/options.hpp"
 #include "engine/engine.hpp"
 #include "engine/memory.hpp"
 
@@ -19,7 +18,7 @@ CollectiveOp::CollectiveOp(Setup setup, Description description, Done done)
       s_(std::move(setup)),
       elementSize_(static_cast<std::size_t>(s_.work.element_size())),
       memory_(memoryTypeOf(s_.work)),
-      roundMask_(Config::get().roundWrap - 1) {
+      roundMask_(s_.roundWrap - 1) {
   if (memory_ == UCS_MEMORY_TYPE_CUDA) cudaDevice_ = s_.work.device();
   TORCH_CHECK(static_cast<std::size_t>(s_.work.numel()) >= s_.schedule.workElements, "commux: ",
               Op::description(), ": the work buffer holds ", s_.work.numel(),

@@ -32,6 +32,8 @@ class CollectiveOp final : public Op {
     std::uint32_t myContext = 0;
     int myRank = 0;
     std::uint32_t sequence = 0;
+    /// Rounds wrap in the tag at this power of two (COMMUX_ROUND_WRAP; tests only).
+    std::uint32_t roundWrap = 1u << 12;
     std::function<void()> finalize;
   };
 

@@ -12,7 +12,6 @@
 #include <optional>
 #include <stdexcept>
 
-#include "commux/options.hpp"
 #include "ucx/status.hpp"
 
 namespace commux::engine {
@@ -86,7 +85,7 @@ struct ExitGuard {
 
 }  // namespace
 
-std::shared_ptr<Engine> Engine::instance(std::size_t groupSize) {
+std::shared_ptr<Engine> Engine::instance(std::size_t groupSize, const Settings& settings) {
   std::lock_guard<std::mutex> lock(instanceMutex);
   auto engine = instanceRef.lock();
   if (!engine) {
@@ -99,7 +98,7 @@ std::shared_ptr<Engine> Engine::instance(std::size_t groupSize) {
     // the progress thread (it cannot join itself; the other would wait for the lock it
     // holds), so delete from a helper thread.
     engine = std::shared_ptr<Engine>(
-        new Engine(Config::get().progressSpin, Config::get().handOffDelay, hints), [](Engine* e) {
+        new Engine(settings, hints), [](Engine* e) {
           if (e->onProgressThread() || e->drivenByThisThread()) {
             deleteOnHelperThread(e);
           } else {
@@ -131,14 +130,13 @@ void Engine::shutdownInstance() {
   joinReapers();
 }
 
-Engine::Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay,
-               ucx::JobHints hints)
-    : context_(Config::get().loopbackOnly, hints),
+Engine::Engine(const Settings& settings, ucx::JobHints hints)
+    : context_(settings.loopbackOnly, hints),
       worker_(context_),
-      progressSpin_(progressSpin),
-      waitSpin_(Config::get().waitSpin),
-      waker_(worker_.eventFd(), [this] { worker_.signal(); }, handOffDelay, kSleepSafetyNet),
-      contexts_(Config::get().maxContexts),
+      settings_(settings),
+      waker_(worker_.eventFd(), [this] { worker_.signal(); }, settings.handOffDelay,
+             kSleepSafetyNet),
+      contexts_(settings.maxContexts),
       endpoints_(worker_,
                  [this](const std::string& address) { return endpointErrorHandler(address); }),
       // Never refused: commands pushed while the engine stops are run by failStranded().
@@ -440,9 +438,9 @@ void Engine::failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error)
 }
 
 void Engine::watchPeer(const std::string& address, const ProcessId& id) {
-  const auto mode = Config::get().failureDetection;
-  if (mode == FailureDetection::Off || address == worker_.address()) return;
-  if (mode == FailureDetection::Auto && watch_.watch(address, id)) return;
+  const auto mode = settings_.failureDetection;
+  if (mode == Settings::FailureDetection::Off || address == worker_.address()) return;
+  if (mode == Settings::FailureDetection::Auto && watch_.watch(address, id)) return;
   {
     std::lock_guard<std::mutex> lock(remoteMutex_);
     if (!remoteWatched_.insert(address).second) return;
@@ -704,7 +702,7 @@ bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline
     // up with no thread hand-off at all. Meanwhile the progress thread rests unarmed.
     {
       const Waker::Driver driving(waker_);
-      const auto spinEnd = std::min(std::chrono::steady_clock::now() + waitSpin_, deadline);
+      const auto spinEnd = std::min(std::chrono::steady_clock::now() + settings_.waitSpin, deadline);
       // Yield the core every few passes: when the peer rank (or this rank's other threads)
       // shares the core, a spin that never yields makes it wait out the whole spin before
       // it can send the reply, a stable ~100 us per message. With the core to itself,
@@ -770,7 +768,7 @@ void Engine::run() {
       }
       continue;
     }
-    if (std::chrono::steady_clock::now() - lastActive < progressSpin_) {
+    if (std::chrono::steady_clock::now() - lastActive < settings_.progressSpin) {
       cpuRelax();
       continue;
     }

@@ -30,6 +30,7 @@
 #include "engine/endpoint_cache.hpp"
 #include "engine/op.hpp"
 #include "engine/peer_watch.hpp"
+#include "engine/settings.hpp"
 #include "engine/stream_waits.hpp"
 #include "engine/waker.hpp"
 #include "ucx/context.hpp"
@@ -39,10 +40,10 @@ namespace commux::engine {
 
 class Engine {
  public:
-  /// The process-wide engine, created on first use and destroyed when the last holder
-  /// (a process group) lets go. `groupSize`: the size of the group that asks, UCX's
-  /// endpoint estimate when the launcher's WORLD_SIZE is not there.
-  static std::shared_ptr<Engine> instance(std::size_t groupSize = 0);
+  /// The process-wide engine, created on first use (with `settings`) and destroyed when
+  /// the last holder (a process group) lets go. `groupSize`: the size of the group that
+  /// asks, UCX's endpoint estimate when the launcher's WORLD_SIZE is not there.
+  static std::shared_ptr<Engine> instance(std::size_t groupSize, const Settings& settings);
   /// Stops the live engine's progress thread, if any (at interpreter or process exit).
   static void shutdownInstance();
   /// Runs calls that block on the progress thread (joining it). The Python binding installs
@@ -54,8 +55,7 @@ class Engine {
   /// Runs `call(arg)` through the blocking wrapper (GIL released when Python installed one).
   static void runBlocking(void (*call)(void*), void* arg);
 
-  Engine(std::chrono::microseconds progressSpin, std::chrono::microseconds handOffDelay,
-         ucx::JobHints hints = {});
+  explicit Engine(const Settings& settings, ucx::JobHints hints = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -245,8 +245,7 @@ class Engine {
 
   ucx::Context context_;
   ucx::Worker worker_;
-  const std::chrono::microseconds progressSpin_;
-  const std::chrono::microseconds waitSpin_;  // how long wait() drives before it sleeps
+  const Settings settings_;
   Waker waker_;
 
   // Recursive: a completion callback may wait on another operation and progress inline.

@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include "commux/options.hpp"
+#include "c10d/process_engine.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
@@ -66,7 +67,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("ucx_library_path", &commux::ucx::loadedLibraryPath, "Path of the libucp that was loaded");
   m.def("cuda_compiled", &commux::cuda::compiled);
   m.def("cuda_device_count", &commux::cuda::deviceCount);
-  m.def("transports", [] { return commux::engine::Engine::instance()->transports(); },
+  m.def("transports", [] { return commux::processEngine()->transports(); },
         py::call_guard<py::gil_scoped_release>(),
         "UCX transport/device pairs usable in this process");
   m.def(
@@ -75,7 +76,7 @@ PYBIND11_MODULE(_C, m) {
         commux::ucx::JobHints h;
         {
           py::gil_scoped_release release;
-          h = commux::engine::Engine::instance()->jobHints();
+          h = commux::processEngine()->jobHints();
         }
         // None: not passed to UCX (not known when the context was made).
         const auto orNone = [](std::size_t v) { return v > 0 ? py::cast(v) : py::none(); };
@@ -124,7 +125,7 @@ PYBIND11_MODULE(_C, m) {
         commux::engine::Engine::Stats s;
         {
           py::gil_scoped_release release;  // the worker lock's holder may need the GIL
-          s = commux::engine::Engine::instance()->stats();
+          s = commux::processEngine()->stats();
         }
         py::dict d;
         d["active_ops"] = s.activeOps;

@@ -20,7 +20,7 @@ using commux::engine::Engine;
 using Clock = std::chrono::steady_clock;
 
 std::shared_ptr<Engine> makeEngine() {
-  return std::make_shared<Engine>(std::chrono::microseconds(0), std::chrono::microseconds(1000));
+  return std::make_shared<Engine>(commux::engine::Settings{});
 }
 
 TEST(EngineWait, ADeadlineEndsAWaitNobodyEnds) {
