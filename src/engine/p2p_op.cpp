@@ -111,8 +111,11 @@ std::string P2POp::describeFailure(std::uint32_t slot, ucs_status_t status,
       if (!mismatch.empty()) return mismatch;
     }
     const std::size_t capacity = pack_ ? packedBytes_ : buffers_[slot].bytes;
-    return "commux: " + description() + ": message size mismatch: the matching message is " +
-           "larger than the receive " + (pack_ ? "tensors (" : "tensor (") +
+    // UCX reports the incoming message's whole length with the truncation.
+    const std::string sent =
+        info.length > capacity ? " (" + std::to_string(info.length) + " bytes)" : "";
+    return "commux: " + description() + ": message size mismatch: the matching message" +
+           sent + " is larger than the receive " + (pack_ ? "tensors (" : "tensor (") +
            std::to_string(capacity) + " bytes); it was truncated and dropped";
   }
   return Op::describeFailure(slot, status, info);

@@ -130,6 +130,26 @@ TEST(Ranks, TaggedMessagesMatchOnSenderAndTagInAnyOrder) {
   }), "");
 }
 
+TEST(Ranks, ATruncatedReceiveNamesBothSizesAndTheGroupGoesOn) {
+  EXPECT_EQ(runRanks(2, [](commux::ProcessGroupUCX& pg, int rank, int) {
+    for (int64_t sent : {100, 100000}) {  // eager and rendezvous
+      if (rank == 0) {
+        std::vector<at::Tensor> t{at::ones({sent})};
+        try {
+          pg.send(t, 1, 3)->wait();
+        } catch (const std::exception&) {
+          // The sender may or may not hear of the rejection; it must not hang.
+        }
+      } else {
+        std::vector<at::Tensor> t{at::zeros({50})};
+        expectFailure(pg.recv(t, 0, 3), "message (" + std::to_string(4 * sent) +
+                                            " bytes) is larger than the receive tensor (200 bytes)");
+      }
+      pg.barrier()->wait();
+    }
+  }), "");
+}
+
 TEST(Ranks, CollectivesGiveTheSameAnswerEverywhere) {
   EXPECT_EQ(runRanks(3, [](commux::ProcessGroupUCX& pg, int rank, int size) {
     for (int64_t n : {1, 1000, 300000}) {

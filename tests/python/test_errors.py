@@ -70,10 +70,7 @@ def _size_mismatch(rank, world_size, receive):
                     "mismatch (gloo::EnforceNotMet in its I/O thread -> std::terminate)")
 @pytest.mark.parametrize("receive", [
     pytest.param(200, id="larger-buffer"),
-    pytest.param(50, id="truncated", marks=pytest.mark.xfail(
-        strict=True, reason="a truncated receive names only the receive tensor's size, not the "
-        "message's (src/engine/p2p_op.cpp P2POp::describeFailure does not report UCX's "
-        "info.length)")),
+    pytest.param(50, id="truncated"),
 ])
 def test_recv_size_mismatch_is_an_error(receive):
     """A receive buffer larger than the message, or smaller (truncation), raises a "message
