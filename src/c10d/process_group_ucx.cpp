@@ -387,7 +387,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
   checkTensors("send", tensors, false);
   checkTag("send", tag);
   checkPeer("send", "destination", dstRank, size_);
-  auto route = peers_->get(dstRank);
+  auto route = peers_->get(dstRank, "a send to it");
   auto work = makeWork(
       c10d::OpType::SEND, tensors,
       engine::Description::p2p("send", "to", dstRank, tag, totalBytes(tensors), tensors.size()),
@@ -408,7 +408,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
   checkTensors("recv", tensors, false);
   checkTag("recv", tag);
   checkPeer("recv", "source", srcRank, size_);
-  peers_->get(srcRank);  // watched from now on
+  peers_->get(srcRank, "a receive from it");  // watched from now on
   auto work = makeWork(
       c10d::OpType::RECV, tensors,
       engine::Description::p2p("recv", "from", srcRank, tag, totalBytes(tensors), tensors.size()),
