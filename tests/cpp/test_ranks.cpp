@@ -20,61 +20,13 @@
 #include <vector>
 
 #include "commux/process_group_ucx.hpp"
+#include "rank_runner.hpp"
 
 using namespace std::chrono_literals;
-using Body = std::function<void(commux::ProcessGroupUCX& pg, int rank, int size)>;
+using commux::testing::Body;
+using commux::testing::runRanks;
 
 namespace {
-
-int counter = 0;
-
-std::string freshStorePath() {
-  return "/tmp/commux-ranks-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-}
-
-// Runs `body` in `size` forked ranks. A rank in `killed` is expected to die by SIGKILL.
-// Returns an empty string when every rank did what it should, else what went wrong.
-std::string runRanks(int size, const Body& body, std::vector<int> killed = {},
-                     int limitSeconds = 60) {
-  const std::string path = freshStorePath();
-  std::remove(path.c_str());
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < size; ++rank) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      alarm(static_cast<unsigned>(limitSeconds));  // a hang fails instead of blocking
-      int code = 0;
-      try {
-        auto store = c10::make_intrusive<c10d::FileStore>(path, size);
-        {
-          auto pg = c10::make_intrusive<commux::ProcessGroupUCX>(store, rank, size, 30s);
-          body(*pg, rank, size);
-        }
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-        code = 1;
-      }
-      std::fflush(stderr);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::string problems;
-  for (int rank = 0; rank < size; ++rank) {
-    int status = 0;
-    ::waitpid(pids[rank], &status, 0);
-    const bool mustDie = std::find(killed.begin(), killed.end(), rank) != killed.end();
-    const bool died = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-    const bool ok = mustDie ? died : (WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (!ok) {
-      problems += "rank " + std::to_string(rank) + " status " + std::to_string(status) +
-                  (WIFSIGNALED(status) ? " (signal " + std::to_string(WTERMSIG(status)) + ")" : "") +
-                  "; ";
-    }
-  }
-  std::remove(path.c_str());
-  return problems;
-}
 
 void check(bool condition, const std::string& what) {
   if (!condition) throw std::runtime_error("check failed: " + what);

@@ -5,11 +5,6 @@
 // every result exactly. COMMUX_STRESS_SEED replays a seed, COMMUX_STRESS_OPS sets the
 // length; a failure names the seed and the operation.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +13,7 @@
 #include <vector>
 
 #include "commux/process_group_ucx.hpp"
+#include "rank_runner.hpp"
 
 using namespace std::chrono_literals;
 
@@ -65,7 +61,8 @@ void runMix(commux::ProcessGroupUCX& pg, int rank, int size, unsigned seed, int 
     inflight.clear();
   };
   for (int op = 0; op < ops; ++op) {
-    const std::string where = "seed " + std::to_string(seed) + " op " + std::to_string(op);
+    const std::string where = "seed " + std::to_string(seed) + " (replay: COMMUX_STRESS_SEED=" +
+                              std::to_string(seed) + ") op " + std::to_string(op);
     const int kind = static_cast<int>(rng() % 6);
     const int64_t n = drawCount(rng);
     const bool async = rng() % 2 == 0;
@@ -152,49 +149,21 @@ void runMix(commux::ProcessGroupUCX& pg, int rank, int size, unsigned seed, int 
   pg.barrier()->wait();
 }
 
-std::string runStress(int size, unsigned seed, int ops) {
-  const std::string path = "/tmp/commux-stress-" + std::to_string(::getpid()) + "-" +
-                           std::to_string(size) + "-" + std::to_string(seed);
-  std::remove(path.c_str());
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < size; ++rank) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      alarm(240);  // a hang fails instead of blocking
-      int code = 0;
-      try {
-        auto store = c10::make_intrusive<c10d::FileStore>(path, size);
-        auto pg = c10::make_intrusive<commux::ProcessGroupUCX>(store, rank, size, 60s);
-        runMix(*pg, rank, size, seed, ops);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d (seed %u, replay: COMMUX_STRESS_SEED=%u): %s\n", rank, seed,
-                     seed, e.what());
-        code = 1;
-      }
-      std::fflush(stderr);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::string problems;
-  for (int rank = 0; rank < size; ++rank) {
-    int status = 0;
-    ::waitpid(pids[rank], &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      problems += "rank " + std::to_string(rank) + " status " + std::to_string(status) + "; ";
-    }
-  }
-  std::remove(path.c_str());
-  return problems.empty() ? "" : problems + "seed " + std::to_string(seed);
-}
-
 class StressRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(StressRanks, SeededMixesGiveExactResults) {
   const unsigned seed = envOr("COMMUX_STRESS_SEED", std::random_device{}());
   const int ops = static_cast<int>(envOr("COMMUX_STRESS_OPS", 150));
   std::printf("seed %u, %d operations, %d ranks\n", seed, ops, GetParam());
-  EXPECT_EQ(runStress(GetParam(), seed, ops), "");
+  // The seed is in every rank's error (runMix) and here, for a replay.
+  EXPECT_EQ(commux::testing::runRanks(
+                GetParam(),
+                [&](commux::ProcessGroupUCX& pg, int rank, int size) {
+                  runMix(pg, rank, size, seed, ops);
+                },
+                {}, 240),
+            "")
+      << "replay: COMMUX_STRESS_SEED=" << seed << " COMMUX_STRESS_OPS=" << ops;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, StressRanks, ::testing::Values(2, 3));

@@ -1,7 +1,8 @@
 """Multi-process test harness for the commux c10d backend.
 
 Every test that needs a process group runs its body in ``world_size`` real
-processes (multiprocessing ``spawn`` context), each of which initializes
+processes (multiprocessing ``forkserver`` context with torch preloaded, or ``spawn``
+with ``COMMUX_TEST_SPAWN=1``), each of which initializes
 ``torch.distributed`` with the backend under test, runs the body, and tears
 the group down again.  The parent (the pytest process) never initializes a
 process group itself.
@@ -231,15 +232,43 @@ def _init_group(rank, world_size, backend, init, init_arg, pg_timeout, device_id
     return None
 
 
+def _rank_context():
+    """Where rank processes come from: a fork server that imported torch once, so a rank
+    starts in a fraction of a second instead of importing torch anew (2-4 s on the 2-core
+    machine, paid by every rank of every test). Fresh interpreters otherwise (spawn), e.g.
+    COMMUX_TEST_SPAWN=1 or where the fork server is missing."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        if os.environ.get("COMMUX_TEST_SPAWN", "0") == "1" or \
+                "forkserver" not in mp.get_all_start_methods():
+            _CONTEXT = mp.get_context("spawn")
+        else:
+            _CONTEXT = mp.get_context("forkserver")
+            # torch only: it autoloads commux, which registers the backend and loads neither
+            # UCX nor commux's C++ library, so no engine, thread or setting exists yet.
+            _CONTEXT.set_forkserver_preload(["torch", "torch.distributed"])
+    return _CONTEXT
+
+
+_CONTEXT = None
+
+
 def _child_main(rank, world_size, fn, kwargs, conn, cfg):
     """Entry point of every rank process."""
     stack_file = None
     try:
+        # The whole environment of the test at launch (a fork server's child starts with
+        # the server's), then the rank's own variables.
+        if cfg.get("environ") is not None:
+            os.environ.clear()
+            os.environ.update(cfg["environ"])
         for k, v in (cfg.get("env") or {}).items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = str(v)
+        # PYTHONFAULTHANDLER only acts at interpreter start, which a fork server's child skips.
+        faulthandler.enable()
         stack_file = open(os.path.join(cfg["tmpdir"], f"stack.{rank}"), "w")
         faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
 
@@ -380,7 +409,7 @@ def run_ranks(
     if init not in INIT_METHODS + ("none",):
         raise ValueError(f"init must be one of {INIT_METHODS + ('none',)}, got {init!r}")
     backend = backend or BACKEND
-    ctx = mp.get_context("spawn")
+    ctx = _rank_context()
     tmpdir = tempfile.mkdtemp(prefix="commux_test_")
 
     child_env = {
@@ -421,6 +450,7 @@ def run_ranks(
         "pg_timeout": pg_timeout,
         "device_id": device_id,
         "env": child_env,
+        "environ": dict(os.environ),
         "tmpdir": tmpdir,
     }
 
