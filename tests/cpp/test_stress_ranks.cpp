@@ -5,6 +5,8 @@
 // every result exactly. COMMUX_STRESS_SEED replays a seed, COMMUX_STRESS_OPS sets the
 // length; a failure names the seed and the operation.
 #include <gtest/gtest.h>
+#include <ATen/Parallel.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +51,9 @@ void check(bool ok, const std::string& what) {
 }
 
 void runMix(commux::ProcessGroupUCX& pg, int rank, int size, unsigned seed, int ops) {
+  // ATen's OpenMP threads (large arange/equal) are not instrumented: ThreadSanitizer takes
+  // their hand-offs for races. The ranks' own threads are what this test is about.
+  at::set_num_threads(1);
   std::mt19937 rng(seed);  // the same draws on every rank
   std::vector<Pending> inflight;
   const auto drain = [&](std::mt19937& order) {
