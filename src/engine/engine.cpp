@@ -392,9 +392,20 @@ void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<c10
     if (stopping_.load()) throw std::runtime_error("commux: the communication engine has shut down");
     // Started directly, with no command queued: commands queued before it go first.
     drainSubmissions();
-    ++startingForCallerDepth;
-    startOp(op);
-    --startingForCallerDepth;
+    {
+      // Only the caller's own, outermost submit: one made inside a completion callback is
+      // not followed by that caller's wait.
+      struct ForCaller {
+        bool counted;
+        explicit ForCaller(bool outermost) : counted(outermost) {
+          if (counted) ++startingForCallerDepth;
+        }
+        ~ForCaller() {
+          if (counted) --startingForCallerDepth;
+        }
+      } forCaller(drivingDepth == 1);
+      startOp(op);
+    }
     // Let UCX move what was just posted; work that is not UCX's needs no round.
     if (op->usesWorker()) progressRound();
   });
@@ -673,7 +684,8 @@ void Engine::setDone(DoneFlag& flag) {
     // Under the flag's lock: a waiter on the condition variable either sees it set or is
     // asleep when the notification comes.
     std::lock_guard<std::mutex> lock(flag.mutex_);
-    flag.done_.store(true, std::memory_order_release);
+    // seq_cst, as the waiter's count of itself: either it sees the flag or this sees it.
+    flag.done_.store(true, std::memory_order_seq_cst);
   }
   flag.cv_.notify_all();
   if (flag.parked_.load(std::memory_order_seq_cst) != 0) waker_.wakeParked();
@@ -729,6 +741,8 @@ bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline
     // directly. If another waiter is parked already, sleep on the flag; the parked waiter
     // or the progress thread completes it.
     flag.parked_.fetch_add(1, std::memory_order_seq_cst);
+    // Pairs with setDone's store and load: either it sees this waiter, or this sees the flag.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     parked = parkUntil(flag.done_, deadline);
     flag.parked_.fetch_sub(1, std::memory_order_seq_cst);
     // Either way this thread stops driving: let the progress thread look again.
@@ -751,7 +765,6 @@ void Engine::run() {
   // Standing by must not stop hand-offs of work that is not UCX's (a shared-memory lane):
   // the parked waiter may be waiting for a peer that waits for that work.
   const std::function<void()> duty = [this] { runHandOffHooks(); };
-  const std::function<void()> noDuty;
   auto lastActive = std::chrono::steady_clock::now();
   auto lastHooks = lastActive;
   while (!stopping_.load(std::memory_order_relaxed)) {
@@ -772,7 +785,9 @@ void Engine::run() {
       cpuRelax();
       continue;
     }
-    waker_.sleep(arm, hasWork, haveHooks_.load() ? duty : noDuty);
+    // Always with the duty (it checks for hooks itself): a channel made while this thread
+    // stands by must still get its hand-offs.
+    waker_.sleep(arm, hasWork, duty);
     runHandOffHooks();
     lastActive = lastHooks = std::chrono::steady_clock::now();
   }

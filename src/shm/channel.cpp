@@ -47,7 +47,7 @@ Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape&
       bell_(&header_->bell, shape.spin),
       engine_(std::move(engine)),
       lane_([this](const std::shared_ptr<CollectiveOp>& op, std::chrono::steady_clock::time_point deadline,
-                   bool onLane, bool mine) { runOne(op, deadline, onLane, mine); },
+                   bool onLane, bool mine) { return runOne(op, deadline, onLane, mine); },
             "commux-shm") {
   TORCH_CHECK(segment_->size() >= segmentBytes(shape), "commux: shared-memory segment ",
               segment_->name(), " is too small for ", shape.size, " ranks");
@@ -140,8 +140,9 @@ void Channel::runFromWaiter(const std::shared_ptr<CollectiveOp>& op,
   lane_.runFromWaiter(op, deadline);
 }
 
-void Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
-                     std::chrono::steady_clock::time_point deadline, bool onLane, bool mine) {
+std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
+                                      std::chrono::steady_clock::time_point deadline,
+                                      bool onLane, bool mine) {
   // Buffers may be views of tensors that require grad; communication is not autograd's
   // business (grad mode is per thread: a waiter's may be on, and a new thread's is).
   const at::NoGradGuard noGrad;
@@ -155,7 +156,7 @@ void Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
     op->markRan();
     if (!op->finished()) op->finalize();
   } catch (const DeadlineReached&) {
-    if (mine) return;  // the waiter's own timeout reports it
+    if (mine) return {};  // the waiter's own timeout reports it
     op->markRan();
     error = engine::commError("commux: " + op->description() +
                               ": abandoned half way: a later collective ran it on a waiting "
@@ -164,11 +165,21 @@ void Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
     op->markRan();
     error = std::current_exception();
   }
-  try {
-    engine_->finish(op, error, onLane ? engine::Engine::Drive::Never : engine::Engine::Drive::IfFree);
-  } catch (...) {
-    // The engine has shut down; it failed the operation already.
+  // The waiter's own operation is reported on its thread once it let go of the lane (the
+  // report may run future callbacks that wait for a later collective of this channel);
+  // others' by the driver, as the lane's thread does.
+  auto report = [engine = engine_, op, error](engine::Engine::Drive drive) {
+    try {
+      engine->finish(op, error, drive);
+    } catch (...) {
+      // The engine has shut down; it failed the operation already.
+    }
+  };
+  if (onLane || !mine) {
+    report(engine::Engine::Drive::Never);
+    return {};
   }
+  return [report] { report(engine::Engine::Drive::IfFree); };
 }
 
 // Here, not in channel_hierarchy.cpp: it ends the way a wait in the channel ends.

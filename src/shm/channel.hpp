@@ -40,6 +40,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -110,10 +111,12 @@ class Channel {
   static std::size_t controlsOffset();
   static std::size_t slotsOffset(int size);
 
-  /// The lane's holder: runs `op` and reports it to the engine, unless it stopped at
-  /// `deadline` and, being the waiter's own (`mine`), is left for its wait to time out.
-  void runOne(const std::shared_ptr<CollectiveOp>& op, std::chrono::steady_clock::time_point deadline,
-              bool onLane, bool mine);
+  /// The lane's holder: runs `op` and reports it to the engine (the waiter's own, `mine`:
+  /// returns the report, for after it let go of the lane), unless it stopped at `deadline`
+  /// and, being the waiter's own, is left for its wait to time out.
+  std::function<void()> runOne(const std::shared_ptr<CollectiveOp>& op,
+                               std::chrono::steady_clock::time_point deadline, bool onLane,
+                               bool mine);
   /// The collective's steps (channel_collectives.cpp); throws on failure.
   void run(CollectiveOp& op);
   /// A collective of a group that spans hosts: its parts here and across (channel_hierarchy.cpp).

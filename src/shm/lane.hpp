@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -38,10 +39,14 @@ class Lane {
   using Clock = std::chrono::steady_clock;
   enum class Holder { None, Thread, Waiter };
   /// Runs one task on the holder's thread: the lane's own (`onLane`, no deadline) or a
-  /// waiter's (until its wait's `deadline`; `mine`: the task it waits for). It must
-  /// report the task's outcome itself; exceptions are its business.
-  using Run = std::function<void(const std::shared_ptr<Task>& task, Clock::time_point deadline,
-                                 bool onLane, bool mine)>;
+  /// waiter's (until its wait's `deadline`; `mine`: the task it waits for). It reports the
+  /// task's outcome itself, or returns what reports it: a waiter runs that after it let go
+  /// of the lane, so whatever the report runs (a future's callbacks, which may wait for
+  /// another of the lane's tasks) never runs while this thread holds the lane. Must not
+  /// throw (a throw is swallowed, so the holder is always handed on).
+  using Report = std::function<void()>;
+  using Run = std::function<Report(const std::shared_ptr<Task>& task, Clock::time_point deadline,
+                                   bool onLane, bool mine)>;
 
   Lane(Run run, std::string threadName) : run_(std::move(run)), name_(std::move(threadName)) {
     thread_ = std::thread([this] { loop(); });
@@ -54,6 +59,7 @@ class Lane {
   /// will not run it); else it waits for a waiter or the next wake().
   void push(std::shared_ptr<Task> task, bool wake) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (stopped_) throw std::logic_error("commux: the lane has stopped");  // nobody would run it
     queue_.push_back(std::move(task));
     if (wake) wakeLocked();
   }
@@ -72,12 +78,20 @@ class Lane {
       return false;
     }
     holder_ = Holder::Waiter;
+    Report report;
     for (bool mine = false; !mine;) {
       auto next = std::move(queue_.front());
       queue_.pop_front();
       mine = next == task;
       lock.unlock();
-      run_(next, deadline, false, mine);
+      Report done = runSafely(next, deadline, false, mine);
+      if (done) {
+        if (mine) {
+          report = std::move(done);
+        } else {
+          runSafely(done);
+        }
+      }
       next.reset();
       lock.lock();
     }
@@ -85,6 +99,8 @@ class Lane {
     holder_ = Holder::None;
     wakeLocked();
     if (stopping_) cv_.notify_one();  // the lane's thread may be waiting to exit
+    lock.unlock();
+    if (report) runSafely(report);
     return true;
   }
   /// Runs what is still queued on the lane's thread and joins it, through `join` (the
@@ -92,11 +108,13 @@ class Lane {
   void stop(const std::function<void(std::thread&)>& join = [](std::thread& t) { t.join(); }) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!thread_.joinable()) return;
+      if (stopping_) return;
       stopping_ = true;
     }
     cv_.notify_all();
     join(thread_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopped_ = true;
   }
 
   // For tests and diagnostics.
@@ -108,7 +126,6 @@ class Lane {
     std::lock_guard<std::mutex> lock(mutex_);
     return queue_.size();
   }
-  bool onLaneThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
 
  private:
   void wakeLocked() {
@@ -128,7 +145,7 @@ class Lane {
           auto task = std::move(queue_.front());
           queue_.pop_front();
           lock.unlock();
-          run_(task, Clock::time_point::max(), true, false);
+          if (Report done = runSafely(task, Clock::time_point::max(), true, false)) runSafely(done);
           task.reset();
           lock.lock();
         }
@@ -140,6 +157,21 @@ class Lane {
     }
   }
 
+  Report runSafely(const std::shared_ptr<Task>& task, Clock::time_point deadline, bool onLane,
+                   bool mine) noexcept {
+    try {
+      return run_(task, deadline, onLane, mine);
+    } catch (...) {
+      return {};
+    }
+  }
+  static void runSafely(const Report& report) noexcept {
+    try {
+      report();
+    } catch (...) {
+    }
+  }
+
   const Run run_;
   const std::string name_;
   mutable std::mutex mutex_;
@@ -147,6 +179,7 @@ class Lane {
   std::deque<std::shared_ptr<Task>> queue_;
   Holder holder_ = Holder::None;
   bool stopping_ = false;
+  bool stopped_ = false;  // the thread has exited: nothing pushed now would run
   std::thread thread_;
 };
 

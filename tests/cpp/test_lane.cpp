@@ -33,7 +33,7 @@ struct Record {
 
   Lane<Task>::Run runner() {
     return [this](const std::shared_ptr<Task>& task, Lane<Task>::Clock::time_point, bool onLane,
-                  bool) {
+                  bool) -> Lane<Task>::Report {
       if (running.fetch_add(1) != 0) overlaps.fetch_add(1);
       if (work.count() != 0) std::this_thread::sleep_for(work);
       {
@@ -43,6 +43,7 @@ struct Record {
       task->onLane.store(onLane);
       running.fetch_sub(1);
       task->done.store(true);
+      return {};
     };
   }
 };
@@ -126,6 +127,33 @@ TEST(Lane, WakesAfterAWaiterDrainedTheQueueAreNeverLost) {
   EXPECT_EQ(record.overlaps.load(), 0);
 }
 
+// A waiter's own report (a Work's future callbacks) runs after it let go of the lane: a
+// callback that waits for a later collective of the same channel runs that one itself.
+TEST(Lane, AWaitersReportRunsAfterItLetGoSoTheReportCanWaitForALaterTask) {
+  Record record;
+  std::shared_ptr<Task> later = task(2);
+  std::atomic<bool> laterRanInReport{false};
+  Lane<Task>* lanePtr = nullptr;
+  auto base = record.runner();
+  Lane<Task> lane(
+      [&](const std::shared_ptr<Task>& t, Lane<Task>::Clock::time_point deadline, bool onLane,
+          bool mine) -> Lane<Task>::Report {
+        base(t, deadline, onLane, mine);
+        if (!mine || t->id != 1) return {};
+        return [&] {
+          lanePtr->push(later, false);
+          laterRanInReport = lanePtr->runFromWaiter(later, kNoDeadline);
+        };
+      },
+      "test-lane");
+  lanePtr = &lane;
+  auto first = task(1);
+  lane.push(first, false);
+  ASSERT_TRUE(lane.runFromWaiter(first, kNoDeadline));
+  EXPECT_TRUE(laterRanInReport) << "the report ran while its thread still held the lane";
+  EXPECT_TRUE(later->done && !later->onLane);
+}
+
 TEST(Lane, StopRunsWhatIsQueued) {
   Record record;
   auto lane = std::make_unique<Lane<Task>>(record.runner(), "test-lane");
@@ -135,6 +163,7 @@ TEST(Lane, StopRunsWhatIsQueued) {
   lane->stop();
   EXPECT_TRUE(a->done && b->done);
   EXPECT_EQ(record.order, (std::vector<int>{1, 2}));
+  EXPECT_THROW(lane->push(task(3), true), std::logic_error);  // nobody would run it
   lane.reset();
 }
 
