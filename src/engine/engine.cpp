@@ -231,7 +231,6 @@ bool Engine::inAfterRelease() noexcept { return runningAfterRelease > 0; }
 
 Engine::NeverDrives::NeverDrives() { ++neverDrivesDepth; }
 Engine::NeverDrives::~NeverDrives() { --neverDrivesDepth; }
-bool Engine::neverDrivesHere() noexcept { return neverDrivesDepth > 0; }
 bool Engine::startingForCaller() noexcept { return startingForCallerDepth > 0; }
 
 void Engine::afterRelease(std::function<void()> fn) {

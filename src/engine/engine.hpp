@@ -86,7 +86,6 @@ class Engine {
     NeverDrives(const NeverDrives&) = delete;
     NeverDrives& operator=(const NeverDrives&) = delete;
   };
-  static bool neverDrivesHere() noexcept;
   /// True inside an Op's start() when submit() starts it on the thread of the caller that
   /// submitted it (who may wait for it next); false when the progress thread, a parked
   /// waiter or a queued command starts it.
@@ -121,8 +120,6 @@ class Engine {
   /// Someone may now wait without driving (a caller holding a future): the progress
   /// thread looks at the worker now instead of after the hand-off delay.
   void handOff() { waker_.handOff(); }
-  /// The progress thread's state, for tests and diagnostics.
-  Waker::Counts wakerCounts() const { return waker_.counts(); }
 
   /// Any thread: fail `op` with `error` (used for timeouts and aborts). The peer watch
   /// passes Drive::Never: it must not block on anything a callback may hold.

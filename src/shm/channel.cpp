@@ -1,6 +1,5 @@
 #include "shm/channel.hpp"
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>

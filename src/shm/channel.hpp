@@ -37,12 +37,9 @@
 // the group refuses later collectives (it cannot know which of them the others ran).
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>

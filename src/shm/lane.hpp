@@ -37,7 +37,6 @@ template <typename Task>
 class Lane {
  public:
   using Clock = std::chrono::steady_clock;
-  enum class Holder { None, Thread, Waiter };
   /// Runs one task on the holder's thread: the lane's own (`onLane`, no deadline) or a
   /// waiter's (until its wait's `deadline`; `mine`: the task it waits for). It reports the
   /// task's outcome itself, or returns what reports it: a waiter runs that after it let go
@@ -117,11 +116,7 @@ class Lane {
     stopped_ = true;
   }
 
-  // For tests and diagnostics.
-  Holder holder() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return holder_;
-  }
+  /// For tests: tasks queued and not yet taken.
   std::size_t queued() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return queue_.size();
@@ -171,6 +166,8 @@ class Lane {
     } catch (...) {
     }
   }
+
+  enum class Holder { None, Thread, Waiter };
 
   const Run run_;
   const std::string name_;
