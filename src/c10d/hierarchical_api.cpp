@@ -1,22 +1,22 @@
 // ProcessGroupUCX: collectives of a group that spans hosts (allreduce, reduce, broadcast,
-// barrier on CPU tensors). Each host's ranks meet in shared memory; between hosts, one rank
-// per host (its leader, or the root on the root's host) runs the UCX schedule among those
-// ranks, or, for a parallel allreduce, every rank runs it with its counterparts on the
-// other hosts for its block. A rank alone on its host only has the part between hosts.
+// allgather, reduce_scatter, barrier on CPU tensors), planned as a HierarchicalOp's parts.
+// Each host's ranks meet in shared memory; between hosts, one rank per host (its leader, or
+// the root on the root's host) runs the UCX schedule among those ranks, or, for a parallel
+// allreduce, every rank runs it with its counterparts on the other hosts for its block. A
+// rank alone on its host only has the part between hosts.
 #include <c10/util/Exception.h>
 
 #include "c10d/collective_setup.hpp"
+#include "c10d/group_health.hpp"
+#include "c10d/hierarchical_op.hpp"
 #include "c10d/peer_table.hpp"
 #include "c10d/shm_setup.hpp"
 #include "c10d/staging.hpp"
+#include "c10d/work_ucx.hpp"
 #include "collectives/selection.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
-#include "engine/collective_op.hpp"
-#include "engine/engine.hpp"
-#include "engine/errors.hpp"
 #include "shm/channel.hpp"
-#include "shm/collective_op.hpp"
 
 namespace commux {
 namespace {
@@ -33,45 +33,6 @@ collectives::Schedule onRanks(collectives::Schedule schedule, const std::vector<
     for (auto& t : step.recvs) t.peer = members[static_cast<std::size_t>(t.peer)];
   }
   return schedule;
-}
-
-/// Runs the part between hosts on the calling thread (a channel's lane, or a waiter that
-/// runs the channel's work) and returns when it is over; gives up when `outer`, the
-/// collective it is part of, finished first (timed out or aborted), and returns false
-/// (cancelled) at `deadline`, the waiter's own: its wait then times out as usual. On the
-/// lane's thread the engine neither starts nor drives it here (Engine::NeverDrives): the
-/// progress thread does, so the lane never runs another operation's callbacks.
-bool crossHosts(engine::Engine& engine, engine::CollectiveOp::Setup setup,
-                engine::Description description, const at::Tensor& buffer,
-                const engine::Op& outer, std::chrono::steady_clock::time_point deadline) {
-  setup.work = buffer;
-  struct State {
-    engine::DoneFlag done;
-    std::exception_ptr error;  // written before `done` is set
-  };
-  auto state = std::make_shared<State>();
-  auto op = std::make_shared<engine::CollectiveOp>(
-      std::move(setup), std::move(description),
-      [state, &engine](std::exception_ptr error, int) {
-        state->error = std::move(error);
-        engine.setDone(state->done);
-      });
-  engine.submit(op);
-  bool cancelled = false;
-  bool late = false;
-  while (!state->done.done()) {
-    late = late || std::chrono::steady_clock::now() >= deadline;
-    if (!cancelled && (outer.finished() || late)) {
-      engine.cancel(op, engine::commError("commux: " + outer.description() +
-                                          ": abandoned between hosts (timed out or aborted)"));
-      cancelled = true;
-    }
-    // Look at `outer` now and then, since its end does not wake this thread.
-    engine.wait(state->done, std::chrono::steady_clock::now() + std::chrono::milliseconds(20));
-  }
-  if (late && cancelled) return false;
-  if (state->error) std::rethrow_exception(state->error);
-  return true;
 }
 
 }  // namespace
@@ -127,32 +88,32 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
   const std::optional<engine::ReduceKind> reduce =
       shm::reduces(kind) ? std::optional<engine::ReduceKind>(job.reduce) : std::nullopt;
 
-  auto hierarchy = std::make_shared<shm::HostParts>();
-  hierarchy->parallel = parallel;
-  hierarchy->rootHere = rooted && rootHost == myHost;
-  hierarchy->localRoot = hierarchy->rootHere ? layout.localIndexOf[root] : 0;
+  const bool rootHere = rooted && rootHost == myHost;
+  const int localRoot = rootHere ? layout.localIndexOf[root] : 0;
   // Allgather and reduce_scatter cross on the blocks host by host (hostOrder): the group's
   // ranks need not be numbered host by host. When they are, it is the buffer itself.
+  at::Tensor hostOrder;
+  std::int64_t hostOffset = 0;
   std::function<void()> before, after;
   if (blocks && crosses) {
-    hierarchy->hostOffset = layout.hostStart[myHost] * static_cast<std::int64_t>(count);
+    hostOffset = layout.hostStart[myHost] * static_cast<std::int64_t>(count);
     // The ranks host by host, as rows of a (ranks x block) view are reordered.
     const at::Tensor order = layout.byHost ? at::Tensor() : at::tensor(layout.hostOrder, at::kLong);
     const auto p = static_cast<std::int64_t>(size_), n = static_cast<std::int64_t>(count);
     if (kind == shm::Kind::Allgather) {
       at::Tensor output = job.output;
-      hierarchy->hostOrder = order.defined() ? at::empty({p * n}, output.options()) : output.view({-1});
+      hostOrder = order.defined() ? at::empty({p * n}, output.options()) : output.view({-1});
       if (order.defined()) {
-        after = [output, hostOrder = hierarchy->hostOrder, order, p, n] {
+        after = [output, hostOrder, order, p, n] {
           output.view({p, n}).index_copy_(0, order, hostOrder.view({p, n}));
         };
       }
     } else {
       // The leader sums its host's inputs into a private copy (its input stays as it was).
       job.buffer = job.input.reshape({-1}).clone();
-      hierarchy->hostOrder = order.defined() ? at::empty({p * n}, job.buffer.options()) : job.buffer;
+      hostOrder = order.defined() ? at::empty({p * n}, job.buffer.options()) : job.buffer;
       if (order.defined()) {
-        before = [summed = job.buffer, hostOrder = hierarchy->hostOrder, order, p, n] {
+        before = [summed = job.buffer, hostOrder, order, p, n] {
           at::Tensor rows = hostOrder.view({p, n});
           at::index_select_out(rows, summed.view({p, n}), 0, order);
         };
@@ -203,8 +164,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     at::Tensor work = flatOrEmpty(job.buffer);
     std::function<void()> done = std::move(finalize);
     if (blocks) {
-      work = hierarchy->hostOrder;
-      const auto mine = work.narrow(0, hierarchy->hostOffset, static_cast<std::int64_t>(count));
+      work = hostOrder;
+      const auto mine = work.narrow(0, hostOffset, static_cast<std::int64_t>(count));
       if (kind == shm::Kind::Allgather) {
         mine.copy_(job.input.reshape({-1}));
         if (after) done = [after, done] { after(); if (done) done(); };
@@ -219,33 +180,128 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     return launchCollective(type, sequence, std::move(description), std::move(outputs),
                             std::move(schedule), work, reduce, std::move(done), timeout);
   }
-  if (crosses) {
-    // A refusal (collectiveSetup) surfaces where the part would run, so that this host's
-    // channel is abandoned and its other ranks stop waiting for this one.
-    engine::CollectiveOp::Setup setup;
-    std::exception_ptr refused;
-    try {
-      setup = collectiveSetup(*peers_, std::move(schedule), reduce, context_, rank_, sequence,
-                              description, hosts);
-    } catch (...) {
-      refused = std::current_exception();
-    }
-    hierarchy->cross = [engine = engine_, setup = std::move(setup), refused, description, before,
-                        after](const at::Tensor& part, const engine::Op& outer,
-                               std::chrono::steady_clock::time_point deadline) mutable {
-      if (refused) std::rethrow_exception(refused);
-      if (before) before();
-      if (!crossHosts(*engine, std::move(setup), description, flatOrEmpty(part), outer,
-                      deadline)) {
-        return false;
+
+  // The parts on this host's channel, around the part between hosts (on `crossOn`).
+  HierarchicalOp::Plan plan;
+  plan.finalize = std::move(finalize);
+  at::Tensor crossOn;
+  const auto part = [&](shm::Kind partKind, int partRoot = 0) {
+    shm::Job p;
+    p.kind = partKind;
+    p.root = partRoot;
+    p.reduce = job.reduce;
+    return p;
+  };
+  switch (kind) {
+    case shm::Kind::Allreduce:
+      if (parallel) {
+        // Blocks of n elements, one per rank of the host; the last one padded.
+        const int64_t total = job.buffer.numel();
+        const int64_t n = (total + hostRanks - 1) / hostRanks;
+        const at::Tensor flat = job.buffer.view({-1});
+        at::Tensor padded = flat;
+        if (n * hostRanks != total) {
+          padded = at::zeros({n * hostRanks}, flat.options());
+          padded.narrow(0, 0, total).copy_(flat);
+          plan.finalize = [flat, padded, total, done = std::move(plan.finalize)] {
+            flat.copy_(padded.narrow(0, 0, total));
+            if (done) done();
+          };
+        }
+        const at::Tensor block = at::empty({n}, flat.options());
+        shm::Job scatterPart = part(shm::Kind::ReduceScatter);
+        scatterPart.input = padded;
+        scatterPart.output = block;
+        plan.before.push_back(std::move(scatterPart));
+        crossOn = block;
+        shm::Job gatherPart = part(shm::Kind::Allgather);
+        gatherPart.input = block;
+        gatherPart.output = padded;
+        plan.after.push_back(std::move(gatherPart));
+      } else {
+        shm::Job reducePart = part(shm::Kind::Reduce);
+        reducePart.buffer = job.buffer;
+        plan.before.push_back(reducePart);
+        crossOn = job.buffer;
+        shm::Job broadcastPart = part(shm::Kind::Broadcast);
+        broadcastPart.buffer = job.buffer;
+        plan.after.push_back(std::move(broadcastPart));
       }
-      if (after) after();
-      return true;
-    };
+      break;
+    case shm::Kind::Reduce: {
+      // The root's host gathers to the root; the others to their leader, which crosses.
+      shm::Job reducePart = part(shm::Kind::Reduce, localRoot);
+      reducePart.buffer = job.buffer;
+      plan.before.push_back(std::move(reducePart));
+      crossOn = job.buffer;
+      break;
+    }
+    case shm::Kind::Broadcast: {
+      // From the root on its host, first; from the leader on the others, after the crossing.
+      shm::Job broadcastPart = part(shm::Kind::Broadcast, localRoot);
+      broadcastPart.buffer = job.buffer;
+      (rootHere ? plan.before : plan.after).push_back(std::move(broadcastPart));
+      crossOn = job.buffer;
+      break;
+    }
+    case shm::Kind::Allgather: {
+      // Gather into the leader's blocks of this host, the leaders exchange their hosts'
+      // blocks (and put them in rank order), broadcast the whole.
+      shm::Job gatherPart = part(shm::Kind::Gather);
+      gatherPart.input = job.input;
+      if (crosses) {
+        gatherPart.output = hostOrder.narrow(0, hostOffset, static_cast<std::int64_t>(count) * hostRanks);
+      }
+      plan.before.push_back(std::move(gatherPart));
+      crossOn = hostOrder;
+      shm::Job broadcastPart = part(shm::Kind::Broadcast);
+      broadcastPart.buffer = job.output;
+      plan.after.push_back(std::move(broadcastPart));
+      break;
+    }
+    case shm::Kind::ReduceScatter: {
+      // Sum this host's inputs on the leader, the leaders reduce-scatter by host, scatter
+      // the host's blocks.
+      shm::Job reducePart = part(shm::Kind::Reduce);
+      reducePart.buffer = crosses ? job.buffer : job.input;
+      plan.before.push_back(std::move(reducePart));
+      crossOn = hostOrder;
+      shm::Job scatterPart = part(shm::Kind::Scatter);
+      if (crosses) {
+        scatterPart.input = hostOrder.narrow(0, hostOffset, static_cast<std::int64_t>(count) * hostRanks);
+      }
+      scatterPart.output = job.output;
+      plan.after.push_back(std::move(scatterPart));
+      break;
+    }
+    case shm::Kind::Barrier:
+      plan.before.push_back(part(shm::Kind::Barrier));
+      plan.after.push_back(part(shm::Kind::Barrier));
+      break;
+    default: TORCH_CHECK(false, "commux: ", shm::kindName(kind), " has no hierarchical form");
   }
-  job.hierarchy = std::move(hierarchy);
-  return launchShm(type, std::move(description), std::move(outputs), channel, std::move(job),
-                   std::move(finalize), timeout);
+  if (crosses) {
+    HierarchicalOp::Cross cross;
+    // A refusal (collectiveSetup) surfaces where the part would start, so that this host's
+    // channel is abandoned and its other ranks stop waiting for this one.
+    try {
+      cross.setup = collectiveSetup(*peers_, std::move(schedule), reduce, context_, rank_,
+                                    sequence, description, hosts);
+      cross.setup.work = flatOrEmpty(crossOn);
+      cross.setup.finalize = std::move(after);
+    } catch (...) {
+      cross.refused = std::current_exception();
+    }
+    cross.before = std::move(before);
+    plan.cross = std::move(cross);
+  }
+  const NoAutograd noAutograd;
+  // Every member takes part: the collective fails when any of them dies.
+  watchMembers();
+  auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
+  w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
+  launch(w, HierarchicalOp::make(channel, std::move(plan), w->parts(), w->completer()));
+  return w;
 }
 
 }  // namespace commux

@@ -55,7 +55,7 @@ std::optional<c10::Device> WorkUCX::cudaDevice() const {
 void WorkUCX::attach(std::shared_ptr<engine::Op> op) {
   // Only operations that do their own work (shared memory) have anything to assist with;
   // the others spare every wait the lock that reading op_ takes.
-  assists_ = !op->usesWorker();
+  assists_ = op->assists();
   std::lock_guard<std::mutex> lock(mutex_);
   op_ = std::move(op);
 }

@@ -418,6 +418,11 @@ void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<c10
   }
 }
 
+void Engine::startPart(const std::shared_ptr<Op>& part) {
+  TORCH_INTERNAL_ASSERT(drivenByThisThread(), "commux: a part started without the worker");
+  startOp(part);
+}
+
 void Engine::submit(std::vector<std::shared_ptr<Op>> ops, Drive drive) {
   auto shared = std::make_shared<std::vector<std::shared_ptr<Op>>>(std::move(ops));
   dispatch(

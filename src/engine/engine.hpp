@@ -99,6 +99,9 @@ class Engine {
   /// never goes missing).
   void submit(std::shared_ptr<Op> op, Drive drive = Drive::IfFree,
               const std::optional<c10::Stream>& after = std::nullopt);
+  /// Worker-lock holders (an operation made of parts, in its start() or a part's
+  /// completion): start `part` now, on this thread.
+  void startPart(const std::shared_ptr<Op>& part);
   /// Any thread: start `ops` in order, in one pass (a coalescing window's operations).
   void submit(std::vector<std::shared_ptr<Op>> ops, Drive drive = Drive::IfFree);
   /// Worker-lock holders (ops): run `command` on the driver once `stream` has run what is

@@ -72,6 +72,8 @@ class Op : public std::enable_shared_from_this<Op> {
   /// operation's work itself instead of waking another thread to do it; `deadline` is its
   /// wait's. Most operations have nothing to do here.
   virtual void assist(std::chrono::steady_clock::time_point deadline) {}
+  /// Whether assist() may do anything (a waiter of the others skips it).
+  virtual bool assists() const noexcept { return false; }
   /// Worker-lock holder: fail the operation now and cancel its outstanding requests.
   void fail(Engine& engine, std::exception_ptr error);
   /// Worker-lock holder: route one request's completion.

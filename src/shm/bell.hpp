@@ -15,15 +15,27 @@ struct BellWords {
   std::uint32_t sleepers;
 };
 
-class Bell {
+/// How the ranks of a channel tell each other they moved, and wait for each other: the
+/// futex Bell between processes; a deterministic scheduler in the step protocol's
+/// interleaving test (tests/cpp/test_step_interleavings.cpp), which takes its turns here.
+class Signal {
+ public:
+  virtual ~Signal() = default;
+  /// Publishes every store made before it, then wakes all sleepers.
+  virtual void ring() = 0;
+  /// Returns once `ready()` holds. `interrupt()` is polled while waiting (at least every
+  /// few milliseconds) and ends the wait with false when it returns true.
+  virtual bool waitFor(const std::function<bool()>& ready,
+                       const std::function<bool()>& interrupt) = 0;
+};
+
+class Bell final : public Signal {
  public:
   Bell(BellWords* words, std::chrono::microseconds spin) : w_(words), spin_(spin) {}
 
-  /// Publishes every store made before it, then wakes all sleepers.
-  void ring();
-  /// Returns once `ready()` holds. `interrupt()` is polled while waiting (at least every
-  /// few milliseconds) and ends the wait with false when it returns true.
-  bool waitFor(const std::function<bool()>& ready, const std::function<bool()>& interrupt);
+  void ring() override;
+  bool waitFor(const std::function<bool()>& ready,
+               const std::function<bool()>& interrupt) override;
 
  private:
   BellWords* w_;

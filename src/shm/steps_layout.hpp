@@ -1,11 +1,11 @@
 #pragma once
-// The channel's segment, as every rank maps it: a header, one control block per rank, then
-// the slots (two parities of one slot per rank). Private to channel*.cpp.
+// The channel's memory, as every rank maps it: a header, one control block per rank, then
+// the slots (two parities of one slot per rank). Private to steps.cpp and algorithms.cpp.
 #include <cstddef>
 #include <cstdint>
 
 #include "shm/bell.hpp"
-#include "shm/channel.hpp"
+#include "shm/steps.hpp"
 
 namespace commux::shm {
 namespace layout {
@@ -24,7 +24,7 @@ inline bool reached(std::uint32_t a, std::uint32_t b) {
 
 }  // namespace layout
 
-struct alignas(layout::kLine) Channel::Header {
+struct alignas(layout::kLine) Steps::Header {
   std::uint32_t magic;
   std::uint32_t size;
   std::uint64_t slotBytes;
@@ -37,7 +37,7 @@ struct alignas(layout::kLine) Channel::Header {
 // One per rank, on its own cache lines. Steps a rank has reached in each phase, and what it
 // brought to the step (per parity, so a fast rank's next step never overwrites a
 // descriptor a slow rank still compares).
-struct alignas(layout::kLine) Channel::Control {
+struct alignas(layout::kLine) Steps::Control {
   std::uint32_t arrived;
   std::uint32_t reduced;
   std::uint32_t departed;

@@ -1,0 +1,363 @@
+// The channel's collectives, each a sequence of steps over the slots (see algorithms.hpp).
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <system_error>
+
+#include "collectives/schedule.hpp"
+#include "engine/op.hpp"
+#include "engine/reduce_kernels.hpp"
+#include "shm/algorithms.hpp"
+#include "shm/steps_layout.hpp"
+
+namespace commux::shm {
+namespace {
+
+at::Tensor view(char* data, std::size_t count, const at::Tensor& like) {
+  return at::from_blob(data, {static_cast<int64_t>(count)}, like.options());
+}
+
+char* bytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+/// acc = acc (op) in over `count` elements shaped like `like`: a plain loop when that is
+/// cheaper than tensor views (small counts), else ATen.
+void foldInto(char* acc, char* in, std::size_t count, const at::Tensor& like,
+              engine::ReduceKind kind) {
+  if (engine::reduceRaw(acc, in, count, like.scalar_type(), kind)) return;
+  engine::reduceInto(view(acc, count, like), view(in, count, like), kind);
+}
+
+/// An all_to_all slot's header (first step): the rank's send counts, then its receive counts.
+const std::uint64_t* alltoallCounts(const char* slot) {
+  return reinterpret_cast<const std::uint64_t*>(slot);
+}
+
+/// Size of an all_to_all slot's header: the rank's send and then receive counts.
+std::size_t alltoallHeader(int size) {
+  return layout::roundUp(2 * static_cast<std::size_t>(size) * sizeof(std::uint64_t), layout::kLine);
+}
+
+void allreduceSmall(Steps& steps, const Turn& turn) {
+  const Job& job = turn.job;
+  const at::Tensor& work = job.buffer;
+  const std::size_t count = static_cast<std::size_t>(work.numel());
+  const bool keeps = job.kind == Kind::Allreduce || steps.rank() == job.root;
+  const std::uint32_t s = steps.beginStep(turn);
+  if (count != 0) std::memcpy(steps.slot(s, steps.rank()), work.data_ptr(), work.nbytes());
+  steps.meet(s, turn, true);
+  if (count != 0 && keeps) {
+    // Every rank folds in rank order: the results agree bit for bit.
+    std::memcpy(work.data_ptr(), steps.slot(s, 0), work.nbytes());
+    for (int q = 1; q < steps.shape().size; ++q)
+      foldInto(bytes(work), steps.slot(s, q), count, work, job.reduce);
+  }
+  steps.mark(Phase::Departed, s);
+}
+
+void allreduceChunked(Steps& steps, const Turn& turn) {
+  const Job& job = turn.job;
+  const at::Tensor& work = job.buffer;
+  const std::size_t count = static_cast<std::size_t>(work.numel());
+  const std::size_t elementSize = work.element_size();
+  const std::size_t chunk = steps.shape().slotBytes / elementSize;
+  const bool keeps = job.kind == Kind::Allreduce || steps.rank() == job.root;
+  char* const base = bytes(work);
+  for (std::size_t offset = 0; offset < count; offset += chunk) {
+    const std::size_t len = std::min(chunk, count - offset);
+    const std::uint32_t s = steps.beginStep(turn);
+    std::memcpy(steps.slot(s, steps.rank()), base + offset * elementSize, len * elementSize);
+    steps.meet(s, turn, offset == 0);
+    const auto block = collectives::blockRange(len, steps.shape().size, steps.rank());
+    if (block.count != 0) {
+      const std::size_t at = block.offset * elementSize;
+      for (int q = 1; q < steps.shape().size; ++q) {
+        foldInto(steps.slot(s, 0) + at, steps.slot(s, q) + at, block.count, work, job.reduce);
+      }
+    }
+    steps.mark(Phase::Reduced, s);
+    steps.waitAll(Phase::Reduced, s, turn);
+    if (keeps) std::memcpy(base + offset * elementSize, steps.slot(s, 0), len * elementSize);
+    steps.mark(Phase::Departed, s);
+  }
+}
+
+void broadcast(Steps& steps, const Turn& turn) {
+  const Job& job = turn.job;
+  const std::size_t total = job.buffer.nbytes();
+  // The root fills every slot of the parity: one step moves size x slot bytes.
+  const std::size_t area = steps.shape().slotBytes * static_cast<std::size_t>(steps.shape().size);
+  const bool root = steps.rank() == job.root;
+  char* const base = total ? bytes(job.buffer) : nullptr;
+  if (steps.cmaFor(total)) {
+    const std::uint32_t s = steps.beginStep(turn);
+    if (root) steps.publish(s, base);
+    steps.meet(s, turn, true);
+    if (!root) steps.readFrom(s, job.root, 0, base, total, turn);
+    steps.mark(Phase::Departed, s);
+    // The root's buffer is the caller's again once every reader is done with it.
+    if (root) steps.waitAll(Phase::Departed, s, turn);
+    return;
+  }
+  std::size_t offset = 0;
+  do {
+    const std::size_t len = std::min(area, total - offset);
+    const std::uint32_t s = steps.beginStep(turn);
+    if (root && len) std::memcpy(steps.slot(s, 0), base + offset, len);
+    steps.meet(s, turn, offset == 0);
+    if (!root && len) std::memcpy(base + offset, steps.slot(s, 0), len);
+    steps.mark(Phase::Departed, s);
+    offset += len;
+  } while (offset < total);
+}
+
+void allgather(Steps& steps, const Turn& turn) {
+  const Job& job = turn.job;
+  const std::size_t block = job.input.nbytes();
+  const bool reads = job.kind == Kind::Allgather || steps.rank() == job.root;
+  const char* const in = block ? bytes(job.input) : nullptr;
+  char* const out = reads && block ? bytes(job.output) : nullptr;
+  if (steps.cmaFor(block)) {
+    const std::uint32_t s = steps.beginStep(turn);
+    steps.publish(s, in);
+    steps.meet(s, turn, true);
+    if (out) {
+      for (int q = 0; q < steps.shape().size; ++q) {
+        char* to = out + static_cast<std::size_t>(q) * block;
+        // In place (the input is this rank's block of the output): nothing to copy.
+        if (q != steps.rank() || to != in) steps.readFrom(s, q, 0, to, block, turn);
+      }
+    }
+    steps.mark(Phase::Departed, s);
+    steps.waitAll(Phase::Departed, s, turn);  // every reader is done with this rank's input
+    return;
+  }
+  std::size_t offset = 0;
+  do {
+    const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
+    const std::uint32_t s = steps.beginStep(turn);
+    if (len) std::memcpy(steps.slot(s, steps.rank()), in + offset, len);
+    steps.meet(s, turn, offset == 0);
+    if (out) {
+      for (int q = 0; q < steps.shape().size; ++q) {
+        std::memcpy(out + static_cast<std::size_t>(q) * block + offset, steps.slot(s, q), len);
+      }
+    }
+    steps.mark(Phase::Departed, s);
+    offset += len;
+  } while (offset < block);
+}
+
+void scatter(Steps& steps, const Turn& turn) {
+  const Job& job = turn.job;
+  const std::size_t block = job.output.nbytes();
+  const bool root = steps.rank() == job.root;
+  const char* const in = root && block ? bytes(job.input) : nullptr;
+  char* const out = block ? bytes(job.output) : nullptr;
+  if (steps.cmaFor(block)) {
+    const std::uint32_t s = steps.beginStep(turn);
+    if (root) steps.publish(s, in);
+    steps.meet(s, turn, true);
+    steps.readFrom(s, job.root, static_cast<std::size_t>(steps.rank()) * block, out, block, turn);
+    steps.mark(Phase::Departed, s);
+    if (root) steps.waitAll(Phase::Departed, s, turn);
+    return;
+  }
+  std::size_t offset = 0;
+  do {
+    const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
+    const std::uint32_t s = steps.beginStep(turn);
+    if (in) {
+      for (int q = 0; q < steps.shape().size; ++q) {
+        std::memcpy(steps.slot(s, q), in + static_cast<std::size_t>(q) * block + offset, len);
+      }
+    }
+    steps.meet(s, turn, offset == 0);
+    if (len) std::memcpy(out + offset, steps.slot(s, steps.rank()), len);
+    steps.mark(Phase::Departed, s);
+    offset += len;
+  } while (offset < block);
+}
+
+void reduceScatter(Steps& steps, const Turn& turn) {
+  const Job& job = turn.job;
+  const std::size_t n = static_cast<std::size_t>(job.output.numel());
+  const std::size_t es = job.output.element_size();
+  // Each slot holds one piece per destination; a step moves `piece` elements of each.
+  const std::size_t piece =
+      steps.shape().slotBytes / static_cast<std::size_t>(steps.shape().size) / es;
+  TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", steps.shape().size,
+              " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
+              steps.shape().slotBytes, ")");
+  const char* const in = n ? bytes(job.input) : nullptr;
+  char* const out = n ? bytes(job.output) : nullptr;
+  std::size_t offset = 0;
+  do {
+    const std::size_t len = std::min(piece, n - offset);
+    const std::size_t lenBytes = len * es;
+    const std::uint32_t s = steps.beginStep(turn);
+    for (int q = 0; q < steps.shape().size && len; ++q) {
+      std::memcpy(steps.slot(s, steps.rank()) + q * lenBytes, in + (q * n + offset) * es, lenBytes);
+    }
+    steps.meet(s, turn, offset == 0);
+    if (len) {
+      // Folded in rank order, whoever folds.
+      std::memcpy(out + offset * es, steps.slot(s, 0) + steps.rank() * lenBytes, lenBytes);
+      for (int p = 1; p < steps.shape().size; ++p) {
+        foldInto(out + offset * es, steps.slot(s, p) + steps.rank() * lenBytes, len, job.output,
+                 job.reduce);
+      }
+    }
+    steps.mark(Phase::Departed, s);
+    offset += len;
+  } while (offset < n);
+}
+
+void checkAlltoallCounts(Steps& steps, std::uint32_t s, const Turn& turn) {
+  const auto counts = [&](int rank) { return alltoallCounts(steps.slot(s, rank)); };
+  const std::size_t p = static_cast<std::size_t>(steps.shape().size);
+  std::string problems;
+  int shown = 0;
+  for (int from = 0; from < steps.shape().size; ++from) {
+    for (int to = 0; to < steps.shape().size; ++to) {
+      const std::uint64_t sends = counts(from)[to];
+      const std::uint64_t expects = counts(to)[p + static_cast<std::size_t>(from)];
+      if (sends == expects) continue;
+      if (shown++ < 4) {
+        problems += (problems.empty() ? "" : "; ") + std::string("rank ") + std::to_string(from) +
+                    " sends " + std::to_string(sends) + " elements to rank " + std::to_string(to) +
+                    ", which expects " + std::to_string(expects);
+      }
+    }
+  }
+  if (problems.empty()) return;
+  if (shown > 4) problems += "; and " + std::to_string(shown - 4) + " more";
+  // Every rank reads the same counts and fails here alike.
+  steps.mark(Phase::Departed, s);
+  C10_THROW_ERROR(ValueError, "commux: " + turn.op.description() +
+                                  ": the ranks' split sizes do not match (" + problems +
+                                  "); what a rank sends to another must be what that one expects "
+                                  "from it");
+}
+
+void alltoall(Steps& steps, const Turn& turn) {
+  const Job& job = turn.job;
+  const std::size_t p = static_cast<std::size_t>(steps.shape().size);
+  const std::size_t es = c10::elementSize(job.dtype());
+  const std::size_t header = alltoallHeader(steps.shape().size);
+  const std::size_t piece =
+      steps.shape().slotBytes > header ? (steps.shape().slotBytes - header) / p / es : 0;
+  TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", steps.shape().size,
+              " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
+              steps.shape().slotBytes, ")");
+  std::vector<std::size_t> sendAt(p), recvAt(p);
+  std::exclusive_scan(job.sendCounts.begin(), job.sendCounts.end(), sendAt.begin(), std::size_t{0});
+  std::exclusive_scan(job.recvCounts.begin(), job.recvCounts.end(), recvAt.begin(), std::size_t{0});
+  const char* const in = job.input.numel() ? bytes(job.input) : nullptr;
+  char* const out = job.output.numel() ? bytes(job.output) : nullptr;
+  std::size_t stepCount = 1;
+  for (std::size_t i = 0; i < stepCount; ++i) {
+    const std::uint32_t s = steps.beginStep(turn);
+    char* const mine = steps.slot(s, steps.rank());
+    if (i == 0) {
+      auto* counts = reinterpret_cast<std::uint64_t*>(mine);
+      for (std::size_t q = 0; q < p; ++q) {
+        counts[q] = job.sendCounts[q];
+        counts[p + q] = job.recvCounts[q];
+      }
+      steps.publish(s, in);
+    }
+    const std::size_t lo = i * piece;
+    for (std::size_t q = 0; q < p; ++q) {
+      if (lo >= job.sendCounts[q]) continue;
+      const std::size_t len = std::min(piece, job.sendCounts[q] - lo);
+      std::memcpy(mine + header + q * piece * es, in + (sendAt[q] + lo) * es, len * es);
+    }
+    steps.meet(s, turn, i == 0);
+    if (i == 0) {
+      checkAlltoallCounts(steps, s, turn);
+      // Every rank derives the same number of steps from the same counts.
+      std::uint64_t largest = 0;
+      for (int r = 0; r < steps.shape().size; ++r) {
+        const auto* counts = alltoallCounts(steps.slot(s, r));
+        largest = std::max(largest, *std::max_element(counts, counts + p));
+      }
+      stepCount = std::max<std::size_t>(1, (largest + piece - 1) / piece);
+      if (stepCount > 1 && steps.cmaFor(largest * es)) {
+        // This step carried each piece's first part; the rest comes straight from the
+        // senders' inputs, where each sender's piece for this rank starts after its pieces
+        // for the ranks before.
+        for (std::size_t from = 0; from < p; ++from) {
+          const std::size_t n = job.recvCounts[from];
+          if (n == 0) continue;
+          const std::size_t first = std::min(piece, n);
+          std::memcpy(out + recvAt[from] * es,
+                      steps.slot(s, static_cast<int>(from)) + header + steps.rank() * piece * es,
+                      first * es);
+          if (n == first) continue;
+          const auto* theirs = alltoallCounts(steps.slot(s, static_cast<int>(from)));
+          const std::size_t at = std::accumulate(theirs, theirs + steps.rank(), std::uint64_t{0});
+          steps.readFrom(s, static_cast<int>(from), (at + first) * es,
+                         out + (recvAt[from] + first) * es, (n - first) * es, turn);
+        }
+        steps.mark(Phase::Departed, s);
+        steps.waitAll(Phase::Departed, s, turn);  // every reader is done with this rank's input
+        return;
+      }
+    }
+    for (std::size_t from = 0; from < p; ++from) {
+      if (lo >= job.recvCounts[from]) continue;
+      const std::size_t len = std::min(piece, job.recvCounts[from] - lo);
+      std::memcpy(out + (recvAt[from] + lo) * es,
+                  steps.slot(s, static_cast<int>(from)) + header + steps.rank() * piece * es,
+                  len * es);
+    }
+    steps.mark(Phase::Departed, s);
+  }
+}
+
+}  // namespace
+
+void runCollective(Steps& steps, const Turn& turn) {
+  if (steps.broken()) {
+    C10_THROW_ERROR(DistBackendError,
+                    "commux: " + turn.op.description() + ": " + steps.brokenReason());
+  }
+  const Job& job = turn.job;
+  switch (job.kind) {
+    case Kind::Allreduce:
+    case Kind::Reduce:
+      if (static_cast<std::size_t>(job.buffer.nbytes()) <= steps.shape().smallBytes) {
+        allreduceSmall(steps, turn);
+      } else {
+        allreduceChunked(steps, turn);
+      }
+      return;
+    case Kind::Broadcast:
+      broadcast(steps, turn);
+      return;
+    case Kind::Allgather:
+    case Kind::Gather:
+      allgather(steps, turn);
+      return;
+    case Kind::Scatter:
+      scatter(steps, turn);
+      return;
+    case Kind::ReduceScatter:
+      reduceScatter(steps, turn);
+      return;
+    case Kind::Alltoall:
+      alltoall(steps, turn);
+      return;
+    case Kind::Barrier: {
+      const std::uint32_t s = steps.beginStep(turn);
+      steps.meet(s, turn, true);
+      steps.mark(Phase::Departed, s);
+      return;
+    }
+  }
+}
+
+}  // namespace commux::shm

@@ -1,0 +1,60 @@
+#pragma once
+// What one rank brings to a collective through a shared-memory channel.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/done_flag.hpp"
+#include "engine/reduce_kernels.hpp"
+
+namespace commux::shm {
+
+enum class Kind : std::uint32_t {
+  Allreduce,
+  Reduce,
+  Broadcast,
+  Allgather,
+  Gather,
+  Scatter,
+  ReduceScatter,
+  Alltoall,
+  Barrier,
+};
+
+const char* kindName(Kind kind) noexcept;
+/// Reduce, broadcast, gather and scatter: the kinds whose root every rank must agree on.
+bool hasRoot(Kind kind) noexcept;
+/// Allreduce, reduce and reduce_scatter: the kinds whose op every rank must agree on.
+bool reduces(Kind kind) noexcept;
+
+/// Buffers are 1-D, contiguous, on the CPU; which ones a rank passes depends on the
+/// collective and on its role:
+///  - Allreduce, Reduce, Broadcast: `buffer` in and out (Reduce: the result on the root).
+///  - Allgather, Gather: `input` (n elements), `output` (size * n; Gather: root only).
+///  - Scatter: `input` (size * n, root only), `output` (n).
+///  - ReduceScatter: `input` (size * n), `output` (n).
+///  - Alltoall: `input` and `output` with per-peer element counts, which may differ.
+///  - Barrier: nothing.
+struct Job {
+  Kind kind = Kind::Barrier;
+  int root = 0;
+  engine::ReduceKind reduce = engine::ReduceKind::Sum;
+  at::Tensor buffer;
+  at::Tensor input;
+  at::Tensor output;
+  std::vector<std::size_t> sendCounts;
+  std::vector<std::size_t> recvCounts;
+  /// A part of a collective that spans hosts which must wait for the part between hosts
+  /// (c10d/hierarchical_op.hpp): the channel waits for this flag before the first step. The
+  /// job keeps its place in the channel's order meanwhile, so every rank of the host still
+  /// runs the host's collectives in one order.
+  std::shared_ptr<engine::DoneFlag> gate;
+
+  /// Elements per rank, which every rank must agree on (Alltoall: checked per pair).
+  std::uint64_t blockCount() const;
+  at::ScalarType dtype() const;
+};
+
+}  // namespace commux::shm

@@ -1,0 +1,272 @@
+#include "shm/steps.hpp"
+
+#include <unistd.h>
+
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <system_error>
+
+#include "engine/op.hpp"
+#include "shm/cma.hpp"
+#include "shm/steps_layout.hpp"
+
+namespace commux::shm {
+
+std::size_t Steps::controlsOffset() { return layout::roundUp(sizeof(Header), layout::kLine); }
+
+std::size_t Steps::slotsOffset(int size) {
+  return layout::roundUp(controlsOffset() + static_cast<std::size_t>(size) * sizeof(Control),
+                         layout::kPage);
+}
+
+std::size_t Steps::bytesFor(const ChannelShape& shape) {
+  return slotsOffset(shape.size) + 2 * static_cast<std::size_t>(shape.size) * shape.slotBytes;
+}
+
+Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const ChannelShape& shape,
+             bool initialise, std::vector<int> members, const SignalMaker& signal)
+    : name_(std::move(name)),
+      rank_(rank),
+      shape_(shape),
+      members_(std::move(members)),
+      header_(reinterpret_cast<Header*>(memory)),
+      controls_(reinterpret_cast<Control*>(memory + controlsOffset())),
+      slots_(memory + slotsOffset(shape.size)) {
+  TORCH_CHECK(bytes >= bytesFor(shape), "commux: shared-memory segment ", name_,
+              " is too small for ", shape.size, " ranks");
+  TORCH_CHECK(
+      members_.size() == static_cast<std::size_t>(shape.size) && rank >= 0 && rank < shape.size,
+      "commux: internal error: channel index ", rank, " of ", members_.size());
+  if (initialise) {
+    header_->size = static_cast<std::uint32_t>(shape.size);
+    header_->slotBytes = shape.slotBytes;
+    header_->cmaBytes = shape.cmaBytes;
+    __atomic_store_n(&header_->magic, layout::kMagic, __ATOMIC_RELEASE);
+  } else {
+    TORCH_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == layout::kMagic &&
+                    header_->size == static_cast<std::uint32_t>(shape.size) &&
+                    header_->slotBytes == shape.slotBytes && header_->cmaBytes == shape.cmaBytes,
+                "commux: shared-memory segment ", name_, " does not match this rank's layout (",
+                shape.size, " ranks, ", shape.slotBytes, "-byte slots, CMA from ", shape.cmaBytes,
+                " bytes); do all ranks run the same commux with the same COMMUX_SHM_* settings?");
+  }
+  signal_ = signal ? signal(&header_->bell) : std::make_unique<Bell>(&header_->bell, shape.spin);
+  controls_[rank_].pid = static_cast<std::int32_t>(::getpid());
+}
+
+int Steps::deadRank() const noexcept {
+  if (const int dead = dead_.load(); dead >= 0) return dead;
+  return static_cast<int>(__atomic_load_n(&header_->deadRank, __ATOMIC_ACQUIRE)) - 1;
+}
+
+std::string Steps::brokenReason() const {
+  if (const int dead = deadRank(); dead >= 0) {
+    return "rank " + std::to_string(dead) + " died";
+  }
+  const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
+  if (by == 0) return "";
+  return "rank " + std::to_string(by - 1) +
+         " left a shared-memory collective half way (timed out, aborted or group destroyed), so "
+         "the group's collectives are out of step";
+}
+
+bool Steps::broken() const noexcept {
+  return __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE) != 0;
+}
+
+void Steps::abandon() {
+  std::uint32_t none = 0;
+  __atomic_compare_exchange_n(&header_->brokenBy, &none,
+                              static_cast<std::uint32_t>(groupRank(rank_)) + 1, false,
+                              __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  signal_->ring();
+}
+
+void Steps::peerDied(int rank) {
+  int none = -1;
+  dead_.compare_exchange_strong(none, rank);
+  // The dead rank cannot mark the channel itself; break it in its name, and say so to the
+  // survivors whose own watch has not told them yet.
+  std::uint32_t nobody = 0;
+  __atomic_compare_exchange_n(&header_->deadRank, &nobody, static_cast<std::uint32_t>(rank) + 1,
+                              false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  nobody = 0;
+  __atomic_compare_exchange_n(&header_->brokenBy, &nobody, static_cast<std::uint32_t>(rank) + 1,
+                              false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  signal_->ring();
+}
+
+void Steps::stop() {
+  stopped_.store(true);
+  signal_->ring();  // a runner asleep on the signal re-checks and sees the stop
+}
+
+std::uint32_t Steps::Control::*Steps::field(Phase phase) const noexcept {
+  switch (phase) {
+    case Phase::Arrived:
+      return &Control::arrived;
+    case Phase::Reduced:
+      return &Control::reduced;
+    case Phase::Departed:
+      return &Control::departed;
+  }
+  return &Control::departed;
+}
+
+char* Steps::slot(std::uint32_t s, int rank) const noexcept {
+  return slots_ + ((s & 1u) * shape_.size + static_cast<std::size_t>(rank)) * shape_.slotBytes;
+}
+
+std::uint32_t Steps::beginStep(const Turn& turn) {
+  const std::uint32_t s = ++step_;
+  waitAll(Phase::Departed, s - 2, turn);
+  return s;
+}
+
+void Steps::meet(std::uint32_t s, const Turn& turn, bool first) {
+  arrive(s, turn);
+  waitAll(Phase::Arrived, s, turn);
+  if (first) checkAgreement(s, turn);
+}
+
+void Steps::mark(Phase phase, std::uint32_t s) {
+  __atomic_store_n(&(controls_[rank_].*field(phase)), s, __ATOMIC_SEQ_CST);
+  signal_->ring();
+}
+
+void Steps::arrive(std::uint32_t s, const Turn& turn) {
+  Control& mine = controls_[rank_];
+  const unsigned parity = s & 1u;
+  const Job& job = turn.job;
+  mine.kind[parity] = static_cast<std::uint32_t>(job.kind);
+  mine.reduce[parity] = reduces(job.kind) ? static_cast<std::uint32_t>(job.reduce) : 0;
+  mine.root[parity] = hasRoot(job.kind) ? job.root : 0;
+  mine.dtype[parity] = static_cast<std::uint32_t>(job.dtype());
+  mine.count[parity] = job.blockCount();
+  mark(Phase::Arrived, s);
+}
+
+bool Steps::interrupted(const Turn& turn) const {
+  return turn.op.finished() || stopped_.load() || broken() ||
+         std::chrono::steady_clock::now() >= turn.deadline;
+}
+
+void Steps::waitAll(Phase phase, std::uint32_t s, const Turn& turn) {
+  const auto reachedBy = field(phase);
+  int next = 0;  // ranks before this one are known to be there
+  const bool ok = signal_->waitFor(
+      [&] {
+        for (; next < shape_.size; ++next) {
+          if (!layout::reached(__atomic_load_n(&(controls_[next].*reachedBy), __ATOMIC_ACQUIRE),
+                               s)) {
+            return false;
+          }
+        }
+        return true;
+      },
+      [&] { return interrupted(turn); });
+  if (!ok) leave(turn);
+}
+
+void Steps::leave(const Turn& turn) {
+  const std::string what = turn.op.description();
+  if (const int dead = deadRank(); dead >= 0) {
+    C10_THROW_ERROR(DistBackendError, "commux: " + what + ": rank " + std::to_string(dead) +
+                                          " died during this shared-memory collective");
+  }
+  const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
+  if (by != 0 && by != static_cast<std::uint32_t>(groupRank(rank_)) + 1) {
+    C10_THROW_ERROR(DistBackendError,
+                    "commux: " + what + ": rank " + std::to_string(by - 1) +
+                        " left the shared-memory channel half way (its operation timed out or "
+                        "was aborted, or its group was destroyed), so the group's collectives "
+                        "are out of step; create a new group to go on");
+  }
+  // This rank leaves: the others must not wait for it any longer.
+  abandon();
+  if (!turn.op.finished() && !stopped_.load() &&
+      std::chrono::steady_clock::now() >= turn.deadline) {
+    throw DeadlineReached{};
+  }
+  C10_THROW_ERROR(
+      DistBackendError,
+      "commux: " + what + ": abandoned half way (timed out, aborted or group destroyed)");
+}
+
+void Steps::publish(std::uint32_t s, const void* buffer) {
+  controls_[rank_].address[s & 1u] = reinterpret_cast<std::uintptr_t>(buffer);
+}
+
+void Steps::readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, std::size_t bytes,
+                     const Turn& turn) {
+  if (bytes == 0) return;
+  const Control& owner = controls_[rank];
+  const char* from = reinterpret_cast<const char*>(owner.address[s & 1u]) + offset;
+  if (rank == rank_) {
+    std::memmove(to, from, bytes);
+    return;
+  }
+  if (cmaRead(owner.pid, from, to, bytes)) {
+    // An owner that leaves half way (timed out, aborted) gets its buffer back at once and
+    // may write to it, or free it, while this rank still reads: what was read is only good
+    // if the owner had not left by the end of the read. It marks the channel broken before
+    // it leaves, so a look after the read tells (the interleaving test found this).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (broken()) {
+      mark(Phase::Departed, s);
+      leave(turn);
+    }
+    return;
+  }
+  const std::string why = std::generic_category().message(errno);
+  // Leave the step so nobody waits for this rank, and stop the group's collectives: this
+  // rank's result is missing, the others' are not.
+  mark(Phase::Departed, s);
+  abandon();
+  C10_THROW_ERROR(DistBackendError,
+                  "commux: " + turn.op.description() + ": reading " + std::to_string(bytes) +
+                      " bytes from rank " + std::to_string(groupRank(rank)) +
+                      " (process_vm_readv) failed: " + why +
+                      "; set COMMUX_SHM_CMA_BYTES=0 to copy through the shared segment instead");
+}
+
+void Steps::checkAgreement(std::uint32_t s, const Turn& turn) {
+  const unsigned parity = s & 1u;
+  const Control& first = controls_[0];
+  bool agree = true;
+  for (int r = 1; r < shape_.size && agree; ++r) {
+    const Control& c = controls_[r];
+    agree = c.kind[parity] == first.kind[parity] && c.root[parity] == first.root[parity] &&
+            c.count[parity] == first.count[parity] && c.dtype[parity] == first.dtype[parity] &&
+            c.reduce[parity] == first.reduce[parity];
+  }
+  if (agree) return;
+  // Every rank sees the same descriptors and fails the same step, so the channel stays in
+  // step and the group keeps working.
+  std::string ranks;
+  for (int r = 0; r < shape_.size; ++r) {
+    const Control& c = controls_[r];
+    const auto kind = static_cast<Kind>(c.kind[parity]);
+    ranks += (r ? "; rank " : "rank ") + std::to_string(groupRank(r)) + ": " + kindName(kind);
+    if (hasRoot(kind)) {
+      ranks += " root " + std::to_string(c.root[parity]);
+    }
+    ranks += ", " + std::to_string(c.count[parity]) + " x " +
+             c10::toString(static_cast<c10::ScalarType>(c.dtype[parity]));
+    if (reduces(kind)) {
+      ranks += std::string(" ") +
+               engine::reduceKindName(static_cast<engine::ReduceKind>(c.reduce[parity]));
+    }
+  }
+  mark(Phase::Reduced, s);
+  mark(Phase::Departed, s);
+  C10_THROW_ERROR(ValueError, "commux: " + turn.op.description() +
+                                  ": the ranks called different collectives or passed different "
+                                  "tensors (" +
+                                  ranks +
+                                  "); every rank must call the same collective, with the same "
+                                  "root, op, dtype and number of elements per rank");
+}
+
+}  // namespace commux::shm

@@ -1,0 +1,149 @@
+#pragma once
+// The step protocol of a shared-memory channel, over memory that every rank of the channel
+// maps: a header, one control block per rank, and two sets ("parities") of one slot per
+// rank, so step s+1 can fill slots while slower ranks still read those of step s.
+//
+// Every collective is a sequence of steps, numbered alike on every rank. In a step each rank
+// fills its part of the parity's slots, arrives, waits until every rank arrived, reads what
+// it needs from the others' slots, and departs. A rank refills a parity only after every
+// rank has left the step that last used it (beginStep). The first step of a collective also
+// compares what each rank brought (kind, root, dtype, op, count), so mismatched calls fail
+// on every rank alike and the channel stays in step. The collectives themselves are built
+// from these steps in shm/algorithms.cpp; who runs them, and when, is shm/channel.hpp's.
+//
+// Only one thread of a rank runs the steps at a time (the channel's lane holder); the
+// health calls (abandon, peerDied, stop, broken...) are for any thread. If a rank abandons
+// a collective half way (its Work timed out or was aborted, or the group went away), the
+// channel is marked broken: what the others wait on fails with an error naming that rank,
+// and the group refuses later collectives (it cannot know which of them the others ran).
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shm/bell.hpp"
+#include "shm/job.hpp"
+
+namespace commux::engine {
+class Op;
+}
+
+namespace commux::shm {
+
+struct ChannelShape {
+  int size = 0;
+  std::size_t slotBytes = 0;   // per rank and parity; a multiple of 4096
+  std::size_t smallBytes = 0;  // one-step algorithm up to here
+  std::chrono::microseconds spin{0};
+  std::size_t cmaBytes = 0;  // single-copy reads (shm/cma.hpp) from here; 0: never
+};
+
+/// Thrown out of a wait when the deadline of the thread running the steps passed: a waiter
+/// that ran the channel's queue for its own Work, which then times out as usual.
+struct DeadlineReached {};
+
+/// One rank's run of one collective through the steps.
+struct Turn {
+  const Job& job;
+  /// The collective: its description names it in errors, and once it is finished (timed
+  /// out or aborted elsewhere) the waits stop.
+  const engine::Op& op;
+  /// The runner's: a waiter's wait deadline; max on the lane's own thread.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+};
+
+/// What a rank marks, per step, for the others to wait on.
+enum class Phase { Arrived, Reduced, Departed };
+
+class Steps {
+ public:
+  /// Makes the signal the ranks ring and wait on (default: the futex Bell over `words`).
+  using SignalMaker = std::function<std::unique_ptr<Signal>(BellWords* words)>;
+
+  /// Bytes the channel's memory must hold for `shape`.
+  static std::size_t bytesFor(const ChannelShape& shape);
+  /// Lays the protocol over `memory` (zero-filled, mapped by every rank); the creator
+  /// (`initialise`) writes the header that the others check. `rank` is this rank's index
+  /// in the channel; `members` gives the group rank of each index, which is what messages
+  /// name and peerDied takes.
+  Steps(char* memory, std::size_t bytes, std::string name, int rank, const ChannelShape& shape,
+        bool initialise, std::vector<int> members, const SignalMaker& signal = {});
+  Steps(const Steps&) = delete;
+  Steps& operator=(const Steps&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return shape_.size; }
+  const ChannelShape& shape() const noexcept { return shape_; }
+  /// The group rank of channel index `index`.
+  int groupRank(int index) const noexcept { return members_[static_cast<std::size_t>(index)]; }
+
+  // Health, any thread.
+  /// True once some rank abandoned a collective half way.
+  bool broken() const noexcept;
+  /// Marks the channel broken by this rank and wakes every waiter.
+  void abandon();
+  /// Group rank `rank` died; marks the channel broken in its name and wakes every waiter.
+  void peerDied(int rank);
+  /// The group rank found dead (by this rank or another survivor), or -1.
+  int deadRank() const noexcept;
+  /// Why the channel is broken, naming the rank; empty while it is not.
+  std::string brokenReason() const;
+  /// The channel goes away: every wait ends now, abandoning the collective it was in.
+  void stop();
+  bool stopped() const noexcept { return stopped_.load(); }
+
+  // The steps, for the one thread that runs them.
+  /// Next step: waits until every rank left the step that last used its parity.
+  std::uint32_t beginStep(const Turn& turn);
+  /// Arrives at step `s` and waits for every rank; the first step of a collective checks
+  /// that the ranks agree.
+  void meet(std::uint32_t s, const Turn& turn, bool first);
+  /// This rank reached `phase` of step `s`.
+  void mark(Phase phase, std::uint32_t s);
+  /// Waits until every rank reached `phase` of step `s`; throws when interrupted.
+  void waitAll(Phase phase, std::uint32_t s, const Turn& turn);
+  /// Whether a wait of `turn` must stop: its collective finished elsewhere, the channel
+  /// stopped or broke, or the deadline passed.
+  bool interrupted(const Turn& turn) const;
+  /// Ends a wait that was interrupted: throws why (abandoning the channel first when it is
+  /// this rank that leaves, so the others stop waiting for it).
+  [[noreturn]] void leave(const Turn& turn);
+  char* slot(std::uint32_t s, int rank) const noexcept;
+  /// Whether a collective moving `bytes` per rank reads the others' buffers directly.
+  bool cmaFor(std::size_t bytes) const noexcept {
+    return shape_.cmaBytes != 0 && bytes >= shape_.cmaBytes;
+  }
+  /// Publishes `buffer` for the others to read in step `s`.
+  void publish(std::uint32_t s, const void* buffer);
+  /// Copies `bytes` at `offset` of what `rank` published in step `s` to `to`; on failure
+  /// breaks the channel (after leaving the step) and throws.
+  void readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, std::size_t bytes,
+                const Turn& turn);
+
+ private:
+  struct Control;
+  struct Header;
+  static std::size_t controlsOffset();
+  static std::size_t slotsOffset(int size);
+  std::uint32_t Control::*field(Phase phase) const noexcept;
+  void arrive(std::uint32_t s, const Turn& turn);
+  /// Throws (on every rank alike) when the ranks' descriptors of step `s` differ.
+  void checkAgreement(std::uint32_t s, const Turn& turn);
+
+  const std::string name_;
+  const int rank_;
+  const ChannelShape shape_;
+  const std::vector<int> members_;
+  Header* header_;
+  Control* controls_;
+  char* slots_;
+  std::unique_ptr<Signal> signal_;
+  std::uint32_t step_ = 0;  // the runner's
+  std::atomic<bool> stopped_{false};
+  std::atomic<int> dead_{-1};  // a rank found dead, or -1
+};
+
+}  // namespace commux::shm

@@ -1,0 +1,625 @@
+// The shared-memory step protocol at every interleaving that matters: the shipped code
+// (shm/steps.cpp and the collectives of shm/algorithms.cpp) run by 2 and 3 participants,
+// one thread each over one shared block of memory, under a deterministic scheduler that
+// lets exactly one participant run at a time. A participant can be switched out wherever
+// the protocol publishes (every ring of the signal, after each mark) and wherever it
+// waits; a wait whose condition is false blocks it until some other participant rings.
+// The scheduler chooses who runs next at each such point, so a run is a sequence of
+// choices, and the explorer tries them:
+//  - systematically: every schedule with at most two preemptions (switching away from a
+//    participant that could go on), depth first, up to a budget per case;
+//  - at random: seeded schedules with any number of switches.
+// Faults are choices too: a participant's timeout (its deadline passes) or abort (its group
+// goes away) fires at a chosen point, also while it is blocked. Every case runs its
+// collective twice in a row, so the second reuses the parities the first left behind.
+//
+// What a run must show: nobody stays blocked with nobody left to ring (a lost wake-up or a
+// protocol deadlock: the run stops and the test prints the schedule); results exact on
+// every participant that succeeds; after a fault, every other participant either finished
+// with exact results or failed naming the participant that left, and later collectives fail
+// at once; ranks that pass different collectives all fail with a ValueError and the next
+// collective works.
+//
+// What it cannot show: interleavings inside a copy or a fold between two points (a
+// participant's plain memory accesses between points run without a switch), reorderings
+// of the memory model (one participant runs at a time, with the scheduler's lock between
+// them: the sanitizer builds and the real-rank stress test cover that), the futex Bell
+// itself (tests/cpp/test_shm_primitives.cpp), and timeouts found by the clock alone (the
+// 20 ms re-check of a sleeping waiter: here a fault wakes its participant directly).
+//
+// A failure prints the case, the fault and the schedule (`choices`); COMMUX_INTERLEAVING_SEED
+// replays one random schedule, COMMUX_INTERLEAVING_BUDGET scales the number of runs.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/description.hpp"
+#include "engine/op.hpp"
+#include "shm/algorithms.hpp"
+#include "shm/steps.hpp"
+
+namespace {
+
+using commux::shm::Job;
+using commux::shm::Kind;
+using commux::shm::Steps;
+using commux::shm::Turn;
+using Clock = std::chrono::steady_clock;
+
+enum class Fault { None, Timeout, Abort };
+
+const char* faultName(Fault f) {
+  return f == Fault::Timeout ? "timeout" : f == Fault::Abort ? "abort" : "none";
+}
+
+/// Chooses one of `options` at decision `index`; `preempting`: whether choices other than
+/// the first switch away from a participant that could go on.
+class Chooser {
+ public:
+  virtual ~Chooser() = default;
+  virtual int choose(std::size_t index, int options, bool preempting) = 0;
+};
+
+/// Runs the participants one at a time; every switch is a choice.
+class Scheduler {
+ public:
+  struct Deadlocked {};
+  enum class State { Runnable, Waiting, Done };
+
+  Scheduler(int participants, Chooser& chooser, Fault fault, int faulty)
+      : state_(participants, State::Runnable),
+        pending_(participants, Fault::None),
+        chooser_(chooser),
+        fault_(fault),
+        faulty_(faulty) {}
+
+  // The participants' side.
+  void enter(int me) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return running_ == me || deadlocked_; });
+    if (deadlocked_) throw Deadlocked{};
+  }
+  /// `me` may be switched out here.
+  void point(int me) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    handOver(me, lock);
+  }
+  /// `me` waits for a ring.
+  void block(int me) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    state_[me] = State::Waiting;
+    handOver(me, lock);
+  }
+  /// Everyone waiting for a ring may go on.
+  void ringed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& s : state_) {
+      if (s == State::Waiting) s = State::Runnable;
+    }
+  }
+  void leave(int me) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    state_[me] = State::Done;
+    handOver(me, lock);
+  }
+  /// The fault chosen for `me`, once.
+  Fault takeFault(int me) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(pending_[me], Fault::None);
+  }
+
+  // The test's side: the first choice, then wait until every participant left.
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    handOver(-1, lock);
+    cv_.wait(lock, [&] { return running_ == kAllDone || deadlocked_; });
+  }
+  bool deadlocked() const { return deadlocked_; }
+  const std::string& trace() const { return trace_; }
+
+ private:
+  static constexpr int kAllDone = -2;
+
+  // Under the lock: choose who runs next and wait for `me`'s next turn (if it has one).
+  void handOver(int me, std::unique_lock<std::mutex>& lock) {
+    struct Candidate {
+      int who;
+      bool fault;
+    };
+    std::vector<Candidate> candidates;
+    const bool goesOn = me >= 0 && state_[me] == State::Runnable;
+    if (goesOn) candidates.push_back({me, false});
+    for (int q = 0; q < static_cast<int>(state_.size()); ++q) {
+      if (q != me && state_[q] == State::Runnable) candidates.push_back({q, false});
+    }
+    if (fault_ != Fault::None && !fired_ && state_[faulty_] != State::Done) {
+      candidates.push_back({faulty_, true});
+    }
+    if (candidates.empty()) {
+      if (std::all_of(state_.begin(), state_.end(), [](State s) { return s == State::Done; })) {
+        running_ = kAllDone;
+      } else {
+        deadlocked_ = true;
+        trace_ += " DEADLOCK";
+      }
+      cv_.notify_all();
+      if (deadlocked_ && me >= 0 && state_[me] != State::Done) throw Deadlocked{};
+      return;
+    }
+    const int k = chooser_.choose(decisions_++, static_cast<int>(candidates.size()), goesOn);
+    const Candidate next = candidates[static_cast<std::size_t>(k)];
+    if (next.fault) {
+      fired_ = true;
+      pending_[next.who] = fault_;
+      state_[next.who] = State::Runnable;
+      trace_ += " " + std::string(faultName(fault_)) + "@" + std::to_string(next.who);
+    } else if (next.who != me) {
+      trace_ += " " + std::to_string(next.who);
+    }
+    running_ = next.who;
+    cv_.notify_all();
+    if (me < 0 || state_[me] == State::Done) return;
+    cv_.wait(lock, [&] { return running_ == me || deadlocked_; });
+    if (deadlocked_) throw Deadlocked{};
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<State> state_;
+  std::vector<Fault> pending_;
+  Chooser& chooser_;
+  const Fault fault_;
+  const int faulty_;
+  bool fired_ = false;
+  int running_ = -1;
+  bool deadlocked_ = false;
+  std::size_t decisions_ = 0;
+  std::string trace_;
+};
+
+/// The signal of one participant: each ring and wait is a point of the scheduler.
+class ScheduledSignal final : public commux::shm::Signal {
+ public:
+  ScheduledSignal(Scheduler& scheduler, int me, std::function<void(Fault)> apply)
+      : scheduler_(scheduler), me_(me), apply_(std::move(apply)) {}
+
+  void ring() override {
+    scheduler_.ringed();
+    scheduler_.point(me_);
+    applyFault();
+  }
+  bool waitFor(const std::function<bool()>& ready,
+               const std::function<bool()>& interrupt) override {
+    scheduler_.point(me_);
+    applyFault();
+    for (;;) {
+      if (ready()) return true;
+      if (interrupt()) return false;
+      scheduler_.block(me_);
+      applyFault();
+    }
+  }
+
+ private:
+  void applyFault() {
+    if (const Fault f = scheduler_.takeFault(me_); f != Fault::None) apply_(f);
+  }
+
+  Scheduler& scheduler_;
+  const int me_;
+  const std::function<void(Fault)> apply_;
+};
+
+/// An operation that only names itself: what a Turn needs of one.
+class NamedOp final : public commux::engine::Op {
+ public:
+  explicit NamedOp(std::string name) : Op(commux::engine::Description(std::move(name)), nullptr) {}
+  void start(commux::engine::Engine&) override {}
+
+ protected:
+  void onComplete(commux::engine::Engine&, std::uint32_t,
+                  const commux::engine::RecvInfo&) override {}
+};
+
+struct Case {
+  std::string name;
+  int ranks = 2;
+  Kind kind = Kind::Allreduce;
+  int root = 0;
+  int64_t count = 0;         // elements per rank (all_to_all: a scale for the counts)
+  std::size_t cmaBytes = 0;  // single-copy reads from here (0: never)
+  bool mismatch = false;     // the last rank passes one element more
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+
+// A rank's contribution: small integers, exact in float whatever the order of the sums.
+at::Tensor values(int rank, int64_t n, int salt) {
+  return at::arange(n, at::kFloat).remainder(11).add(static_cast<double>(rank * 3 + salt));
+}
+
+std::size_t alltoallCount(int from, int to, int64_t scale) {
+  return static_cast<std::size_t>((from + 1) * (to + 2) * scale % 1700);
+}
+
+/// What a participant brings to the `round`-th run of the case, and what it must hold after.
+struct Planned {
+  Job job;
+  at::Tensor result;  // what to compare after (undefined: nothing to check)
+  at::Tensor expected;
+};
+
+Planned plan(const Case& c, int rank, int round) {
+  Planned p;
+  Job& job = p.job;
+  job.kind = c.kind;
+  job.root = c.root;
+  const int n = c.ranks;
+  // A mismatch in the first round only: the second must work again.
+  const int64_t count = c.count + (c.mismatch && round == 0 && rank == n - 1 ? 1 : 0);
+  switch (c.kind) {
+    case Kind::Allreduce:
+    case Kind::Reduce: {
+      job.buffer = values(rank, count, round);
+      at::Tensor sum = at::zeros({count}, at::kFloat);
+      for (int r = 0; r < n; ++r) sum += values(r, count, round);
+      p.result = job.buffer;
+      p.expected = c.kind == Kind::Allreduce || rank == c.root ? sum : job.buffer.clone();
+      break;
+    }
+    case Kind::Broadcast:
+      job.buffer = rank == c.root ? values(rank, count, round) : at::zeros({count}, at::kFloat);
+      p.result = job.buffer;
+      p.expected = values(c.root, count, round);
+      break;
+    case Kind::Allgather:
+    case Kind::Gather: {
+      job.input = values(rank, count, round);
+      std::vector<at::Tensor> all;
+      for (int r = 0; r < n; ++r) all.push_back(values(r, count, round));
+      if (c.kind == Kind::Allgather || rank == c.root) {
+        job.output = at::zeros({count * n}, at::kFloat);
+        p.result = job.output;
+        p.expected = at::cat(all);
+      }
+      break;
+    }
+    case Kind::Scatter:
+      if (rank == c.root) job.input = values(rank, count * n, round);
+      job.output = at::zeros({count}, at::kFloat);
+      p.result = job.output;
+      p.expected = values(c.root, count * n, round).narrow(0, rank * count, count);
+      break;
+    case Kind::ReduceScatter: {
+      job.input = values(rank, count * n, round);
+      job.output = at::zeros({count}, at::kFloat);
+      at::Tensor sum = at::zeros({count}, at::kFloat);
+      for (int r = 0; r < n; ++r) sum += values(r, count * n, round).narrow(0, rank * count, count);
+      p.result = job.output;
+      p.expected = sum;
+      break;
+    }
+    case Kind::Alltoall: {
+      std::vector<at::Tensor> sends, expected;
+      for (int q = 0; q < n; ++q) {
+        job.sendCounts.push_back(alltoallCount(rank, q, c.count));
+        job.recvCounts.push_back(alltoallCount(q, rank, c.count));
+        sends.push_back(values(rank * 10 + q, static_cast<int64_t>(job.sendCounts.back()), round));
+        expected.push_back(
+            values(q * 10 + rank, static_cast<int64_t>(job.recvCounts.back()), round));
+      }
+      job.input = at::cat(sends);
+      job.output = at::zeros({at::cat(expected).numel()}, at::kFloat);
+      p.result = job.output;
+      p.expected = at::cat(expected);
+      break;
+    }
+    case Kind::Barrier:
+      break;
+  }
+  return p;
+}
+
+struct RunResult {
+  bool deadlocked = false;
+  std::string trace;
+  // Per participant and round: "" when it succeeded with exact results, else what happened.
+  std::vector<std::vector<std::string>> outcomes;
+  std::vector<std::vector<bool>> wrong;  // succeeded with a wrong result
+};
+
+constexpr int kRounds = 2;
+
+RunResult runOnce(const Case& c, Chooser& chooser, Fault fault, int faulty) {
+  commux::shm::ChannelShape shape;
+  shape.size = c.ranks;
+  shape.slotBytes = 4096;  // small slots: the larger cases take several steps
+  shape.smallBytes = 256;
+  shape.cmaBytes = c.cmaBytes;
+  const std::size_t bytes = Steps::bytesFor(shape);
+  std::unique_ptr<char, decltype(&std::free)> memory(
+      static_cast<char*>(std::aligned_alloc(4096, bytes)), &std::free);
+  std::memset(memory.get(), 0, bytes);
+
+  Scheduler scheduler(c.ranks, chooser, fault, faulty);
+  std::vector<int> members(static_cast<std::size_t>(c.ranks));
+  std::iota(members.begin(), members.end(), 0);
+  std::vector<std::unique_ptr<Steps>> steps;
+  std::vector<Turn*> turns(static_cast<std::size_t>(c.ranks), nullptr);
+  for (int r = 0; r < c.ranks; ++r) {
+    const auto apply = [r, &steps, &turns](Fault f) {
+      if (f == Fault::Timeout && turns[r] != nullptr) turns[r]->deadline = Clock::time_point::min();
+      if (f == Fault::Abort) steps[r]->stop();
+    };
+    steps.push_back(std::make_unique<Steps>(memory.get(), bytes, "test", r, shape, r == 0, members,
+                                            [&scheduler, r, apply](commux::shm::BellWords*) {
+                                              return std::make_unique<ScheduledSignal>(scheduler, r,
+                                                                                       apply);
+                                            }));
+  }
+  RunResult result;
+  result.outcomes.assign(c.ranks, std::vector<std::string>(kRounds));
+  result.wrong.assign(c.ranks, std::vector<bool>(kRounds, false));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        scheduler.enter(r);
+        bool timedOut = false;
+        for (int round = 0; round < kRounds; ++round) {
+          Planned p = plan(c, r, round);
+          const NamedOp op(c.name + " round " + std::to_string(round));
+          Turn turn{p.job, op};
+          // After its timeout a rank's later collectives keep a passed deadline, as the
+          // group refuses them (here: the channel it broke must).
+          if (timedOut) turn.deadline = Clock::time_point::min();
+          turns[r] = &turn;
+          std::string& outcome = result.outcomes[r][round];
+          try {
+            commux::shm::runCollective(*steps[r], turn);
+            if (p.result.defined() && !at::equal(p.result, p.expected)) {
+              result.wrong[r][round] = true;
+              outcome = "WRONG RESULT";
+            }
+          } catch (const commux::shm::DeadlineReached&) {
+            outcome = "deadline";
+            timedOut = true;
+          } catch (const c10::ValueError& e) {
+            outcome = std::string("ValueError: ") + e.what_without_backtrace();
+          } catch (const c10::Error& e) {
+            outcome = std::string("error: ") + e.what_without_backtrace();
+          }
+          turns[r] = nullptr;
+        }
+        scheduler.leave(r);
+      } catch (const Scheduler::Deadlocked&) {
+      }
+    });
+  }
+  scheduler.run();
+  for (auto& t : threads) t.join();
+  result.deadlocked = scheduler.deadlocked();
+  result.trace = scheduler.trace();
+  return result;
+}
+
+/// Why the run is wrong, or "".
+std::string judge(const Case& c, const RunResult& run, Fault fault, int faulty) {
+  if (run.deadlocked) return "a participant stayed blocked with nobody left to ring";
+  for (int r = 0; r < c.ranks; ++r) {
+    bool failed = false;
+    for (int round = 0; round < kRounds; ++round) {
+      const std::string& o = run.outcomes[r][round];
+      const std::string where = "rank " + std::to_string(r) + " round " + std::to_string(round);
+      if (run.wrong[r][round]) return where + ": wrong result";
+      if (c.mismatch) {
+        if (round == 0 && o.rfind("ValueError", 0) != 0) return where + ": no ValueError: " + o;
+        if (round == 1 && !o.empty()) return where + ": the channel did not stay usable: " + o;
+        continue;
+      }
+      if (fault == Fault::None && !o.empty()) return where + ": failed without a fault: " + o;
+      if (o.empty()) {
+        if (failed) return where + ": succeeded after its channel failed";
+        continue;
+      }
+      failed = true;
+      if (r != faulty && o.find("rank " + std::to_string(faulty)) == std::string::npos) {
+        return where + ": its error does not name rank " + std::to_string(faulty) + ": " + o;
+      }
+    }
+  }
+  return "";
+}
+
+std::string describe(const Case& c, const RunResult& run, Fault fault, int faulty,
+                     const std::string& how) {
+  std::ostringstream os;
+  os << c.name << " (" << c.ranks << " participants, fault " << faultName(fault);
+  if (fault != Fault::None) os << " on " << faulty;
+  os << ", " << how << "): schedule" << run.trace << "\n";
+  for (int r = 0; r < c.ranks; ++r) {
+    for (int round = 0; round < kRounds; ++round) {
+      os << "  rank " << r << " round " << round << ": "
+         << (run.outcomes[r][round].empty() ? "ok" : run.outcomes[r][round]) << "\n";
+    }
+  }
+  return os.str();
+}
+
+/// Follows a prefix of choices, then always the first option; records the tree for the
+/// next depth-first step.
+class PrefixChooser final : public Chooser {
+ public:
+  explicit PrefixChooser(std::vector<int> prefix) : prefix_(std::move(prefix)) {}
+  int choose(std::size_t index, int options, bool preempting) override {
+    const int k = index < prefix_.size() ? std::min(prefix_[index], options - 1) : 0;
+    taken_.push_back(k);
+    options_.push_back(options);
+    preempting_.push_back(preempting);
+    return k;
+  }
+  /// The next schedule in depth-first order with at most `bound` preemptions, or none.
+  std::optional<std::vector<int>> next(int bound) const {
+    for (std::size_t i = taken_.size(); i-- > 0;) {
+      if (taken_[i] + 1 >= options_[i]) continue;
+      int preemptions = 0;
+      for (std::size_t j = 0; j < i; ++j) preemptions += taken_[j] > 0 && preempting_[j];
+      if (preempting_[i]) ++preemptions;
+      if (preemptions > bound) continue;
+      std::vector<int> prefix(taken_.begin(), taken_.begin() + static_cast<std::ptrdiff_t>(i));
+      prefix.push_back(taken_[i] + 1);
+      return prefix;
+    }
+    return std::nullopt;
+  }
+  std::string choices() const {
+    std::string s;
+    for (int k : taken_) s += std::to_string(k);
+    return s;
+  }
+
+ private:
+  std::vector<int> prefix_;
+  std::vector<int> taken_, options_;
+  std::vector<bool> preempting_;
+};
+
+class RandomChooser final : public Chooser {
+ public:
+  explicit RandomChooser(unsigned seed) : rng_(seed) {}
+  int choose(std::size_t, int options, bool) override {
+    return static_cast<int>(rng_() % static_cast<unsigned>(options));
+  }
+
+ private:
+  std::mt19937 rng_;
+};
+
+unsigned budget() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  unsigned runs = 60;  // the sanitizers are 5-20x slower; the release build explores
+#else
+  unsigned runs = 400;
+#endif
+  if (const char* b = std::getenv("COMMUX_INTERLEAVING_BUDGET"); b && *b) {
+    runs = static_cast<unsigned>(std::strtoul(b, nullptr, 10));
+  }
+  return runs;
+}
+
+/// Explores `c` with `fault` on `faulty`: depth first with two preemptions, then at random.
+void explore(const Case& c, Fault fault, int faulty) {
+  at::set_num_threads(1);
+  const unsigned runs = budget();
+  std::vector<int> prefix;
+  unsigned systematic = 0;
+  for (; systematic < runs; ++systematic) {
+    PrefixChooser chooser(prefix);
+    const RunResult run = runOnce(c, chooser, fault, faulty);
+    const std::string wrong = judge(c, run, fault, faulty);
+    ASSERT_TRUE(wrong.empty()) << wrong << "\n"
+                               << describe(c, run, fault, faulty,
+                                           "systematic, choices " + chooser.choices());
+    auto next = chooser.next(2);
+    if (!next) break;
+    prefix = std::move(*next);
+  }
+  unsigned first = 1, last = runs / 2;
+  if (const char* s = std::getenv("COMMUX_INTERLEAVING_SEED"); s && *s) {
+    first = last = static_cast<unsigned>(std::strtoul(s, nullptr, 10));
+  }
+  for (unsigned seed = first; seed <= last; ++seed) {
+    RandomChooser chooser(seed);
+    const RunResult run = runOnce(c, chooser, fault, faulty);
+    const std::string wrong = judge(c, run, fault, faulty);
+    ASSERT_TRUE(wrong.empty()) << wrong << "\n"
+                               << describe(
+                                      c, run, fault, faulty,
+                                      "random, COMMUX_INTERLEAVING_SEED=" + std::to_string(seed));
+  }
+  ::testing::Test::RecordProperty("systematic_runs", static_cast<int>(systematic));
+}
+
+// Every shape the channel runs, each at sizes that take one step and several.
+std::vector<Case> shapes() {
+  std::vector<Case> cases;
+  for (int ranks : {2, 3}) {
+    const auto add = [&](std::string name, Kind kind, int64_t count, int root = 0,
+                         std::size_t cma = 0) {
+      Case c;
+      c.name = name + "_" + std::to_string(ranks) + "ranks";
+      c.ranks = ranks;
+      c.kind = kind;
+      c.count = count;
+      c.root = root % ranks;
+      c.cmaBytes = cma;
+      cases.push_back(c);
+    };
+    add("allreduce_small", Kind::Allreduce, 16);
+    add("allreduce_chunked", Kind::Allreduce, 2100);  // 3 chunks of 1024 floats
+    add("reduce_small", Kind::Reduce, 16, 1);
+    add("reduce_chunked", Kind::Reduce, 1500, 1);
+    add("broadcast", Kind::Broadcast, 2500, 1);  // more than one parity of slots
+    add("broadcast_cma", Kind::Broadcast, 700, 1, 1);
+    add("allgather", Kind::Allgather, 1500);  // 2 steps of a 4 KiB slot
+    add("allgather_cma", Kind::Allgather, 300, 0, 1);
+    add("gather", Kind::Gather, 1500, 1);
+    add("scatter", Kind::Scatter, 1500, 1);
+    add("scatter_cma", Kind::Scatter, 300, 1, 1);
+    add("reduce_scatter", Kind::ReduceScatter, 700);  // several pieces per slot
+    add("alltoall", Kind::Alltoall, 7);               // uneven, one step
+    add("alltoall_steps", Kind::Alltoall, 211);       // uneven, several steps
+    add("alltoall_cma", Kind::Alltoall, 211, 0, 1);   // first step in slots, then direct
+    add("barrier", Kind::Barrier, 0);
+  }
+  return cases;
+}
+
+class StepInterleavings : public ::testing::TestWithParam<Case> {};
+
+TEST_P(StepInterleavings, EveryScheduleCompletesWithExactResults) {
+  explore(GetParam(), Fault::None, 0);
+}
+
+TEST_P(StepInterleavings, ATimeoutHalfWayFailsTheOthersNamingIt) {
+  explore(GetParam(), Fault::Timeout, GetParam().ranks - 1);
+}
+
+TEST_P(StepInterleavings, AnAbortHalfWayFailsTheOthersNamingIt) {
+  explore(GetParam(), Fault::Abort, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, StepInterleavings, ::testing::ValuesIn(shapes()),
+                         [](const auto& info) { return info.param.name; });
+
+// Ranks that pass different sizes fail alike, and the channel stays in step.
+TEST(StepInterleavingsMismatch, DifferentSizesFailEveryRankAndTheChannelGoesOn) {
+  for (Kind kind : {Kind::Allreduce, Kind::Broadcast, Kind::Allgather, Kind::ReduceScatter}) {
+    for (int ranks : {2, 3}) {
+      Case c;
+      c.name = std::string("mismatch_") + commux::shm::kindName(kind) + "_" + std::to_string(ranks);
+      c.ranks = ranks;
+      c.kind = kind;
+      c.count = 40;
+      c.mismatch = true;
+      explore(c, Fault::None, 0);
+    }
+  }
+}
+
+}  // namespace
