@@ -201,8 +201,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
         const at::Tensor flat = job.buffer.view({-1});
         at::Tensor padded = flat;
         if (n * hostRanks != total) {
+          // Filled and copied back on the lane, in the channel's order (a collective
+          // queued before this one may still write the input).
           padded = at::zeros({n * hostRanks}, flat.options());
-          padded.narrow(0, 0, total).copy_(flat);
+          plan.prepare = [flat, padded, total] { padded.narrow(0, 0, total).copy_(flat); };
           plan.finalize = [flat, padded, total, done = std::move(plan.finalize)] {
             flat.copy_(padded.narrow(0, 0, total));
             if (done) done();

@@ -4,6 +4,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
+#include "shm/channel.hpp"
 #include "shm/collective_op.hpp"
 
 namespace commux {
@@ -14,6 +15,7 @@ HierarchicalOp::HierarchicalOp(engine::Description description, Done done)
 std::shared_ptr<HierarchicalOp> HierarchicalOp::make(std::weak_ptr<shm::Channel> channel, Plan plan,
                                                      engine::Description description, Done done) {
   std::shared_ptr<HierarchicalOp> op(new HierarchicalOp(description, std::move(done)));
+  op->channel_ = channel;
   const std::weak_ptr<HierarchicalOp> self = op;
   // The parts report to the whole; they hold it weakly (it holds them).
   const auto reporter = [self](std::size_t index) {
@@ -21,27 +23,40 @@ std::shared_ptr<HierarchicalOp> HierarchicalOp::make(std::weak_ptr<shm::Channel>
       if (auto whole = self.lock()) whole->partDone(index, std::move(error));
     };
   };
-  if (plan.cross && !plan.after.empty()) {
+  if (plan.cross) {
+    // The crossing starts when the lane reaches it and the lane goes on when it is over.
+    shm::Job hold;
+    hold.kind = shm::Kind::Hold;
+    if (plan.before.empty()) plan.before.push_back(hold);
+    if (plan.after.empty()) plan.after.push_back(hold);
     op->gate_ = std::make_shared<engine::DoneFlag>();
     plan.after.front().gate = op->gate_;
   }
   op->firstAfter_ = plan.before.size();
+  const std::size_t parts = plan.before.size() + plan.after.size();
   for (auto* jobs : {&plan.before, &plan.after}) {
     for (auto& job : *jobs) {
       const std::size_t index = op->shm_.size();
-      op->shm_.push_back(std::make_shared<shm::CollectiveOp>(channel, std::move(job), nullptr,
-                                                             description, reporter(index)));
+      auto part = std::make_shared<shm::CollectiveOp>(
+          channel, std::move(job), index + 1 == parts ? std::move(plan.finalize) : nullptr,
+          description, reporter(index));
+      part->setWhole(op.get(), index == 0 ? std::move(plan.prepare) : nullptr);
+      op->shm_.push_back(std::move(part));
     }
   }
   if (plan.cross) {
     op->beforeCross_ = std::move(plan.cross->before);
     op->refused_ = plan.cross->refused;
     if (!op->refused_) {
-      op->cross_ = std::make_shared<engine::CollectiveOp>(std::move(plan.cross->setup), description,
-                                                          reporter(kCross));
+      try {
+        op->cross_ = std::make_shared<engine::CollectiveOp>(std::move(plan.cross->setup),
+                                                            description, reporter(kCross));
+      } catch (...) {
+        // Fails where the part would start, so this host's channel is abandoned.
+        op->refused_ = std::current_exception();
+      }
     }
   }
-  op->finalize_ = std::move(plan.finalize);
   op->remaining_ = op->shm_.size() + (plan.cross ? 1 : 0);
   return op;
 }
@@ -50,7 +65,6 @@ void HierarchicalOp::start(engine::Engine& engine) {
   engine_ = &engine;
   // Every shared-memory part takes its place in the channel's order now.
   for (const auto& part : shm_) engine.startPart(part);
-  if (firstAfter_ == 0 && (cross_ || refused_) && !finished()) startCross();
   if (remaining_ == 0) succeed();  // nothing to do (cannot happen with a real plan)
 }
 
@@ -84,17 +98,7 @@ void HierarchicalOp::partDone(std::size_t index, std::exception_ptr error) {
     startCross();
     if (finished()) return;
   }
-  if (remaining_ != 0) return;
-  try {
-    if (finalize_) {
-      const at::NoGradGuard noGrad;
-      finalize_();
-    }
-  } catch (...) {
-    fail(*engine_, std::current_exception());
-    return;
-  }
-  succeed();
+  if (remaining_ == 0) succeed();
 }
 
 void HierarchicalOp::assist(std::chrono::steady_clock::time_point deadline) {
@@ -102,7 +106,12 @@ void HierarchicalOp::assist(std::chrono::steady_clock::time_point deadline) {
   if (!shm_.empty()) shm_.back()->assist(deadline);
 }
 
+void HierarchicalOp::withdraw() noexcept {
+  if (auto channel = channel_.lock()) channel->abandon();
+}
+
 void HierarchicalOp::onFailed() {
+  withdraw();
   if (engine_ == nullptr) return;  // never started: no part was either
   const auto error = engine::commError("commux: " + description() +
                                        ": abandoned with the collective it is part of");

@@ -9,7 +9,12 @@
 // the one between hosts waits on the channel for a gate (Job::gate). The part between
 // hosts starts when the shared-memory part before it reports, and opens the gate when it
 // completes, on whichever thread drives the worker. So nothing of c10d runs on the
-// channel's lane, which only ever waits for a flag.
+// channel's lane, which only ever waits for a flag. The crossing always sits between two
+// shared-memory parts (a Kind::Hold part, with no steps, where the collective has none
+// there): it starts when the lane reaches it and the lane goes on only once it is over,
+// so the collective uses its tensors in the channel's order, as one on a single host does.
+// For the same reason the whole's prepare and finalize (padding, copies back) run on the
+// lane, with its first and last shared-memory parts.
 //
 // Any part failing fails the whole, and the whole failing (a part's error, a timeout, an
 // abort) fails every part still going: a shared-memory part left behind abandons the
@@ -48,7 +53,9 @@ class HierarchicalOp final : public engine::Op {
     std::vector<shm::Job> before;  // shared-memory parts before the part between hosts
     std::optional<Cross> cross;    // empty where this rank does not cross
     std::vector<shm::Job> after;   // shared-memory parts after it
-    /// Copies the result to the user's tensors, on success, before the Work completes.
+    /// Runs before the first part's steps (fills a padded copy of the input).
+    std::function<void()> prepare;
+    /// Copies the result to the user's tensors, after the last part's steps.
     std::function<void()> finalize;
   };
 
@@ -60,14 +67,16 @@ class HierarchicalOp final : public engine::Op {
   /// waiting for the part between hosts in between (and so driving it).
   void assist(std::chrono::steady_clock::time_point deadline) override;
   bool assists() const noexcept override { return !shm_.empty(); }
-  /// Only a part between hosts that comes first needs the worker at the start.
-  bool usesWorker() const noexcept override { return cross_ && firstAfter_ == 0; }
+  /// Abandons the channel: this host's other ranks may wait for this rank in a part.
+  void withdraw() noexcept override;
+  /// Starting only queues the shared-memory parts.
+  bool usesWorker() const noexcept override { return false; }
 
  protected:
   void onComplete(engine::Engine& engine, std::uint32_t slot,
                   const engine::RecvInfo& info) override {}
-  /// Fails every part still going and opens the gate, so nothing waits on a part that
-  /// will never come.
+  /// Abandons the channel, fails every part still going and opens the gate, so nothing
+  /// waits on a part that will never come.
   void onFailed() override;
 
  private:
@@ -78,6 +87,7 @@ class HierarchicalOp final : public engine::Op {
 
   static constexpr std::size_t kCross = static_cast<std::size_t>(-1);
 
+  std::weak_ptr<shm::Channel> channel_;
   engine::Engine* engine_ = nullptr;                     // from start()
   std::vector<std::shared_ptr<shm::CollectiveOp>> shm_;  // before, then after
   std::size_t firstAfter_ = 0;  // index in shm_ of the first part after the crossing
@@ -85,7 +95,6 @@ class HierarchicalOp final : public engine::Op {
   std::function<void()> beforeCross_;
   std::exception_ptr refused_;
   std::shared_ptr<engine::DoneFlag> gate_;
-  std::function<void()> finalize_;
   std::size_t remaining_ = 0;  // parts not yet done (worker lock)
 };
 

@@ -78,7 +78,10 @@ bool WorkUCX::collective() const noexcept {
 
 void WorkUCX::failQuietly(std::exception_ptr error) {
   if (done_.done()) return;
-  if (auto op = this->op()) engine_->cancel(std::move(op), std::move(error), engine::Engine::Drive::Never);
+  if (auto op = this->op()) {
+    op->withdraw();
+    engine_->cancel(std::move(op), std::move(error), engine::Engine::Drive::Never);
+  }
 }
 
 void WorkUCX::failAfterDraining(std::exception_ptr error) {
@@ -181,7 +184,10 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
     // Recorded now, not when the cancellation is processed: the caller's next collective
     // must already be refused.
     if (onFailure_) onFailure_(error);
-    if (auto op = this->op()) engine_->cancel(std::move(op), error);
+    if (auto op = this->op()) {
+      op->withdraw();
+      engine_->cancel(std::move(op), error);
+    }
     C10_THROW_ERROR(DistBackendError, message);
   }
   // The future completes just after, when the thread that completed us lets go of the
@@ -209,7 +215,10 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
 void WorkUCX::abort() {
   if (done_.done()) return;
   auto error = engine::commError("commux: " + description() + " was aborted");
-  if (auto op = this->op()) engine_->cancel(std::move(op), error);
+  if (auto op = this->op()) {
+    op->withdraw();
+    engine_->cancel(std::move(op), error);
+  }
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkUCX::getFuture() {

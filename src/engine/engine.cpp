@@ -97,14 +97,13 @@ std::shared_ptr<Engine> Engine::instance(std::size_t groupSize, const Settings& 
     // on the progress thread or on a thread that holds the worker lock. Neither may join
     // the progress thread (it cannot join itself; the other would wait for the lock it
     // holds), so delete from a helper thread.
-    engine = std::shared_ptr<Engine>(
-        new Engine(settings, hints), [](Engine* e) {
-          if (e->onProgressThread() || e->drivenByThisThread()) {
-            deleteOnHelperThread(e);
-          } else {
-            delete e;
-          }
-        });
+    engine = std::shared_ptr<Engine>(new Engine(settings, hints), [](Engine* e) {
+      if (e->onProgressThread() || e->drivenByThisThread()) {
+        deleteOnHelperThread(e);
+      } else {
+        delete e;
+      }
+    });
     instanceRef = engine;
   }
   return engine;
@@ -134,8 +133,8 @@ Engine::Engine(const Settings& settings, ucx::JobHints hints)
     : context_(settings.loopbackOnly, hints),
       worker_(context_),
       settings_(settings),
-      waker_(worker_.eventFd(), [this] { worker_.signal(); }, settings.handOffDelay,
-             kSleepSafetyNet),
+      waker_(
+          worker_.eventFd(), [this] { worker_.signal(); }, settings.handOffDelay, kSleepSafetyNet),
       contexts_(settings.maxContexts),
       endpoints_(worker_,
                  [this](const std::string& address) { return endpointErrorHandler(address); }),
@@ -183,6 +182,7 @@ thread_local std::vector<std::function<void()>> afterReleaseQueue;
 thread_local int drivingDepth = 0;
 thread_local int runningAfterRelease = 0;
 thread_local int neverDrivesDepth = 0;
+thread_local int holdingLaneDepth = 0;        // a waiter runs a shared-memory lane (HoldsLane)
 thread_local int startingForCallerDepth = 0;  // submit() starts the caller's own operation
 
 void runAfterRelease() {
@@ -216,7 +216,9 @@ class Driving {
   ~Driving() {
     driver_.store(previous_, std::memory_order_relaxed);
     mutex_.unlock();
-    if (--drivingDepth == 0 && !afterReleaseQueue.empty()) runAfterRelease();
+    if (--drivingDepth == 0 && holdingLaneDepth == 0 && !afterReleaseQueue.empty()) {
+      runAfterRelease();
+    }
   }
 
  private:
@@ -233,8 +235,15 @@ Engine::NeverDrives::NeverDrives() { ++neverDrivesDepth; }
 Engine::NeverDrives::~NeverDrives() { --neverDrivesDepth; }
 bool Engine::startingForCaller() noexcept { return startingForCallerDepth > 0; }
 
+Engine::HoldsLane::HoldsLane() { ++holdingLaneDepth; }
+Engine::HoldsLane::~HoldsLane() {
+  if (--holdingLaneDepth == 0 && drivingDepth == 0 && !afterReleaseQueue.empty()) {
+    runAfterRelease();
+  }
+}
+
 void Engine::afterRelease(std::function<void()> fn) {
-  if (drivingDepth > 0) {
+  if (drivingDepth > 0 || holdingLaneDepth > 0) {
     afterReleaseQueue.push_back(std::move(fn));
   } else {
     fn();
@@ -388,7 +397,8 @@ void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<c10
   // `op` is our own reference: an operation that completes here may be released by its
   // Work right away (AddressSanitizer caught the read of a freed Op here).
   const bool started = driveIfFree([&] {
-    if (stopping_.load()) throw std::runtime_error("commux: the communication engine has shut down");
+    if (stopping_.load())
+      throw std::runtime_error("commux: the communication engine has shut down");
     // Started directly, with no command queued: commands queued before it go first.
     drainSubmissions();
     {
@@ -443,13 +453,15 @@ void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error, Drive driv
 }
 
 void Engine::failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error) {
-  dispatch([op = std::move(op), error](Engine& engine) {
-    // A collective may need a few rounds: each step's receives match messages already here.
-    for (int round = 0; round < 64 && !op->finished(); ++round) {
-      if (!engine.progressRound()) break;
-    }
-    if (!op->finished()) op->fail(engine, error);
-  }, Drive::Never);
+  dispatch(
+      [op = std::move(op), error](Engine& engine) {
+        // A collective may need a few rounds: each step's receives match messages already here.
+        for (int round = 0; round < 64 && !op->finished(); ++round) {
+          if (!engine.progressRound()) break;
+        }
+        if (!op->finished()) op->fail(engine, error);
+      },
+      Drive::Never);
 }
 
 void Engine::watchPeer(const std::string& address, const ProcessId& id) {
@@ -518,8 +530,8 @@ std::size_t Engine::dropUnexpected(std::uint32_t context) {
   }
   for (std::size_t kind = 0; kind < 2;) {
     ucp_tag_recv_info_t info{};
-    ucp_tag_message_h message = ucp_tag_probe_nb(worker_.get(), kinds[kind].first,
-                                                 kinds[kind].second, /*remove=*/1, &info);
+    ucp_tag_message_h message =
+        ucp_tag_probe_nb(worker_.get(), kinds[kind].first, kinds[kind].second, /*remove=*/1, &info);
     if (message == nullptr) {
       ++kind;
       continue;
@@ -675,9 +687,8 @@ bool Engine::parkUntil(const std::atomic<bool>& done,
       armed = worker_.arm();
     }
     if (!armed) continue;
-    waker_.waitForEvent(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
-        std::chrono::milliseconds(1));
+    waker_.waitForEvent(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                        std::chrono::milliseconds(1));
   }
   waker_.unpark();
   return true;
@@ -718,7 +729,8 @@ bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline
     // up with no thread hand-off at all. Meanwhile the progress thread rests unarmed.
     {
       const Waker::Driver driving(waker_);
-      const auto spinEnd = std::min(std::chrono::steady_clock::now() + settings_.waitSpin, deadline);
+      const auto spinEnd =
+          std::min(std::chrono::steady_clock::now() + settings_.waitSpin, deadline);
       // Yield the core every few passes: when the peer rank (or this rank's other threads)
       // shares the core, a spin that never yields makes it wait out the whole spin before
       // it can send the reply, a stable ~100 us per message. With the core to itself,
@@ -803,13 +815,16 @@ void Engine::teardown() {
   // Fail whatever is still in flight, give UCX a moment to return cancelled requests, then
   // release endpoints while the worker still exists.
   auto error = commError("commux: the process group was shut down with this operation in flight");
-  std::vector<Op*> live;
-  for (Op* op = activeHead_; op != nullptr; op = op->nextActive_) live.push_back(op);
-  for (Op* op : live) op->fail(*this, error);
+  // Held while failing: failing a part of an operation made of parts (HierarchicalOp) can
+  // release the whole, and the whole its other parts.
+  std::vector<std::shared_ptr<Op>> live;
+  for (Op* op = activeHead_; op != nullptr; op = op->nextActive_) {
+    if (auto held = op->weak_from_this().lock()) live.push_back(std::move(held));
+  }
+  for (const auto& op : live) op->fail(*this, error);
   runQueuedWhileStopping();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (inflightRequests_ != 0 &&
-         std::chrono::steady_clock::now() < deadline) {
+  while (inflightRequests_ != 0 && std::chrono::steady_clock::now() < deadline) {
     while (worker_.progress() != 0) {
     }
     drainCompletions();

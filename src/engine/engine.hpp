@@ -86,6 +86,16 @@ class Engine {
     NeverDrives(const NeverDrives&) = delete;
     NeverDrives& operator=(const NeverDrives&) = delete;
   };
+  /// Held by a waiter while it runs a shared-memory lane: what would run once it lets go of
+  /// the worker (a future's callbacks, afterRelease) waits until it lets go of the lane
+  /// too, so a callback that waits for a later collective of that lane can still run it.
+  class HoldsLane {
+   public:
+    HoldsLane();
+    ~HoldsLane();
+    HoldsLane(const HoldsLane&) = delete;
+    HoldsLane& operator=(const HoldsLane&) = delete;
+  };
   /// True inside an Op's start() when submit() starts it on the thread of the caller that
   /// submitted it (who may wait for it next); false when the progress thread, a parked
   /// waiter or a queued command starts it.

@@ -74,6 +74,12 @@ class Op : public std::enable_shared_from_this<Op> {
   virtual void assist(std::chrono::steady_clock::time_point deadline) {}
   /// Whether assist() may do anything (a waiter of the others skips it).
   virtual bool assists() const noexcept { return false; }
+  /// Any thread, when the caller stops waiting for this operation before it finished (a
+  /// timeout, an abort), before the caller gets its buffers back: stop others from relying
+  /// on them now (a shared-memory collective abandons its channel, so a peer that reads this
+  /// rank's buffer directly knows its read may be torn). The cancellation that follows,
+  /// which may be queued for the driver, does the rest.
+  virtual void withdraw() noexcept {}
   /// Worker-lock holder: fail the operation now and cancel its outstanding requests.
   void fail(Engine& engine, std::exception_ptr error);
   /// Worker-lock holder: route one request's completion.
@@ -91,8 +97,8 @@ class Op : public std::enable_shared_from_this<Op> {
   /// `count` is in units of `datatype`: bytes for the default contiguous type, entries of
   /// a ucp_dt_iov_t array (which must live until completion) for ucp_dt_make_iov().
   /// `memory` tells UCX where the buffer lives, so it need not look it up per call.
-  void postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t count,
-                wire::Tag tag, std::uint32_t slot, ucs_memory_type_t memory,
+  void postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t count, wire::Tag tag,
+                std::uint32_t slot, ucs_memory_type_t memory,
                 ucp_datatype_t datatype = ucp_dt_make_contig(1));
   void postRecv(Engine& engine, void* data, std::size_t count, wire::Tag tag, wire::Tag mask,
                 std::uint32_t slot, ucs_memory_type_t memory,

@@ -357,6 +357,8 @@ void runCollective(Steps& steps, const Turn& turn) {
       steps.mark(Phase::Departed, s);
       return;
     }
+    case Kind::Hold:
+      return;  // no steps (the channel only waits for its gate)
   }
 }
 

@@ -11,6 +11,12 @@
 #include "shm/collective_op.hpp"
 
 namespace commux::shm {
+namespace {
+
+// The operation the waiter on this thread runs the lane for (Channel::runFromWaiter).
+thread_local const CollectiveOp* waitedHere = nullptr;
+
+}  // namespace
 
 Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape& shape,
                  bool initialise, std::shared_ptr<engine::Engine> engine, std::vector<int> members)
@@ -50,7 +56,14 @@ void Channel::enqueue(std::shared_ptr<CollectiveOp> op) {
 
 void Channel::runFromWaiter(const std::shared_ptr<CollectiveOp>& op,
                             std::chrono::steady_clock::time_point deadline) {
+  // What this thread completes while it holds the lane (its wait at a gate drives the
+  // worker) runs its users' callbacks only once it let go of the lane: a callback may wait
+  // for a later collective of this channel, which must be able to run it.
+  const engine::Engine::HoldsLane holding;
+  const CollectiveOp* const outer = waitedHere;
+  waitedHere = op.get();
   lane_.runFromWaiter(op, deadline);
+  waitedHere = outer;
 }
 
 std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
@@ -66,11 +79,16 @@ std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
   std::exception_ptr error;
   try {
     if (op->job().gate) passGate(*op->job().gate, turn);
-    runCollective(steps_, turn);
+    op->prepare();
+    if (op->job().kind != Kind::Hold) runCollective(steps_, turn);
     op->markRan();
     if (!op->finished()) op->finalize();
   } catch (const DeadlineReached&) {
-    if (mine) return {};  // the waiter's own timeout reports it
+    // The waiter's own timeout reports it, also when this is an earlier part of the
+    // collective it waits for (c10d's HierarchicalOp).
+    const bool partOfMine = !onLane && waitedHere != nullptr && op->whole() != nullptr &&
+                            op->whole() == waitedHere->whole();
+    if (mine || partOfMine) return {};
     op->markRan();
     error = engine::commError("commux: " + op->description() +
                               ": abandoned half way: a later collective ran it on a waiting "

@@ -28,9 +28,16 @@ void CollectiveOp::assist(std::chrono::steady_clock::time_point deadline) {
   }
 }
 
-void CollectiveOp::onFailed() {
+void CollectiveOp::onFailed() { withdraw(); }
+
+void CollectiveOp::withdraw() noexcept {
   if (ran_.load(std::memory_order_acquire)) return;
   if (auto channel = channel_.lock()) channel->abandon();
+}
+
+void CollectiveOp::prepare() {
+  const at::NoGradGuard noGrad;
+  if (prepare_) prepare_();
 }
 
 void CollectiveOp::finalize() {

@@ -30,8 +30,19 @@ class CollectiveOp final : public engine::Op {
   void assist(std::chrono::steady_clock::time_point deadline) override;
   bool assists() const noexcept override { return true; }
   bool usesWorker() const noexcept override { return false; }
+  void withdraw() noexcept override;
 
   const Job& job() const noexcept { return job_; }
+  /// A part of an operation made of parts (c10d's HierarchicalOp): `whole` names it, so a
+  /// waiter running the parts of its own collective treats them as its own; `prepare` runs
+  /// on the lane before the steps (after the gate), in the channel's order.
+  void setWhole(const void* whole, std::function<void()> prepare) {
+    whole_ = whole;
+    prepare_ = std::move(prepare);
+  }
+  const void* whole() const noexcept { return whole_; }
+  /// Lane, before the steps.
+  void prepare();
   /// Copies the result out to the user's tensors (lane thread, after the collective).
   void finalize();
   /// The lane is done with it: a failure reported from now on needs no clean-up.
@@ -48,6 +59,8 @@ class CollectiveOp final : public engine::Op {
   std::weak_ptr<Channel> channel_;
   Job job_;
   std::function<void()> finalize_;
+  const void* whole_ = nullptr;
+  std::function<void()> prepare_;
   std::atomic<bool> ran_{false};
 };
 

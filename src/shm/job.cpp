@@ -22,6 +22,8 @@ const char* kindName(Kind kind) noexcept {
       return "all_to_all";
     case Kind::Barrier:
       return "barrier";
+    case Kind::Hold:
+      return "hold";
   }
   return "?";
 }
@@ -49,6 +51,7 @@ std::uint64_t Job::blockCount() const {
       return static_cast<std::uint64_t>(output.numel());
     case Kind::Alltoall:
     case Kind::Barrier:
+    case Kind::Hold:
       return 0;
   }
   return 0;

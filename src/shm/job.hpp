@@ -21,6 +21,9 @@ enum class Kind : std::uint32_t {
   ReduceScatter,
   Alltoall,
   Barrier,
+  /// No steps: holds the channel's order around the part of a collective that spans hosts
+  /// between hosts (c10d/hierarchical_op.hpp), waiting for its gate if it has one.
+  Hold,
 };
 
 const char* kindName(Kind kind) noexcept;
@@ -36,7 +39,7 @@ bool reduces(Kind kind) noexcept;
 ///  - Scatter: `input` (size * n, root only), `output` (n).
 ///  - ReduceScatter: `input` (size * n), `output` (n).
 ///  - Alltoall: `input` and `output` with per-peer element counts, which may differ.
-///  - Barrier: nothing.
+///  - Barrier, Hold: nothing.
 struct Job {
   Kind kind = Kind::Barrier;
   int root = 0;

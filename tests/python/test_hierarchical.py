@@ -1,6 +1,6 @@
 """Host-aware collectives: a group that spans hosts runs allreduce, reduce, broadcast,
 allgather, reduce_scatter and barrier in parts, shared memory inside each host and UCX between hosts
-(src/c10d/hierarchical_api.cpp, src/shm/channel_hierarchy.cpp).
+(src/c10d/hierarchical_api.cpp plans them, src/c10d/hierarchical_op.cpp runs them).
 
 COMMUX_HOST splits this machine into "hosts" (ranks share memory only when it is equal), so
 every layout can be tried here: 2 x 2, interleaved ranks, a host with one rank, 3 x 2. The
@@ -323,8 +323,12 @@ def _late_rank(rank, world_size, scratch, labels):
         # The last rank (on the second host, not its leader) never comes: its host's leader
         # waits for it in shared memory, the first host waits between hosts.
         work = dist.all_reduce(t, async_op=True)
-        expect_error(lambda: work.wait(timeout=datetime.timedelta(seconds=3)),
-                     ["Timed out"], "allreduce without the last rank")
+        # Gloo's words, which scripts match on, on the last rank's host too, whose leader gives
+        # up in the collective's first part (the reduce to it). On the first host, rank 1 may
+        # hear first that its leader gave up between hosts.
+        words = ["Timed out after"] if rank == 2 else ["Timed out after", "rank 0 left"]
+        expect_error(lambda: work.wait(timeout=datetime.timedelta(seconds=3)), words,
+                     "allreduce without the last rank")
     elapsed = time.monotonic() - started
     if rank != world_size - 1:
         expect_error(lambda: dist.all_reduce(torch.ones(3)), ["refused"], "allreduce after")
@@ -344,3 +348,69 @@ def test_a_missing_rank_times_out_on_every_host_and_nothing_hangs():
     labels = ["a", "a", "b", "b"]
     elapsed = run_ranks(_late_rank, 4, timeout=120, init="none", labels=labels, env={})
     assert all(e < 30 for e in elapsed[:3]), elapsed
+
+
+def _reduce_then_allreduce(rank, world_size, scratch, labels):
+    import torch
+    import torch.distributed as dist
+
+    store = _init(rank, world_size, scratch, labels)
+    dist.barrier()
+    n = 1 << 20  # 4 MiB: a reduce in parts (COMMUX_HIERARCHY_MIN_BYTES is 1 MiB)
+    t = torch.full((n,), float(rank + 1))
+    if labels[rank] != labels[0]:
+        # The other host comes late: the root's part between hosts is still going when its
+        # host's next collective is issued.
+        time.sleep(0.5)
+    first = dist.reduce(t, dst=0, async_op=True)
+    second = dist.all_reduce(t, async_op=True)
+    second.wait()
+    first.wait()
+    total = sum(range(1, world_size + 1))
+    # The root's reduce (the sum) must be complete before its all_reduce reads the tensor;
+    # the others keep their input through the reduce.
+    expected = total + sum(r + 1 for r in range(1, world_size))
+    assert torch.all(t == expected), (rank, t[:4].tolist(), expected)
+    _store_barrier(store, "done", world_size)
+    dist.destroy_process_group()
+
+
+def test_a_collective_that_ends_between_hosts_is_over_before_the_next_one_starts():
+    """The root's reduce ends with the part between hosts; the channel runs the next
+    collective only once that part is over (a Hold part keeps the channel's order), as on a
+    single host."""
+    run_ranks(_reduce_then_allreduce, 4, timeout=120, init="none", labels=["a", "a", "b", "b"],
+              env={})
+
+
+def _leader_gives_up_between_hosts(rank, world_size, scratch, labels):
+    import torch
+    import torch.distributed as dist
+
+    store = _init(rank, world_size, scratch, labels)
+    dist.barrier()
+    t = torch.ones(1 << 20)  # a reduce in parts; the root (rank 0) crosses last
+    elapsed = 0.0
+    if rank == 0:
+        work = dist.reduce(t, dst=0, async_op=True)
+        expect_error(lambda: work.wait(timeout=datetime.timedelta(seconds=3)),
+                     ["Timed out after"], "a reduce whose other host never comes")
+    elif rank == 1:
+        dist.reduce(t, dst=0)  # its part is only the one on its host, done at once
+        started = time.monotonic()
+        # Its next collective waits in shared memory for rank 0, which gave up: it must
+        # hear of it at once, not at its own timeout.
+        msg = expect_error(lambda: dist.barrier(), ["rank 0"], "a barrier after the root left")
+        elapsed = time.monotonic() - started
+        assert "left" in msg or "refused" in msg, msg
+    _store_barrier(store, "done", world_size, timeout_s=90)
+    dist.destroy_process_group()
+    return elapsed
+
+
+def test_a_root_that_gives_up_between_hosts_frees_its_host_at_once():
+    """A hierarchical reduce whose last part (between hosts) times out on the root: the root's
+    host peer, already waiting in its next collective, fails at once naming the root."""
+    elapsed = run_ranks(_leader_gives_up_between_hosts, 4, timeout=150, init="none",
+                        labels=["a", "a", "b", "b"], env={})
+    assert elapsed[1] < 20, elapsed
