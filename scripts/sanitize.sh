@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the C++ tests with a sanitizer and runs them: `address` (ASan+UBSan) and/or
-# `thread` (TSan), in build/sanitize-<kind>. Any report fails the run. Both test binaries:
-# the unit tests and the rank tests (real ranks over real UCX: the engine's threads, the
-# peer watch, cancellation). libcommux is built instrumented; torch and UCX are not.
+# `thread` (TSan), in build/sanitize-<kind>. Any report fails the run. The three test
+# binaries: the unit tests, the rank tests (real ranks over real UCX: the engine's threads,
+# the peer watch, cancellation) and the step tests (the shared-memory step protocol under a
+# deterministic scheduler; a smaller budget of schedules here). libcommux is built
+# instrumented; torch and UCX are not.
 #   scripts/sanitize.sh [address] [thread]     (default: both)
 # Run scripts/install.sh first (it installs torch, UCX and GoogleTest, which CMake finds).
 set -euo pipefail

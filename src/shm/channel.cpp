@@ -76,6 +76,10 @@ std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
   std::optional<engine::Engine::NeverDrives> neverDrives;
   if (onLane) neverDrives.emplace();
   const Turn turn{op->job(), *op, deadline};
+  // An earlier part of the collective the waiter on this thread waits for (c10d's
+  // HierarchicalOp): the waiter carries it on itself.
+  const bool partOfMine = !onLane && !mine && waitedHere != nullptr && op->whole() != nullptr &&
+                          op->whole() == waitedHere->whole();
   std::exception_ptr error;
   try {
     if (op->job().gate) passGate(*op->job().gate, turn);
@@ -84,10 +88,7 @@ std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
     op->markRan();
     if (!op->finished()) op->finalize();
   } catch (const DeadlineReached&) {
-    // The waiter's own timeout reports it, also when this is an earlier part of the
-    // collective it waits for (c10d's HierarchicalOp).
-    const bool partOfMine = !onLane && waitedHere != nullptr && op->whole() != nullptr &&
-                            op->whole() == waitedHere->whole();
+    // The waiter's own timeout reports it, also in an earlier part of its collective.
     if (mine || partOfMine) return {};
     op->markRan();
     error = engine::commError("commux: " + op->description() +
@@ -99,7 +100,11 @@ std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
   }
   // The waiter's own operation is reported on its thread once it let go of the lane (the
   // report may run future callbacks that wait for a later collective of this channel);
-  // others' by the driver, as the lane's thread does.
+  // others' by the driver, as the lane's thread does. An earlier part of the waiter's own
+  // collective is reported here and now: that only starts the next part (the crossing
+  // between hosts), which the waiter then drives while it waits at the gate, with no thread
+  // hand-off; a failure completes the Work, whose callbacks wait for the lane to be let go
+  // (Engine::HoldsLane).
   auto report = [engine = engine_, op, error](engine::Engine::Drive drive) {
     try {
       engine->finish(op, error, drive);
@@ -107,6 +112,10 @@ std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
       // The engine has shut down; it failed the operation already.
     }
   };
+  if (partOfMine) {
+    report(engine::Engine::Drive::IfFree);
+    return {};
+  }
   if (onLane || !mine) {
     report(engine::Engine::Drive::Never);
     return {};

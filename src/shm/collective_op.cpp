@@ -36,8 +36,7 @@ void CollectiveOp::withdraw() noexcept {
 }
 
 void CollectiveOp::prepare() {
-  const at::NoGradGuard noGrad;
-  if (prepare_) prepare_();
+  if (prepare_) prepare_();  // on the lane, under its NoGradGuard
 }
 
 void CollectiveOp::finalize() {
