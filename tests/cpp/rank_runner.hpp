@@ -27,9 +27,12 @@ inline std::string freshStorePath() {
 }
 
 // Runs `body` in `size` forked ranks. A rank in `killed` is expected to die by SIGKILL.
-// Returns an empty string when every rank did what it should, else what went wrong.
+// `setup(rank)` runs in each rank before its group exists (its environment, which commux
+// reads once). Returns an empty string when every rank did what it should, else what went
+// wrong.
 inline std::string runRanks(int size, const Body& body, std::vector<int> killed = {},
-                     int limitSeconds = 60) {
+                            int limitSeconds = 60,
+                            const std::function<void(int rank)>& setup = {}) {
   const std::string path = freshStorePath();
   std::remove(path.c_str());
   std::vector<pid_t> pids;
@@ -39,6 +42,7 @@ inline std::string runRanks(int size, const Body& body, std::vector<int> killed 
       alarm(static_cast<unsigned>(limitSeconds));  // a hang fails instead of blocking
       int code = 0;
       try {
+        if (setup) setup(rank);
         auto store = c10::make_intrusive<c10d::FileStore>(path, size);
         {
           auto pg = c10::make_intrusive<commux::ProcessGroupUCX>(store, rank, size, std::chrono::seconds(30));

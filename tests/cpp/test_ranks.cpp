@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "commux/process_group_ucx.hpp"
+#include "engine/engine.hpp"
 #include "rank_runner.hpp"
 
 using namespace std::chrono_literals;
@@ -205,4 +206,41 @@ TEST(Ranks, KilledPeerFailsWaitsWithinSecondsNamingIt) {
       check(y[0][0].item<double>() == 3.0, "survivor p2p");
     }
   }, {2}), "");
+}
+
+TEST(Ranks, ShutdownWithAHierarchicalCollectiveInFlightFailsItCleanly) {
+  // Two fake hosts of two ranks: an allreduce runs in parts (shared memory, then UCX between
+  // the hosts' leaders), an operation made of operations. The second host never joins it,
+  // and the first shuts its engine down with it in flight: the engine fails every operation
+  // still going, parts and whole, and the Work reports it. (Failing a part released the
+  // whole while the teardown still held it by a raw pointer: AddressSanitizer's build runs
+  // this.)
+  EXPECT_EQ(runRanks(
+                4,
+                [](commux::ProcessGroupUCX& pg, int rank, int) {
+                  pg.barrier()->wait();  // the host layout is known and the channel mapped
+                  check(pg.hosts().size() == 2, "two hosts");
+                  if (rank >= 2) {
+                    std::this_thread::sleep_for(3s);  // gone only after the shutdown below
+                    return;
+                  }
+                  std::vector<at::Tensor> t{at::ones({1000})};
+                  auto work = pg.allreduce(t);
+                  std::this_thread::sleep_for(200ms);  // its first part is done: it crosses
+                  commux::engine::Engine::shutdownInstance();
+                  try {
+                    work->wait();
+                  } catch (const std::exception& e) {
+                    // Rank 1 may hear first that its leader's collective ended.
+                    const std::string what = e.what();
+                    check(what.find("shut down") != std::string::npos ||
+                              (rank == 1 && what.find("rank 0 left") != std::string::npos),
+                          "the in-flight allreduce fails with the shutdown: " + what);
+                    return;
+                  }
+                  throw std::runtime_error("the allreduce succeeded without the other host");
+                },
+                {}, 60,
+                [](int rank) { ::setenv("COMMUX_HOST", rank < 2 ? "a" : "b", 1); }),
+            "");
 }
