@@ -37,8 +37,11 @@ class DeathRelay;
 class GroupHealth;
 class PeerTable;
 class WorkUCX;
+class WindowUCX;
 
 class ProcessGroupUCX : public c10d::Backend {
+  friend class WindowUCX;
+
  public:
   static constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(30);
 
@@ -160,6 +163,13 @@ class ProcessGroupUCX : public c10d::Backend {
   /// watches for death itself, unless COMMUX_FAILURE_DETECTION=off. Once the group spans
   /// hosts, the others' deaths reach it through the host leaders.
   std::vector<int> knownRanks() const;
+#ifdef C10D_BACKEND_HAS_WINDOW
+  /// One-sided windows (dist._new_window): c10d/window_ucx.hpp.
+  bool supportsWindow() const override { return true; }
+  c10::intrusive_ptr<c10d::Window> new_window(
+      const std::optional<at::Tensor>& tensor = std::nullopt) override;
+#endif
+
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
   /// A barrier through rank 0 that names the ranks that did not arrive in time (all of
@@ -263,6 +273,7 @@ class ProcessGroupUCX : public c10d::Backend {
   std::uint32_t context_;
   std::chrono::milliseconds timeout_;
   std::atomic<std::uint32_t> sequence_{0};
+  std::atomic<std::uint64_t> windows_{0};  // windows made so far (collectively, in order)
 
   enum class State : std::uint8_t { Running, ShutDown, Aborted };
   std::atomic<State> state_{State::Running};

@@ -43,21 +43,6 @@ std::vector<std::string> takeAll(c10d::Store& store, const std::vector<std::stri
   return out;
 }
 
-// Ranks share memory when they share the kernel (boot id) and the /dev/shm mount; the
-// host name alone would also match two containers with private /dev/shm mounts.
-std::string hostIdentity() {
-  const Config& config = Config::get();
-  if (!config.shm) return "";
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  struct stat st {};
-  if (::stat("/dev/shm", &st) != 0) return "";
-  return std::string(host) + "|" + boot + "|" + std::to_string(st.st_dev) + ":" +
-         std::to_string(st.st_ino) + "|" + config.host;
-}
-
 // Rank 0 groups the identities. A rank without one (COMMUX_SHM=0, no /dev/shm) keeps the
 // whole group off shared memory, as documented for COMMUX_SHM: every rank a host of its own.
 std::string groupHosts(const std::vector<std::string>& identities) {
@@ -239,6 +224,21 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
 }
 
 }  // namespace
+
+// Ranks share memory when they share the kernel (boot id) and the /dev/shm mount; the
+// host name alone would also match two containers with private /dev/shm mounts.
+std::string hostIdentity() {
+  const Config& config = Config::get();
+  if (!config.shm) return "";
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  struct stat st {};
+  if (::stat("/dev/shm", &st) != 0) return "";
+  return std::string(host) + "|" + boot + "|" + std::to_string(st.st_dev) + ":" +
+         std::to_string(st.st_ino) + "|" + config.host;
+}
 
 bool HostLayout::uniform() const noexcept {
   return std::all_of(hosts.begin(), hosts.end(),

@@ -59,6 +59,10 @@ struct ShmSetup {
 /// round trips per rank: rank 0 reads every rank's host key and publishes the layout (with
 /// its hierarchy settings), each host's leader reads its own ranks' answers, and the others
 /// read one key per stage.
+/// Equal on ranks that share memory (one kernel, one /dev/shm, COMMUX_HOST alike); empty
+/// when this rank has no shared memory (COMMUX_SHM=0, no /dev/shm).
+std::string hostIdentity();
+
 ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::shared_ptr<engine::Engine> engine);
 

@@ -119,6 +119,16 @@ void Op::fail(Engine& engine, std::exception_ptr error) {
   if (done) done(error, -1);
 }
 
+void Op::retire(Engine& engine) {
+  if (finished()) return;
+  for (Pending* pending : inflight_) {
+    if (pending != nullptr && pending->request != nullptr) {
+      ucp_request_cancel(engine.worker(), pending->request);
+    }
+  }
+  succeed();
+}
+
 void Op::succeed(int sourceRank) {
   if (finished_.exchange(true, std::memory_order_acq_rel)) return;
   engine_->opFinished(this);

@@ -104,6 +104,9 @@ class Op : public std::enable_shared_from_this<Op> {
                 std::uint32_t slot, ucs_memory_type_t memory,
                 ucp_datatype_t datatype = ucp_dt_make_contig(1));
   void succeed(int sourceRank = -1);
+  /// Succeeds and cancels the requests still posted (an operation that keeps a receive
+  /// posted until it is told to stop: a window's inbox).
+  void retire(Engine& engine);
   std::size_t outstanding() const noexcept { return outstanding_; }
 
  private:

@@ -23,5 +23,7 @@ constexpr std::uint64_t kCmaCanaryValue = 0x434d412d636f6d6dull;
 /// Copies `bytes` from `remote` in process `pid` to `local`; false (errno set) when the
 /// kernel refuses or the process is gone.
 bool cmaRead(pid_t pid, const void* remote, void* local, std::size_t bytes) noexcept;
+/// Copies `bytes` from `local` to `remote` in process `pid` (a window's put); as cmaRead.
+bool cmaWrite(pid_t pid, void* remote, const void* local, std::size_t bytes) noexcept;
 
 }  // namespace commux::shm

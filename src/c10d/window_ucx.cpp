@@ -1,0 +1,401 @@
+#include "c10d/window_ucx.hpp"
+
+#ifdef C10D_BACKEND_HAS_WINDOW
+
+#include <ATen/MapAllocator.h>
+#include <c10/util/Exception.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "c10d/peer_table.hpp"
+#include "c10d/shm_setup.hpp"
+#include "c10d/validation.hpp"
+#include "c10d/work_ucx.hpp"
+#include "commux/process_group_ucx.hpp"
+#include "engine/engine.hpp"
+#include "engine/errors.hpp"
+#include "engine/process_id.hpp"
+#include "engine/window_ops.hpp"
+#include "shm/cma.hpp"
+
+namespace commux {
+namespace {
+
+// What each rank publishes at a registration, one field per line.
+struct Record {
+  std::uint32_t context = 0;
+  std::int32_t dtype = 0;
+  std::uint64_t elements = 0;
+  std::uint64_t address = 0;
+  std::int64_t pid = 0;
+  std::uint64_t canary = 0;  // the address of this process's CMA canary
+  std::int32_t fd = -1;      // shared-memory file of the tensor's storage, or -1
+  std::uint64_t mapOffset = 0;
+  std::uint64_t mapBytes = 0;
+  std::string pidSpace;
+  std::string host;
+
+  std::string encode() const {
+    std::ostringstream out;
+    out << context << '\n' << dtype << '\n' << elements << '\n' << address << '\n' << pid
+        << '\n' << canary << '\n' << fd << '\n' << mapOffset << '\n' << mapBytes << '\n'
+        << pidSpace << '\n' << host << '\n';
+    return out.str();
+  }
+  static Record decode(const std::vector<uint8_t>& raw) {
+    std::istringstream in(std::string(raw.begin(), raw.end()));
+    Record r;
+    in >> r.context >> r.dtype >> r.elements >> r.address >> r.pid >> r.canary >> r.fd >>
+        r.mapOffset >> r.mapBytes;
+    in.ignore();
+    std::getline(in, r.pidSpace);
+    std::getline(in, r.host);
+    return r;
+  }
+};
+
+// A peer's shared memory, mapped into this process.
+struct Mapping {
+  void* base = MAP_FAILED;
+  std::size_t bytes = 0;
+  ~Mapping() {
+    if (base != MAP_FAILED) ::munmap(base, bytes);
+  }
+};
+
+std::shared_ptr<Mapping> mapPeer(const Record& r) {
+  if (r.fd < 0 || r.mapBytes == 0) return nullptr;
+  const std::string path = "/proc/" + std::to_string(r.pid) + "/fd/" + std::to_string(r.fd);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  auto mapping = std::make_shared<Mapping>();
+  mapping->bytes = r.mapBytes;
+  mapping->base = ::mmap(nullptr, r.mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (mapping->base == MAP_FAILED) return nullptr;
+  return mapping;
+}
+
+std::string windowKey(std::uint64_t window, std::uint64_t registration, int rank) {
+  return storeKeyPrefix() + "window/" + std::to_string(window) + "/" +
+         std::to_string(registration) + "/" + std::to_string(rank);
+}
+
+}  // namespace
+
+WindowUCX::WindowUCX(c10::intrusive_ptr<ProcessGroupUCX> group, std::uint64_t index)
+    : group_(std::move(group)), engine_(group_->engine_), index_(index) {}
+
+WindowUCX::~WindowUCX() {
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (registered_) dropRegistration();
+  } catch (...) {
+    // A destructor must not throw; the engine may be stopping (process exit).
+  }
+}
+
+void WindowUCX::checkRegistered(const char* op) const {
+  TORCH_CHECK(registered_, "commux: window.", op,
+              ": no tensor is registered with this window (call tensor_register first, on "
+              "every rank)");
+}
+
+void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  group_->checkUsable();
+  TORCH_CHECK(!registered_, "commux: window.tensor_register: a tensor is registered already; "
+              "call tensor_deregister first");
+  checkTensors("window.tensor_register", {tensor}, false);
+  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu(), "commux: window.tensor_register: ",
+                              "the tensor is on ", tensor.device(),
+                              "; commux windows hold CPU tensors only");
+  TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: window.tensor_register: the tensor must "
+                    "be contiguous");
+  const int rank = group_->rank_;
+  const int size = group_->size_;
+  shm::allowReaders();
+
+  Record mine;
+  mine.context = engine_->contexts().acquire();
+  mine.dtype = static_cast<std::int32_t>(tensor.scalar_type());
+  mine.elements = static_cast<std::uint64_t>(tensor.numel());
+  char* base = tensor.numel() == 0 ? nullptr : static_cast<char*>(tensor.data_ptr());
+  mine.address = reinterpret_cast<std::uintptr_t>(base);
+  const engine::ProcessId self = engine::ProcessId::self();
+  mine.pid = self.pid;
+  mine.pidSpace = self.pidSpace;
+  mine.canary = reinterpret_cast<std::uintptr_t>(shm::cmaCanary());
+  mine.host = hostIdentity();
+  if (auto* map = at::MapAllocator::fromDataPtr(tensor.storage().data_ptr());
+      map != nullptr && map->fd() >= 0 && base != nullptr) {
+    mine.fd = map->fd();
+    mine.mapOffset = static_cast<std::uint64_t>(base - static_cast<char*>(map->data()));
+    mine.mapBytes = static_cast<std::uint64_t>(map->size());
+  }
+
+  const std::size_t bytes = mine.elements * tensor.element_size();
+  auto inbox = std::make_shared<engine::WindowInbox>(
+      mine.context, size, base, bytes,
+      engine::Description("window #" + std::to_string(index_) + " on rank " +
+                          std::to_string(rank)));
+  try {
+    engine_->submit(inbox);
+    auto& store = *group_->store_;
+    const std::string record = mine.encode();
+    store.set(windowKey(index_, registrations_, rank),
+              std::vector<uint8_t>(record.begin(), record.end()));
+    std::vector<std::string> keys;
+    std::vector<int> ranks;
+    for (int r = 0; r < size; ++r) {
+      keys.push_back(windowKey(index_, registrations_, r));
+      ranks.push_back(r);
+    }
+    const auto raw = store.multiGet(keys);
+    const auto routes = group_->peers_->get(ranks, "a window registration");
+    std::vector<Peer> peers(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      const Record theirs = Record::decode(raw[static_cast<std::size_t>(r)]);
+      Peer& peer = peers[static_cast<std::size_t>(r)];
+      auto route = std::make_shared<engine::Route>();
+      route->address = routes[static_cast<std::size_t>(r)]->address;
+      route->context = theirs.context;
+      peer.route = std::move(route);
+      peer.elements = theirs.elements;
+      peer.dtype = static_cast<c10::ScalarType>(theirs.dtype);
+      peer.address = reinterpret_cast<char*>(static_cast<std::uintptr_t>(theirs.address));
+      peer.pid = static_cast<pid_t>(theirs.pid);
+      if (r == rank) {
+        peer.path = Peer::Path::Self;
+        continue;
+      }
+      // A process of this host, in this PID namespace, that this one may write into.
+      const bool local = !mine.host.empty() && theirs.host == mine.host &&
+                         !mine.pidSpace.empty() && theirs.pidSpace == mine.pidSpace;
+      if (!local) continue;
+      if (auto mapping = mapPeer(theirs)) {
+        peer.mapped = static_cast<char*>(mapping->base) + theirs.mapOffset;
+        peer.mapping = std::move(mapping);
+        peer.path = Peer::Path::Mapped;
+        continue;
+      }
+      std::uint64_t canary = 0;
+      if (shm::cmaRead(peer.pid,
+                       reinterpret_cast<const void*>(static_cast<std::uintptr_t>(theirs.canary)),
+                       &canary, sizeof(canary)) &&
+          canary == shm::kCmaCanaryValue) {
+        peer.path = Peer::Path::Cma;
+      }
+    }
+    peers_ = std::move(peers);
+  } catch (...) {
+    engine_->cancel(inbox, engine::commError("commux: window registration failed"));
+    engine_->contexts().release(mine.context);
+    throw;
+  }
+  ++registrations_;
+  if (owning) owned_ = tensor;
+  base_ = base;
+  elements_ = mine.elements;
+  dtype_ = tensor.scalar_type();
+  context_ = mine.context;
+  inbox_ = std::move(inbox);
+  registered_ = true;
+}
+
+void WindowUCX::dropRegistration() {
+  if (!inbox_->finished()) {
+    engine_->cancel(inbox_, engine::commError("commux: the window was released"));
+  }
+  engine_->purgeContext(context_);
+  engine_->contexts().release(context_);
+  inbox_.reset();
+  peers_.clear();
+  owned_ = at::Tensor();
+  base_ = nullptr;
+  registered_ = false;
+}
+
+void WindowUCX::tensor_deregister() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  checkRegistered("tensor_deregister");
+  std::vector<std::shared_ptr<const engine::Route>> others;
+  for (int r = 0; r < group_->size_; ++r) {
+    if (r != group_->rank_) others.push_back(peers_[static_cast<std::size_t>(r)].route);
+  }
+  auto work = group_->makeWork(
+      c10d::OpType::BARRIER, {},
+      engine::Description("window.tensor_deregister (window #" + std::to_string(index_) + ")"),
+      c10d::kUnsetTimeout);
+  group_->launch(work, std::make_shared<engine::CloseWindowOp>(
+                           inbox_, std::move(others), static_cast<std::uint32_t>(group_->rank_),
+                           work->parts(), work->completer()));
+  // Whatever happens, this rank lets the memory go: a failed close (a dead peer) raises.
+  try {
+    work->wait();
+  } catch (...) {
+    dropRegistration();
+    throw;
+  }
+  dropRegistration();
+}
+
+const WindowUCX::Peer& WindowUCX::target(const char* op, int64_t rank) const {
+  checkRegistered(op);
+  const std::string what = std::string("window.") + op;
+  checkPeer(what.c_str(), "peer", static_cast<int>(rank), group_->size_);
+  TORCH_CHECK_VALUE(rank == static_cast<int>(rank), "commux: ", what, ": invalid rank ", rank);
+  return peers_[static_cast<std::size_t>(rank)];
+}
+
+c10::intrusive_ptr<c10d::Work> WindowUCX::finishCall(const c10::intrusive_ptr<c10d::Work>& work,
+                                                     bool asyncOp) {
+  if (!asyncOp) work->wait();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> WindowUCX::put(const at::Tensor& tensor, int64_t dstRank,
+                                              int64_t targetOffsetNelems, bool asyncOp,
+                                              const c10d::PutOptions& opts) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const Peer& peer = target("put", dstRank);
+  checkTensors("window.put", {tensor}, false);
+  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu(), "commux: window.put: the tensor is on ",
+                              tensor.device(), "; commux windows hold CPU tensors only");
+  TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: window.put: the tensor must be contiguous");
+  TORCH_CHECK_VALUE(tensor.scalar_type() == peer.dtype, "commux: window.put: the tensor is ",
+                    tensor.scalar_type(), " but rank ", dstRank, "'s window holds ", peer.dtype);
+  const auto count = static_cast<std::uint64_t>(tensor.numel());
+  TORCH_CHECK_VALUE(targetOffsetNelems >= 0 &&
+                        static_cast<std::uint64_t>(targetOffsetNelems) <= peer.elements &&
+                        count <= peer.elements - static_cast<std::uint64_t>(targetOffsetNelems),
+                    "commux: window.put: ", count, " elements at offset ", targetOffsetNelems,
+                    " do not fit rank ", dstRank, "'s window of ", peer.elements, " elements");
+  const std::size_t itemBytes = tensor.element_size();
+  const std::size_t bytes = count * itemBytes;
+  const std::size_t offsetBytes = static_cast<std::size_t>(targetOffsetNelems) * itemBytes;
+  const int dst = static_cast<int>(dstRank);
+  auto work = group_->makeWork(
+      c10d::OpType::SEND, {tensor},
+      engine::Description::p2p("window put", "to", dst, 0, bytes, 1), opts.timeout);
+  work->setPeer(dst);
+  const void* data = bytes == 0 ? nullptr : tensor.data_ptr();
+  bool copied = true;
+  switch (peer.path) {
+    case Peer::Path::Self:
+      if (bytes != 0) std::memmove(base_ + offsetBytes, data, bytes);
+      break;
+    case Peer::Path::Mapped:
+      if (bytes != 0) std::memcpy(peer.mapped + offsetBytes, data, bytes);
+      break;
+    case Peer::Path::Cma:
+      if (bytes != 0 && !shm::cmaWrite(peer.pid, peer.address + offsetBytes, data, bytes)) {
+        const int error = errno;
+        TORCH_CHECK(!engine_->peerFailed(peer.route->address), "commux: window.put to rank ",
+                    dstRank, " failed: the rank is gone");
+        // The kernel refused (a ptrace policy changed): messages from now on.
+        TORCH_WARN_ONCE("commux: window.put: writing into rank ", dstRank,
+                        "'s memory failed (", std::strerror(error),
+                        "); its puts go through UCX messages from now on");
+        peers_[static_cast<std::size_t>(dst)].path = Peer::Path::Messages;
+        copied = false;
+      }
+      break;
+    case Peer::Path::Messages:
+      copied = false;
+      break;
+  }
+  if (copied) {
+    lock.unlock();
+    work->completer()(nullptr, -1);
+    return work;
+  }
+  auto op = std::make_shared<engine::WindowPutOp>(
+      peer.route, static_cast<std::uint32_t>(group_->rank_), data, bytes, offsetBytes,
+      std::shared_ptr<void>(new at::Tensor(tensor),
+                            [](void* t) { delete static_cast<at::Tensor*>(t); }),
+      work->parts(), work->completer());
+  group_->launch(work, std::move(op));
+  lock.unlock();
+  return finishCall(work, asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WindowUCX::signal(int64_t peerRank, bool asyncOp,
+                                                 const c10d::SignalOptions& opts) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const Peer& peer = target("signal", peerRank);
+  const int dst = static_cast<int>(peerRank);
+  auto work = group_->makeWork(c10d::OpType::SEND, {},
+                               engine::Description::p2p("window signal", "to", dst, 0, 0, 0),
+                               opts.timeout);
+  work->setPeer(dst);
+  group_->launch(work, std::make_shared<engine::WindowSignalOp>(
+                           peer.route, static_cast<std::uint32_t>(group_->rank_), work->parts(),
+                           work->completer()));
+  lock.unlock();
+  return finishCall(work, asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WindowUCX::wait_signal(int64_t peerRank, bool asyncOp,
+                                                      const c10d::WaitSignalOptions& opts) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  target("wait_signal", peerRank);
+  const int src = static_cast<int>(peerRank);
+  auto work = group_->makeWork(
+      c10d::OpType::RECV, {},
+      engine::Description::p2p("window wait_signal", "from", src, 0, 0, 0),
+      opts.timeout);
+  work->setPeer(src);
+  group_->launch(work, std::make_shared<engine::WaitSignalOp>(inbox_, src, work->parts(),
+                                                              work->completer()));
+  lock.unlock();
+  return finishCall(work, asyncOp);
+}
+
+at::Tensor WindowUCX::map_remote_tensor(int64_t rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Peer& peer = target("map_remote_tensor", rank);
+  const auto options = at::TensorOptions().dtype(peer.dtype).device(at::kCPU);
+  const auto elements = static_cast<int64_t>(peer.elements);
+  if (peer.path == Peer::Path::Self) {
+    if (owned_.defined()) return owned_.view({-1});
+    return at::from_blob(base_, {elements}, options);
+  }
+  TORCH_CHECK(peer.path == Peer::Path::Mapped, "commux: window.map_remote_tensor: rank ", rank,
+              "'s window is not mappable from rank ", group_->rank_,
+              (peer.path == Peer::Path::Messages
+                   ? " (it is on another host, or shared memory is off)"
+                   : " (its tensor is not in shared memory: register a tensor made with "
+                     "share_memory_() to map it)"),
+              "; use put and signal, and get_attr to ask first");
+  auto mapping = peer.mapping;
+  return at::from_blob(
+      peer.mapped, {elements}, [mapping](void*) mutable { mapping.reset(); }, options);
+}
+
+c10d::WindowAttr WindowUCX::get_attr(int64_t peerRank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Peer& peer = target("get_attr", peerRank);
+  c10d::WindowAttr attr;
+  attr.access_type = peer.path == Peer::Path::Self || peer.path == Peer::Path::Mapped
+                         ? c10d::WindowAccessType::UNIFIED
+                         : c10d::WindowAccessType::SEPARATE;
+  return attr;
+}
+
+c10::intrusive_ptr<c10d::Window> ProcessGroupUCX::new_window(
+    const std::optional<at::Tensor>& tensor) {
+  checkUsable();
+  auto window = c10::make_intrusive<WindowUCX>(
+      c10::intrusive_ptr<ProcessGroupUCX>::reclaim_copy(this), windows_++);
+  if (tensor) window->tensor_register(*tensor, true);
+  return window;
+}
+
+}  // namespace commux
+
+#endif  // C10D_BACKEND_HAS_WINDOW

@@ -1,0 +1,100 @@
+#pragma once
+// commux's c10d::Window: one-sided puts, signals and waits on a registered tensor
+// (dist._new_window). Each registration is collective: every rank publishes where its
+// tensor is and how it can be reached, then each put picks the cheapest way to its target
+// rank, once per registration:
+//  - this rank: a copy;
+//  - a peer on this host whose tensor is in shared memory (tensor.share_memory_()): a copy
+//    into that memory, mapped here once (this is also what map_remote_tensor returns);
+//  - another peer on this host: one process_vm_writev into its tensor (CMA);
+//  - any other peer (another host, COMMUX_SHM=0, CMA refused): UCX messages
+//    (engine/window_ops.hpp), received into the tensor by the target's engine.
+// The first three complete in the caller; a signal always travels as a UCX message after
+// them, so when the waiter's wait_signal returns, the puts sent before the signal are in its
+// tensor. docs/design.md, "One-sided windows".
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#ifdef C10D_BACKEND_HAS_WINDOW
+#include <torch/csrc/distributed/c10d/Window.hpp>
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace commux {
+
+namespace engine {
+class Engine;
+class WindowInbox;
+struct Route;
+}  // namespace engine
+
+class ProcessGroupUCX;
+
+class WindowUCX final : public c10d::Window {
+ public:
+  /// `index`: the how-manyth window of `group` (windows are made collectively, in order).
+  WindowUCX(c10::intrusive_ptr<ProcessGroupUCX> group, std::uint64_t index);
+  ~WindowUCX() override;
+
+  void tensor_register(const at::Tensor& tensor, bool owning = true) override;
+  void tensor_deregister() override;
+  c10::intrusive_ptr<c10d::Work> put(const at::Tensor& tensor, int64_t dstRank,
+                                     int64_t targetOffsetNelems, bool asyncOp,
+                                     const c10d::PutOptions& opts = c10d::PutOptions()) override;
+  at::Tensor map_remote_tensor(int64_t rank) override;
+  c10::intrusive_ptr<c10d::Work> signal(
+      int64_t peerRank, bool asyncOp,
+      const c10d::SignalOptions& opts = c10d::SignalOptions()) override;
+  c10::intrusive_ptr<c10d::Work> wait_signal(
+      int64_t peerRank, bool asyncOp,
+      const c10d::WaitSignalOptions& opts = c10d::WaitSignalOptions()) override;
+  /// UNIFIED for a rank whose window this one can load and store directly (this rank, and
+  /// a same-host peer whose tensor is in shared memory: map_remote_tensor works); SEPARATE
+  /// for the others, reached through put and signal only.
+  c10d::WindowAttr get_attr(int64_t peerRank) override;
+
+ private:
+  /// How this rank reaches one peer's registered tensor.
+  struct Peer {
+    enum class Path : std::uint8_t { Self, Mapped, Cma, Messages };
+    Path path = Path::Messages;
+    std::shared_ptr<const engine::Route> route;  // the peer's window context
+    std::uint64_t elements = 0;
+    c10::ScalarType dtype = c10::ScalarType::Undefined;
+    char* address = nullptr;             // its tensor, in its address space (CMA)
+    pid_t pid = 0;
+    std::shared_ptr<void> mapping;       // Mapped: the peer's memory, mapped here
+    char* mapped = nullptr;              // Mapped: its tensor in that mapping
+  };
+
+  void checkRegistered(const char* op) const;
+  const Peer& target(const char* op, int64_t rank) const;
+  /// Completes `work` and waits for it when the caller asked for a blocking call.
+  c10::intrusive_ptr<c10d::Work> finishCall(const c10::intrusive_ptr<c10d::Work>& work,
+                                            bool asyncOp);
+  /// Stops receiving and gives the context back (deregister, or destruction without it).
+  void dropRegistration();
+
+  c10::intrusive_ptr<ProcessGroupUCX> group_;
+  std::shared_ptr<engine::Engine> engine_;
+  const std::uint64_t index_;
+  std::uint64_t registrations_ = 0;
+
+  mutable std::mutex mutex_;
+  bool registered_ = false;
+  at::Tensor owned_;  // the registered tensor, when the window owns it
+  char* base_ = nullptr;
+  std::uint64_t elements_ = 0;
+  c10::ScalarType dtype_ = c10::ScalarType::Undefined;
+  std::uint32_t context_ = 0;
+  std::shared_ptr<engine::WindowInbox> inbox_;
+  std::vector<Peer> peers_;
+};
+
+}  // namespace commux
+
+#endif  // C10D_BACKEND_HAS_WINDOW

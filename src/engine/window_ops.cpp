@@ -1,0 +1,280 @@
+#include "engine/window_ops.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+#include "engine/engine.hpp"
+#include "engine/errors.hpp"
+#include "engine/memory.hpp"
+#include "wire/tag.hpp"
+
+namespace commux::engine {
+
+namespace window {
+
+wire::Tag controlTag(std::uint32_t context, std::uint32_t source) {
+  return wire::p2pTag(context, source, 0);
+}
+
+wire::Tag dataTag(std::uint32_t context, std::uint32_t source) {
+  return wire::p2pTag(context, source, 1);
+}
+
+}  // namespace window
+
+namespace {
+constexpr std::uint32_t kControlSlot = 0;
+}  // namespace
+
+WindowInbox::WindowInbox(std::uint32_t context, int groupSize, char* base, std::size_t bytes,
+                         Description description)
+    : Op(std::move(description), nullptr),
+      context_(context),
+      base_(base),
+      bytes_(bytes),
+      control_(sizeof(window::Header) + window::kEagerBytes),
+      sources_(static_cast<std::size_t>(groupSize)) {}
+
+void WindowInbox::start(Engine& engine) {
+  startedOn_ = &engine;
+  postControl(engine);
+}
+
+void WindowInbox::postControl(Engine& engine) {
+  postRecv(engine, control_.data(), control_.size(), window::controlTag(context_, 0),
+           wire::kAnySourceMask, kControlSlot, UCS_MEMORY_TYPE_HOST);
+}
+
+void WindowInbox::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
+  if (slot == kControlSlot) {
+    onControl(engine, static_cast<int>(wire::sourceOf(info.senderTag)), info.length);
+    if (!finished()) postControl(engine);
+  } else {
+    onData(slot);
+  }
+  maybeClosed(engine);
+}
+
+void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
+  TORCH_CHECK(source >= 0 && static_cast<std::size_t>(source) < sources_.size() &&
+                  length >= sizeof(window::Header),
+              "commux: ", description(), ": malformed control message from rank ", source);
+  window::Header header;
+  std::memcpy(&header, control_.data(), sizeof(header));
+  Source& from = sources_[static_cast<std::size_t>(source)];
+  // The sender checked the bounds against this window's size; a message that breaks them
+  // is not one of ours and must not write outside the window.
+  const bool inside = header.offset <= bytes_ && header.bytes <= bytes_ - header.offset;
+  switch (header.type) {
+    case window::Type::Put:
+      TORCH_CHECK(inside && length == sizeof(header) + header.bytes, "commux: ", description(),
+                  ": a put from rank ", source, " does not fit the window");
+      if (header.bytes != 0) {
+        std::memcpy(base_ + header.offset, control_.data() + sizeof(header), header.bytes);
+      }
+      break;
+    case window::Type::PutLarge: {
+      TORCH_CHECK(inside, "commux: ", description(), ": a put from rank ", source,
+                  " does not fit the window");
+      std::uint32_t slot;
+      if (freeSlots_.empty()) {
+        slots_.emplace_back();
+        slot = static_cast<std::uint32_t>(slots_.size());
+      } else {
+        slot = freeSlots_.back();
+        freeSlots_.pop_back();
+      }
+      slots_[slot - 1] = DataSlot{source, from.posted++};
+      from.landed.push_back(false);
+      postRecv(engine, base_ + header.offset, header.bytes,
+               window::dataTag(context_, static_cast<std::uint32_t>(source)), wire::kExactMask,
+               slot, UCS_MEMORY_TYPE_HOST);
+      break;
+    }
+    case window::Type::Signal:
+    case window::Type::Close:
+      from.pending.push_back(Source::Pending{header.type, from.posted});
+      release(source);
+      break;
+    default:
+      TORCH_CHECK(false, "commux: ", description(), ": unknown control message from rank ",
+                  source);
+  }
+}
+
+void WindowInbox::onData(std::uint32_t slot) {
+  const DataSlot data = slots_.at(slot - 1);
+  freeSlots_.push_back(slot);
+  Source& from = sources_[static_cast<std::size_t>(data.source)];
+  from.landed[data.index - from.doneBelow] = true;
+  while (!from.landed.empty() && from.landed.front()) {
+    from.landed.pop_front();
+    ++from.doneBelow;
+  }
+  release(data.source);
+}
+
+void WindowInbox::release(int source) {
+  Source& from = sources_[static_cast<std::size_t>(source)];
+  while (!from.pending.empty() && from.pending.front().after <= from.doneBelow) {
+    const auto type = from.pending.front().type;
+    from.pending.pop_front();
+    if (type == window::Type::Close) {
+      if (!from.closed) ++closedPeers_;
+      from.closed = true;
+    } else if (!from.waiters.empty()) {
+      auto waiter = std::move(from.waiters.front());
+      from.waiters.pop_front();
+      waiter->deliver();
+    } else {
+      ++from.ready;
+    }
+  }
+}
+
+void WindowInbox::addWaiter(const std::shared_ptr<WaitSignalOp>& waiter, int peer) {
+  TORCH_CHECK(!finished(), "commux: ", description(), " is closed");
+  Source& from = sources_.at(static_cast<std::size_t>(peer));
+  if (from.ready > 0 && from.waiters.empty()) {
+    --from.ready;
+    waiter->deliver();
+    return;
+  }
+  from.waiters.push_back(waiter);
+}
+
+void WindowInbox::removeWaiter(const WaitSignalOp* waiter, int peer) {
+  auto& waiters = sources_.at(static_cast<std::size_t>(peer)).waiters;
+  for (auto it = waiters.begin(); it != waiters.end(); ++it) {
+    if (it->get() == waiter) {
+      waiters.erase(it);
+      return;
+    }
+  }
+}
+
+void WindowInbox::addCloser(Engine& engine, const std::shared_ptr<CloseWindowOp>& closer) {
+  TORCH_CHECK(!finished(), "commux: ", description(), " is closed");
+  closer_ = closer;
+  maybeClosed(engine);
+}
+
+void WindowInbox::maybeClosed(Engine& engine) {
+  // Every peer but this rank sends a close.
+  if (!closer_ || closedPeers_ + 1 < sources_.size()) return;
+  auto closer = std::move(closer_);
+  closer->peersClosed();
+  retire(engine);
+}
+
+void WindowInbox::onFailed() {
+  if (startedOn_ == nullptr) return;
+  // The engine stops, or a control message could not be taken: nothing would release
+  // these waits any more.
+  const auto error = commError("commux: " + description() + " stopped receiving");
+  for (auto& source : sources_) {
+    auto waiters = std::move(source.waiters);
+    for (auto& waiter : waiters) waiter->fail(*startedOn_, error);
+  }
+  if (auto closer = std::move(closer_)) closer->fail(*startedOn_, error);
+}
+
+WindowPutOp::WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source,
+                         const void* data, std::size_t bytes, std::size_t offsetBytes,
+                         std::shared_ptr<void> keepAlive, Description description, Done done)
+    : Op(std::move(description), std::move(done)),
+      route_(std::move(route)),
+      source_(source),
+      data_(data),
+      bytes_(bytes) {
+  window::Header header;
+  header.offset = offsetBytes;
+  header.bytes = bytes;
+  if (bytes <= window::kEagerBytes) {
+    header.type = window::Type::Put;
+    control_.resize(sizeof(header) + bytes);
+    if (bytes != 0) std::memcpy(control_.data() + sizeof(header), data, bytes);
+  } else {
+    header.type = window::Type::PutLarge;
+    control_.resize(sizeof(header));
+    keepAlive_ = std::move(keepAlive);
+  }
+  std::memcpy(control_.data(), &header, sizeof(header));
+}
+
+void WindowPutOp::start(Engine& engine) {
+  ucp_ep_h ep = engine.endpoint(*route_);
+  postSend(engine, ep, control_.data(), control_.size(),
+           window::controlTag(route_->context, source_), 0, UCS_MEMORY_TYPE_HOST);
+  if (bytes_ > window::kEagerBytes) {
+    postSend(engine, ep, data_, bytes_, window::dataTag(route_->context, source_), 1,
+             UCS_MEMORY_TYPE_HOST);
+  }
+}
+
+void WindowPutOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
+  if (outstanding() == 0) succeed();
+}
+
+WindowSignalOp::WindowSignalOp(std::shared_ptr<const Route> route, std::uint32_t source,
+                               Description description, Done done)
+    : Op(std::move(description), std::move(done)), route_(std::move(route)), source_(source) {
+  header_.type = window::Type::Signal;
+}
+
+void WindowSignalOp::start(Engine& engine) {
+  postSend(engine, engine.endpoint(*route_), &header_, sizeof(header_),
+           window::controlTag(route_->context, source_), 0, UCS_MEMORY_TYPE_HOST);
+}
+
+void WindowSignalOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
+  succeed();
+}
+
+WaitSignalOp::WaitSignalOp(std::shared_ptr<WindowInbox> inbox, int peer, Description description,
+                           Done done)
+    : Op(std::move(description), std::move(done)), inbox_(std::move(inbox)), peer_(peer) {}
+
+void WaitSignalOp::start(Engine& engine) {
+  inbox_->addWaiter(std::static_pointer_cast<WaitSignalOp>(shared_from_this()), peer_);
+}
+
+void WaitSignalOp::onFailed() { inbox_->removeWaiter(this, peer_); }
+
+CloseWindowOp::CloseWindowOp(std::shared_ptr<WindowInbox> inbox,
+                             std::vector<std::shared_ptr<const Route>> peers,
+                             std::uint32_t source, Description description, Done done)
+    : Op(std::move(description), std::move(done)),
+      inbox_(std::move(inbox)),
+      peers_(std::move(peers)),
+      source_(source) {
+  header_.type = window::Type::Close;
+}
+
+void CloseWindowOp::start(Engine& engine) {
+  std::uint32_t slot = 0;
+  for (const auto& peer : peers_) {
+    postSend(engine, engine.endpoint(*peer), &header_, sizeof(header_),
+             window::controlTag(peer->context, source_), slot++, UCS_MEMORY_TYPE_HOST);
+  }
+  if (peers_.empty()) sent_ = true;
+  inbox_->addCloser(engine, std::static_pointer_cast<CloseWindowOp>(shared_from_this()));
+  maybeDone();
+}
+
+void CloseWindowOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
+  if (outstanding() == 0) sent_ = true;
+  maybeDone();
+}
+
+void CloseWindowOp::peersClosed() {
+  peersClosed_ = true;
+  maybeDone();
+}
+
+void CloseWindowOp::maybeDone() {
+  if (sent_ && peersClosed_) succeed();
+}
+
+}  // namespace commux::engine

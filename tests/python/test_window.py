@@ -1,0 +1,273 @@
+"""One-sided windows through torch's own c10d API (dist._new_window): put, signal,
+wait_signal, map_remote_tensor, get_attr, registration, on every path a put can take.
+
+Paths (c10d/window_ucx.hpp): "cma" (same host, ordinary tensors: process_vm_writev),
+"mapped" (same host, tensors in shared memory: a copy into the mapping), "messages"
+(COMMUX_SHM=0: UCX messages, what another host gets). Every result is checked exactly.
+"""
+
+import datetime
+import os
+import signal
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import WaitSignalOptions, WindowAccessType
+
+from harness import assert_group_works, expect_error, run_ranks
+
+PATHS = {
+    "cma": ({}, False),
+    "mapped": ({}, True),
+    "messages": ({"COMMUX_SHM": "0"}, False),
+}
+
+
+def _window_tensor(n, dtype, shared):
+    t = torch.zeros(n, dtype=dtype)
+    return t.share_memory_() if shared else t
+
+
+def _pattern(rank, n, dtype, salt=0):
+    # Values that survive every dtype exactly (int8 wraps alike on both sides).
+    v = (torch.arange(n, dtype=torch.int64) * 7 + rank * 13 + salt) % 97
+    return v.to(dtype)
+
+
+def _ring(rank, world_size, counts, dtypes, shared):
+    assert dist._supports_window()
+    for dtype in dtypes:
+        for n in counts:
+            buf = _window_tensor(n + 5, dtype, shared)
+            win = dist._new_window(buf)
+            right, left = (rank + 1) % world_size, (rank - 1) % world_size
+            win.put(_pattern(rank, n, dtype), right, 5, False)
+            win.signal(right, False)
+            win.wait_signal(left, False)
+            want = _pattern(left, n, dtype)
+            assert torch.equal(buf[5:], want), f"{dtype} x {n}: wrong data from rank {left}"
+            assert torch.equal(buf[:5], torch.zeros(5, dtype=dtype)), "put wrote before offset"
+            win.tensor_deregister()
+    return True
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_ring_put_signal_wait_exact(path):
+    env, shared = PATHS[path]
+    run_ranks(_ring, 3, timeout=180, env=env, counts=[1, 3, 2048, 2049, 100_003, 1_000_003],
+              dtypes=[torch.float32, torch.int64, torch.bfloat16, torch.int8], shared=shared)
+
+
+def _semantics(rank, world_size, shared):
+    peer = 1 - rank
+    buf = _window_tensor(64, torch.float32, shared)
+    win = dist._new_window(buf)
+    # get_attr: UNIFIED where the window can be loaded and stored directly.
+    assert win.get_attr(rank).access_type == WindowAccessType.UNIFIED
+    want = WindowAccessType.UNIFIED if shared else WindowAccessType.SEPARATE
+    assert win.get_attr(peer).access_type == want, (shared, win.get_attr(peer).access_type)
+
+    # Many puts, then one signal: all of them are visible when the wait returns.
+    if rank == 0:
+        works = [win.put(torch.full((4,), float(i)), 1, 4 * i, True) for i in range(16)]
+        win.signal(1, False)
+        for w in works:
+            w.wait()
+    else:
+        win.wait_signal(0, False)
+        assert torch.equal(buf, torch.arange(16.0).repeat_interleave(4)), buf
+    dist.barrier()
+
+    # Counting: k signals satisfy k waits, no more.
+    if rank == 0:
+        for _ in range(3):
+            win.signal(1, False)
+    else:
+        for _ in range(3):
+            win.wait_signal(0, False)
+        extra = win.wait_signal(0, True)
+        time.sleep(0.2)
+        assert not extra.is_completed(), "a fourth wait was satisfied by three signals"
+    dist.barrier()
+    if rank == 0:
+        win.signal(1, False)  # the one the pending wait needs
+    else:
+        extra.wait()
+    dist.barrier()
+
+    # A wait posted before the put works (async wait, then the data comes).
+    if rank == 1:
+        w = win.wait_signal(0, True)
+        dist.barrier()
+        w.wait()
+        assert torch.equal(buf[:8], torch.full((8,), 42.0)), buf[:8]
+    else:
+        dist.barrier()
+        time.sleep(0.1)
+        win.put(torch.full((8,), 42.0), 1, 0, False)
+        win.signal(1, False)
+    dist.barrier()
+
+    # A wait that times out raises and leaves the window usable.
+    if rank == 1:
+        opts = WaitSignalOptions()
+        opts.timeout = datetime.timedelta(milliseconds=200)
+        expect_error(lambda: win.wait_signal(0, False, opts), "Timed out", "wait_signal timeout")
+        dist.barrier()
+        win.wait_signal(0, False)
+        assert torch.equal(buf[8:12], torch.full((4,), 7.0)), buf[8:12]
+    else:
+        dist.barrier()
+        win.put(torch.full((4,), 7.0), 1, 8, False)
+        win.signal(1, False)
+    dist.barrier()
+
+    # Async Works: futures complete, waits in another order.
+    a = win.put(torch.full((2,), float(rank)), peer, 20, True)
+    b = win.signal(peer, True)
+    c = win.wait_signal(peer, True)
+    c.get_future().wait()
+    b.wait()
+    a.wait()
+    assert torch.equal(buf[20:22], torch.full((2,), float(peer)))
+    win.tensor_deregister()
+
+    # Several windows at once, each with its own dtype.
+    w1 = dist._new_window(_window_tensor(4, torch.int64, shared))
+    t2 = _window_tensor(4, torch.float64, shared)
+    w2 = dist._new_window(t2)
+    w2.put(torch.full((4,), 2.5, dtype=torch.float64), peer, 0, False)
+    w1.put(torch.full((4,), 9, dtype=torch.int64), peer, 0, False)
+    w2.signal(peer, False)
+    w2.wait_signal(peer, False)
+    assert torch.equal(t2, torch.full((4,), 2.5, dtype=torch.float64))
+    w1.tensor_deregister()
+    w2.tensor_deregister()
+    assert_group_works(world_size)
+    return True
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_window_semantics(path):
+    env, shared = PATHS[path]
+    run_ranks(_semantics, 2, timeout=120, env=env, shared=shared)
+
+
+def _mapping(rank, world_size):
+    peer = 1 - rank
+    shared = _window_tensor(8, torch.float32, True)
+    win = dist._new_window(shared)
+    view = win.map_remote_tensor(peer)
+    assert view.dtype == torch.float32 and view.numel() == 8
+    if rank == 0:
+        view[3] = 11.0  # a store straight into rank 1's tensor
+        win.signal(1, False)
+    else:
+        win.wait_signal(0, False)
+        assert shared[3].item() == 11.0, shared
+    mine = win.map_remote_tensor(rank)
+    assert mine.data_ptr() == shared.data_ptr()
+    win.tensor_deregister()
+
+    plain = dist._new_window(torch.zeros(8))
+    expect_error(lambda: plain.map_remote_tensor(peer), "not mappable", "map of a plain tensor")
+    plain.tensor_deregister()
+    assert_group_works(world_size)
+    return True
+
+
+def test_map_remote_tensor_on_one_host():
+    run_ranks(_mapping, 2, timeout=60)
+
+
+def _bad_input(rank, world_size):
+    peer = 1 - rank
+    win = dist._new_window()
+    expect_error(lambda: win.put(torch.ones(2), peer, 0, False), "no tensor is registered",
+                 "put before register")
+    expect_error(lambda: win.signal(peer, False), "no tensor is registered",
+                 "signal before register")
+    buf = torch.zeros(10)
+    win.tensor_register(buf)
+    expect_error(lambda: win.tensor_register(buf), "registered already", "double register")
+    cases = [
+        (lambda: win.put(torch.ones(4), peer, 8, False), ("do not fit", "10 elements"),
+         "put past the end"),
+        (lambda: win.put(torch.ones(1), peer, -1, False), "offset -1", "negative offset"),
+        (lambda: win.put(torch.ones(1), 5, 0, False), "invalid peer rank 5", "rank too large"),
+        (lambda: win.signal(-1, False), "invalid peer rank -1", "negative rank"),
+        (lambda: win.wait_signal(2, False), "invalid peer rank 2", "wait on a bad rank"),
+        (lambda: win.put(torch.ones(2, dtype=torch.int32), peer, 0, False), "Int",
+         "dtype mismatch"),
+        (lambda: win.put(torch.ones(4, 4).t(), peer, 0, False), "contiguous", "non-contiguous"),
+        (lambda: win.map_remote_tensor(7), "invalid peer rank 7", "map of a bad rank"),
+    ]
+    for fn, keywords, what in cases:
+        expect_error(fn, keywords, what, exc_types=(ValueError,))
+    if not torch.cuda.is_available():
+        cuda = torch.ones(2, device="meta")
+        expect_error(lambda: win.put(cuda, peer, 0, False), ("meta", "cpu"), "meta tensor")
+    # The window still works after every refusal.
+    win.put(torch.full((10,), float(rank + 3)), peer, 0, False)
+    win.signal(peer, False)
+    win.wait_signal(peer, False)
+    assert torch.equal(buf, torch.full((10,), float(peer + 3)))
+    win.tensor_deregister()
+    expect_error(lambda: win.put(torch.ones(2), peer, 0, False), "no tensor is registered",
+                 "put after deregister")
+    expect_error(lambda: win.tensor_deregister(), "no tensor is registered", "double deregister")
+    # Registered again: a fresh registration works.
+    again = torch.zeros(3, dtype=torch.int64)
+    win.tensor_register(again)
+    win.put(torch.tensor([1, 2, 3]) * (rank + 1), peer, 0, False)
+    win.signal(peer, False)
+    win.wait_signal(peer, False)
+    assert torch.equal(again, torch.tensor([1, 2, 3]) * (peer + 1))
+    win.tensor_deregister()
+    assert_group_works(world_size)
+    return True
+
+
+def test_window_bad_input_is_refused_and_the_window_still_works():
+    run_ranks(_bad_input, 2, timeout=60)
+
+
+def _subgroup(rank, world_size):
+    members = [1, 2]
+    sub = dist.new_group(members)
+    if rank in members:
+        me = members.index(rank)
+        other = 1 - me
+        buf = torch.zeros(4)
+        win = dist._new_window(buf, group=sub)
+        win.put(torch.full((4,), float(rank)), other, 0, False)
+        win.signal(other, False)
+        win.wait_signal(other, False)
+        assert torch.equal(buf, torch.full((4,), float(members[other])))
+        win.tensor_deregister()
+    dist.barrier()
+    return True
+
+
+def test_window_on_a_subgroup():
+    run_ranks(_subgroup, 3, timeout=60)
+
+
+def _dead_peer(rank, world_size):
+    win = dist._new_window(torch.zeros(4))
+    dist.barrier()
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    expect_error(lambda: win.wait_signal(1, False), "rank 1", "wait on a dead peer")
+    took = time.monotonic() - start
+    assert took < 30, f"the dead peer took {took:.1f} s to notice"
+    return True
+
+
+@pytest.mark.parametrize("path", ["cma", "messages"])
+def test_wait_signal_on_a_killed_peer_fails_naming_it(path):
+    env, _ = PATHS[path]
+    run_ranks(_dead_peer, 2, timeout=90, env=env, killed=(1,))
