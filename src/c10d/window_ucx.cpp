@@ -100,7 +100,7 @@ WindowUCX::~WindowUCX() {
 }
 
 void WindowUCX::checkRegistered(const char* op) const {
-  TORCH_CHECK(registered_, "commux: window.", op,
+  TORCH_CHECK(registered_, "commux: ", op,
               ": no tensor is registered with this window (call tensor_register first, on "
               "every rank)");
 }
@@ -222,7 +222,7 @@ void WindowUCX::dropRegistration() {
 
 void WindowUCX::tensor_deregister() {
   std::lock_guard<std::mutex> lock(mutex_);
-  checkRegistered("tensor_deregister");
+  checkRegistered("window.tensor_deregister");
   std::vector<std::shared_ptr<const engine::Route>> others;
   for (int r = 0; r < group_->size_; ++r) {
     if (r != group_->rank_) others.push_back(peers_[static_cast<std::size_t>(r)].route);
@@ -246,9 +246,9 @@ void WindowUCX::tensor_deregister() {
 
 const WindowUCX::Peer& WindowUCX::target(const char* op, int64_t rank) const {
   checkRegistered(op);
-  const std::string what = std::string("window.") + op;
-  checkPeer(what.c_str(), "peer", static_cast<int>(rank), group_->size_);
-  TORCH_CHECK_VALUE(rank == static_cast<int>(rank), "commux: ", what, ": invalid rank ", rank);
+  TORCH_CHECK_VALUE(rank == static_cast<int>(rank), "commux: ", op, ": invalid peer rank ",
+                    rank);
+  checkPeer(op, "peer", static_cast<int>(rank), group_->size_);
   return peers_[static_cast<std::size_t>(rank)];
 }
 
@@ -261,19 +261,49 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::finishCall(const c10::intrusive_ptr<c1
 c10::intrusive_ptr<c10d::Work> WindowUCX::put(const at::Tensor& tensor, int64_t dstRank,
                                               int64_t targetOffsetNelems, bool asyncOp,
                                               const c10d::PutOptions& opts) {
+  return putAndMaybeSignal("window.put", tensor, dstRank, targetOffsetNelems, asyncOp, opts.timeout,
+                           false);
+}
+
+c10::intrusive_ptr<c10d::Work> WindowUCX::putSignal(const at::Tensor& tensor, int64_t dstRank,
+                                                    int64_t targetOffsetNelems, bool asyncOp,
+                                                    std::chrono::milliseconds timeout) {
+  return putAndMaybeSignal("window.put_signal", tensor, dstRank, targetOffsetNelems, asyncOp, timeout,
+                           true);
+}
+
+std::string WindowUCX::path(int64_t rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  switch (target("window.path", rank).path) {
+    case Peer::Path::Self:
+      return "self";
+    case Peer::Path::Mapped:
+      return "mapped";
+    case Peer::Path::Cma:
+      return "cma";
+    case Peer::Path::Messages:
+      return "messages";
+  }
+  return "unknown";
+}
+
+c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
+    const char* op, const at::Tensor& tensor, int64_t dstRank, int64_t targetOffsetNelems,
+    bool asyncOp, std::chrono::milliseconds timeout, bool signal) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const Peer& peer = target("put", dstRank);
-  checkTensors("window.put", {tensor}, false);
-  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu(), "commux: window.put: the tensor is on ",
+  const Peer& peer = target(op, dstRank);
+  const char* what = op;
+  checkTensors(what, {tensor}, false);
+  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu(), "commux: ", what, ": the tensor is on ",
                               tensor.device(), "; commux windows hold CPU tensors only");
-  TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: window.put: the tensor must be contiguous");
-  TORCH_CHECK_VALUE(tensor.scalar_type() == peer.dtype, "commux: window.put: the tensor is ",
+  TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: ", what, ": the tensor must be contiguous");
+  TORCH_CHECK_VALUE(tensor.scalar_type() == peer.dtype, "commux: ", what, ": the tensor is ",
                     tensor.scalar_type(), " but rank ", dstRank, "'s window holds ", peer.dtype);
   const auto count = static_cast<std::uint64_t>(tensor.numel());
   TORCH_CHECK_VALUE(targetOffsetNelems >= 0 &&
                         static_cast<std::uint64_t>(targetOffsetNelems) <= peer.elements &&
                         count <= peer.elements - static_cast<std::uint64_t>(targetOffsetNelems),
-                    "commux: window.put: ", count, " elements at offset ", targetOffsetNelems,
+                    "commux: ", what, ": ", count, " elements at offset ", targetOffsetNelems,
                     " do not fit rank ", dstRank, "'s window of ", peer.elements, " elements");
   const std::size_t itemBytes = tensor.element_size();
   const std::size_t bytes = count * itemBytes;
@@ -281,7 +311,9 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::put(const at::Tensor& tensor, int64_t 
   const int dst = static_cast<int>(dstRank);
   auto work = group_->makeWork(
       c10d::OpType::SEND, {tensor},
-      engine::Description::p2p("window put", "to", dst, 0, bytes, 1), opts.timeout);
+      engine::Description::p2p(signal ? "window put_signal" : "window put", "to", dst, 0, bytes,
+                               1),
+      timeout);
   work->setPeer(dst);
   const void* data = bytes == 0 ? nullptr : tensor.data_ptr();
   bool copied = true;
@@ -295,10 +327,10 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::put(const at::Tensor& tensor, int64_t 
     case Peer::Path::Cma:
       if (bytes != 0 && !shm::cmaWrite(peer.pid, peer.address + offsetBytes, data, bytes)) {
         const int error = errno;
-        TORCH_CHECK(!engine_->peerFailed(peer.route->address), "commux: window.put to rank ",
+        TORCH_CHECK(!engine_->peerFailed(peer.route->address), "commux: ", what, " to rank ",
                     dstRank, " failed: the rank is gone");
         // The kernel refused (a ptrace policy changed): messages from now on.
-        TORCH_WARN_ONCE("commux: window.put: writing into rank ", dstRank,
+        TORCH_WARN_ONCE("commux: ", what, ": writing into rank ", dstRank,
                         "'s memory failed (", std::strerror(error),
                         "); its puts go through UCX messages from now on");
         peers_[static_cast<std::size_t>(dst)].path = Peer::Path::Messages;
@@ -309,17 +341,25 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::put(const at::Tensor& tensor, int64_t 
       copied = false;
       break;
   }
-  if (copied) {
+  if (copied && !signal) {
     lock.unlock();
     work->completer()(nullptr, -1);
     return work;
   }
-  auto op = std::make_shared<engine::WindowPutOp>(
-      peer.route, static_cast<std::uint32_t>(group_->rank_), data, bytes, offsetBytes,
-      std::shared_ptr<void>(new at::Tensor(tensor),
-                            [](void* t) { delete static_cast<at::Tensor*>(t); }),
-      work->parts(), work->completer());
-  group_->launch(work, std::move(op));
+  if (copied) {
+    // The data is in place: the signal alone travels.
+    group_->launch(work, std::make_shared<engine::WindowSignalOp>(
+                             peer.route, static_cast<std::uint32_t>(group_->rank_),
+                             work->parts(), work->completer()));
+  } else {
+    group_->launch(
+        work, std::make_shared<engine::WindowPutOp>(
+                  peer.route, static_cast<std::uint32_t>(group_->rank_), data, bytes,
+                  offsetBytes,
+                  std::shared_ptr<void>(new at::Tensor(tensor),
+                                        [](void* t) { delete static_cast<at::Tensor*>(t); }),
+                  signal, work->parts(), work->completer()));
+  }
   lock.unlock();
   return finishCall(work, asyncOp);
 }
@@ -327,7 +367,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::put(const at::Tensor& tensor, int64_t 
 c10::intrusive_ptr<c10d::Work> WindowUCX::signal(int64_t peerRank, bool asyncOp,
                                                  const c10d::SignalOptions& opts) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const Peer& peer = target("signal", peerRank);
+  const Peer& peer = target("window.signal", peerRank);
   const int dst = static_cast<int>(peerRank);
   auto work = group_->makeWork(c10d::OpType::SEND, {},
                                engine::Description::p2p("window signal", "to", dst, 0, 0, 0),
@@ -343,7 +383,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::signal(int64_t peerRank, bool asyncOp,
 c10::intrusive_ptr<c10d::Work> WindowUCX::wait_signal(int64_t peerRank, bool asyncOp,
                                                       const c10d::WaitSignalOptions& opts) {
   std::unique_lock<std::mutex> lock(mutex_);
-  target("wait_signal", peerRank);
+  target("window.wait_signal", peerRank);
   const int src = static_cast<int>(peerRank);
   auto work = group_->makeWork(
       c10d::OpType::RECV, {},
@@ -358,7 +398,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::wait_signal(int64_t peerRank, bool asy
 
 at::Tensor WindowUCX::map_remote_tensor(int64_t rank) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const Peer& peer = target("map_remote_tensor", rank);
+  const Peer& peer = target("window.map_remote_tensor", rank);
   const auto options = at::TensorOptions().dtype(peer.dtype).device(at::kCPU);
   const auto elements = static_cast<int64_t>(peer.elements);
   if (peer.path == Peer::Path::Self) {
@@ -379,7 +419,7 @@ at::Tensor WindowUCX::map_remote_tensor(int64_t rank) {
 
 c10d::WindowAttr WindowUCX::get_attr(int64_t peerRank) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const Peer& peer = target("get_attr", peerRank);
+  const Peer& peer = target("window.get_attr", peerRank);
   c10d::WindowAttr attr;
   attr.access_type = peer.path == Peer::Path::Self || peer.path == Peer::Path::Mapped
                          ? c10d::WindowAccessType::UNIFIED

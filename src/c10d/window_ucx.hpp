@@ -19,9 +19,11 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace commux {
@@ -57,6 +59,15 @@ class WindowUCX final : public c10d::Window {
   /// for the others, reached through put and signal only.
   c10d::WindowAttr get_attr(int64_t peerRank) override;
 
+  // commux's extensions (Python: the same names on the window dist._new_window returns).
+  /// A put followed by a signal to the same rank, in one message where the data is small
+  /// (shmem_put_signal): the wait_signal that it satisfies sees the data.
+  c10::intrusive_ptr<c10d::Work> putSignal(const at::Tensor& tensor, int64_t dstRank,
+                                           int64_t targetOffsetNelems, bool asyncOp,
+                                           std::chrono::milliseconds timeout);
+  /// How puts reach `rank`: "self", "mapped", "cma" or "messages" (diagnostics, tests).
+  std::string path(int64_t rank);
+
  private:
   /// How this rank reaches one peer's registered tensor.
   struct Peer {
@@ -71,6 +82,10 @@ class WindowUCX final : public c10d::Window {
     char* mapped = nullptr;              // Mapped: its tensor in that mapping
   };
 
+  c10::intrusive_ptr<c10d::Work> putAndMaybeSignal(const char* op, const at::Tensor& tensor,
+                                                   int64_t dstRank, int64_t targetOffsetNelems,
+                                                   bool asyncOp, std::chrono::milliseconds timeout,
+                                                   bool signal);
   void checkRegistered(const char* op) const;
   const Peer& target(const char* op, int64_t rank) const;
   /// Completes `work` and waits for it when the caller asked for a blocking call.

@@ -68,10 +68,15 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
   const bool inside = header.offset <= bytes_ && header.bytes <= bytes_ - header.offset;
   switch (header.type) {
     case window::Type::Put:
+    case window::Type::PutSignal:
       TORCH_CHECK(inside && length == sizeof(header) + header.bytes, "commux: ", description(),
                   ": a put from rank ", source, " does not fit the window");
       if (header.bytes != 0) {
         std::memcpy(base_ + header.offset, control_.data() + sizeof(header), header.bytes);
+      }
+      if (header.type == window::Type::PutSignal) {
+        from.pending.push_back(Source::Pending{window::Type::Signal, from.posted});
+        release(source);
       }
       break;
     case window::Type::PutLarge: {
@@ -182,7 +187,8 @@ void WindowInbox::onFailed() {
 
 WindowPutOp::WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source,
                          const void* data, std::size_t bytes, std::size_t offsetBytes,
-                         std::shared_ptr<void> keepAlive, Description description, Done done)
+                         std::shared_ptr<void> keepAlive, bool signal, Description description,
+                         Done done)
     : Op(std::move(description), std::move(done)),
       route_(std::move(route)),
       source_(source),
@@ -192,13 +198,15 @@ WindowPutOp::WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t sourc
   header.offset = offsetBytes;
   header.bytes = bytes;
   if (bytes <= window::kEagerBytes) {
-    header.type = window::Type::Put;
+    header.type = signal ? window::Type::PutSignal : window::Type::Put;
     control_.resize(sizeof(header) + bytes);
     if (bytes != 0) std::memcpy(control_.data() + sizeof(header), data, bytes);
   } else {
     header.type = window::Type::PutLarge;
     control_.resize(sizeof(header));
     keepAlive_ = std::move(keepAlive);
+    signalAfter_ = signal;
+    signal_.type = window::Type::Signal;
   }
   std::memcpy(control_.data(), &header, sizeof(header));
 }
@@ -210,6 +218,10 @@ void WindowPutOp::start(Engine& engine) {
   if (bytes_ > window::kEagerBytes) {
     postSend(engine, ep, data_, bytes_, window::dataTag(route_->context, source_), 1,
              UCS_MEMORY_TYPE_HOST);
+    if (signalAfter_) {
+      postSend(engine, ep, &signal_, sizeof(signal_),
+               window::controlTag(route_->context, source_), 2, UCS_MEMORY_TYPE_HOST);
+    }
   }
 }
 

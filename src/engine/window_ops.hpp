@@ -25,7 +25,7 @@ namespace commux::engine {
 
 namespace window {
 
-enum class Type : std::uint32_t { Put = 1, PutLarge = 2, Signal = 3, Close = 4 };
+enum class Type : std::uint32_t { Put = 1, PutLarge = 2, Signal = 3, Close = 4, PutSignal = 5 };
 
 /// Every control message starts with this.
 struct Header {
@@ -112,12 +112,13 @@ class WindowInbox final : public Op {
 
 /// A put to a peer's window through UCX messages. The data is copied at the call when it
 /// travels eagerly (the caller may reuse the tensor at once); a large put reads `data` until
-/// it completes, which is when the target has received it.
+/// it completes, which is when the target has received it. With `signal`, a signal follows
+/// (put_signal): in the same message when the data travels eagerly.
 class WindowPutOp final : public Op {
  public:
   WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source, const void* data,
               std::size_t bytes, std::size_t offsetBytes, std::shared_ptr<void> keepAlive,
-              Description description, Done done);
+              bool signal, Description description, Done done);
   void start(Engine& engine) override;
 
  protected:
@@ -129,6 +130,8 @@ class WindowPutOp final : public Op {
   const void* data_;
   std::size_t bytes_;
   std::vector<char> control_;
+  window::Header signal_{};          // a large put_signal's second control message
+  bool signalAfter_ = false;
   std::shared_ptr<void> keepAlive_;  // the tensor a large put reads
 };
 

@@ -9,6 +9,7 @@
 
 #include "commux/options.hpp"
 #include "c10d/process_engine.hpp"
+#include "c10d/window_ucx.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
@@ -59,6 +60,26 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "perform_nocolor_split", [](commux::ProcessGroupUCX&, const c10::Device&) {},
           py::arg("device"));
+
+#ifdef C10D_BACKEND_HAS_WINDOW
+  // What dist._new_window returns on a commux group: torch's Window with commux's extensions
+  // (pybind11 hands out the most derived registered type).
+  py::class_<commux::WindowUCX, c10d::Window, c10::intrusive_ptr<commux::WindowUCX>>(m, "Window")
+      .def(
+          "put_signal",
+          [](commux::WindowUCX& w, const at::Tensor& tensor, int64_t dst, int64_t offset,
+             bool asyncOp, std::chrono::milliseconds timeout) {
+            return w.putSignal(tensor, dst, offset, asyncOp, timeout);
+          },
+          py::arg("tensor"), py::arg("dst_rank"), py::arg("target_offset_nelems"),
+          py::arg("async_op") = false, py::arg("timeout") = c10d::kUnsetTimeout,
+          py::call_guard<py::gil_scoped_release>(),
+          "put followed by a signal to the same rank (one message where the data is small); "
+          "the wait_signal it satisfies sees the data")
+      .def("path", &commux::WindowUCX::path, py::arg("rank"),
+           "How puts reach `rank`: 'self', 'mapped' (its tensor is in shared memory on this "
+           "host), 'cma' (another process of this host), 'messages' (UCX)");
+#endif
 
   m.def("version", [] { return std::string(COMMUX_VERSION); });
   m.def("ucx_version", &commux::ucx::loadedVersion, "Version of the UCX library loaded at run time");

@@ -36,13 +36,14 @@ def _pattern(rank, n, dtype, salt=0):
     return v.to(dtype)
 
 
-def _ring(rank, world_size, counts, dtypes, shared):
+def _ring(rank, world_size, counts, dtypes, shared, path):
     assert dist._supports_window()
     for dtype in dtypes:
         for n in counts:
             buf = _window_tensor(n + 5, dtype, shared)
             win = dist._new_window(buf)
             right, left = (rank + 1) % world_size, (rank - 1) % world_size
+            assert win.path(right) == path and win.path(rank) == "self", win.path(right)
             win.put(_pattern(rank, n, dtype), right, 5, False)
             win.signal(right, False)
             win.wait_signal(left, False)
@@ -57,13 +58,15 @@ def _ring(rank, world_size, counts, dtypes, shared):
 def test_ring_put_signal_wait_exact(path):
     env, shared = PATHS[path]
     run_ranks(_ring, 3, timeout=180, env=env, counts=[1, 3, 2048, 2049, 100_003, 1_000_003],
-              dtypes=[torch.float32, torch.int64, torch.bfloat16, torch.int8], shared=shared)
+              dtypes=[torch.float32, torch.int64, torch.bfloat16, torch.int8], shared=shared,
+              path=path)
 
 
-def _semantics(rank, world_size, shared):
+def _semantics(rank, world_size, shared, path):
     peer = 1 - rank
     buf = _window_tensor(64, torch.float32, shared)
     win = dist._new_window(buf)
+    assert win.path(peer) == path, win.path(peer)
     # get_attr: UNIFIED where the window can be loaded and stored directly.
     assert win.get_attr(rank).access_type == WindowAccessType.UNIFIED
     want = WindowAccessType.UNIFIED if shared else WindowAccessType.SEPARATE
@@ -132,6 +135,19 @@ def _semantics(rank, world_size, shared):
     b.wait()
     a.wait()
     assert torch.equal(buf[20:22], torch.full((2,), float(peer)))
+
+    # put_signal (commux's extension): small (one message) and large (data, then signal).
+    for n, value in ((3, 5.0), (3000, 6.0)):
+        big = _window_tensor(n, torch.float32, shared)
+        w = dist._new_window(big)
+        w.put_signal(torch.full((n,), value + rank), peer, 0)
+        w.wait_signal(peer, False)
+        assert torch.equal(big, torch.full((n,), value + peer)), (n, big[:4])
+        dist.barrier()  # the peer's next put_signal would overwrite what was checked
+        w.put_signal(torch.full((n,), -value), peer, 0, async_op=True).wait()
+        w.wait_signal(peer, False)
+        assert torch.equal(big, torch.full((n,), -value)), (n, big[:4])
+        w.tensor_deregister()
     win.tensor_deregister()
 
     # Several windows at once, each with its own dtype.
@@ -152,7 +168,7 @@ def _semantics(rank, world_size, shared):
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_window_semantics(path):
     env, shared = PATHS[path]
-    run_ranks(_semantics, 2, timeout=120, env=env, shared=shared)
+    run_ranks(_semantics, 2, timeout=120, env=env, shared=shared, path=path)
 
 
 def _mapping(rank, world_size):

@@ -1,0 +1,147 @@
+"""One-sided windows against commux's own tagged send/recv, same run, same buffers.
+
+Each iteration is a ping-pong between ranks 0 and 1 (half of it reported: one way):
+  send/recv    rank 0 sends n bytes, rank 1 receives and sends them back
+  put+signal   rank 0 puts n bytes into rank 1's window and signals; rank 1 waits for the
+               signal, puts them back and signals; rank 0 waits
+  put_signal   as put+signal with the fused call (commux's extension), when present
+Blocks of each alternate (ABAB...), median over blocks, so the shared machine's drift hits
+every column alike. The window's path is chosen as in a real job: `cma` (plain tensors,
+one host), `mapped` (tensors in shared memory, one host), `messages` (COMMUX_SHM=0: UCX
+messages, what another host gets).
+
+    python3 benchmarks/window.py [--paths cma,mapped,messages] [--sizes 8,1024,65536,1048576]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank, port, path, sizes, blocks, block_seconds, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if path == "messages":
+        os.environ["COMMUX_SHM"] = "0"
+    dist.init_process_group("ucx", rank=rank, world_size=2)
+    peer = 1 - rank
+    rows = []
+    for nbytes in sizes:
+        n = max(1, nbytes // 4)
+        src = torch.ones(n)
+        dst = torch.zeros(n)
+        win_buf = torch.zeros(n)
+        if path == "mapped":
+            win_buf.share_memory_()
+        win = dist._new_window(win_buf)
+        fused = getattr(win, "put_signal", None)
+
+        def sendrecv():
+            if rank == 0:
+                dist.send(src, 1)
+                dist.recv(dst, 1)
+            else:
+                dist.recv(dst, 0)
+                dist.send(src, 0)
+
+        def putsignal():
+            if rank == 0:
+                win.put(src, 1, 0, False)
+                win.signal(1, False)
+                win.wait_signal(1, False)
+            else:
+                win.wait_signal(0, False)
+                win.put(src, 0, 0, False)
+                win.signal(0, False)
+
+        def putsignal_fused():
+            if rank == 0:
+                fused(src, 1, 0)
+                win.wait_signal(1, False)
+            else:
+                win.wait_signal(0, False)
+                fused(src, 0, 0)
+
+        kinds = {"send/recv": sendrecv, "put+signal": putsignal}
+        if fused is not None:
+            kinds["put_signal"] = putsignal_fused
+        # Calibrate on send/recv: every kind gets the same count.
+        k = 1
+        while True:
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(k):
+                sendrecv()
+            took = torch.tensor([time.perf_counter() - t0])
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            if took.item() > block_seconds / 4 or k >= 1 << 16:
+                break
+            k *= 4
+        k = max(1, int(k * block_seconds / max(took.item(), 1e-6)))
+        times = {name: [] for name in kinds}
+        for _ in range(blocks):
+            for name, fn in kinds.items():
+                for _ in range(3):
+                    fn()
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    fn()
+                took = torch.tensor([time.perf_counter() - t0])
+                dist.all_reduce(took, op=dist.ReduceOp.MAX)
+                times[name].append(took.item() / k / 2)
+        win.tensor_deregister()
+        rows.append((nbytes, {name: statistics.median(v) for name, v in times.items()}))
+    if rank == 0:
+        out.put(rows)
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--paths", default="cma,mapped,messages")
+    ap.add_argument("--sizes", default="8,1024,65536,1048576,16777216")
+    ap.add_argument("--blocks", type=int, default=5)
+    ap.add_argument("--block-seconds", type=float, default=0.2)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    ctx = mp.get_context("spawn")
+    print("| path | bytes | send/recv us | put+signal us | ratio | put_signal us | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for path in args.paths.split(","):
+        out = ctx.Queue()
+        port = _free_port()
+        procs = [ctx.Process(target=_rank, args=(r, port, path, sizes, args.blocks,
+                                                  args.block_seconds, out)) for r in range(2)]
+        for p in procs:
+            p.start()
+        rows = out.get(timeout=900)
+        for p in procs:
+            p.join(timeout=60)
+            if p.exitcode != 0:
+                sys.exit(f"window bench: a rank of path {path} exited with {p.exitcode}")
+        for nbytes, t in rows:
+            sr = t["send/recv"] * 1e6
+            ps = t["put+signal"] * 1e6
+            fused = t.get("put_signal")
+            extra = f"{fused * 1e6:.2f} | {fused * 1e6 / sr:.2f}" if fused else "- | -"
+            print(f"| {path} | {nbytes} | {sr:.2f} | {ps:.2f} | {ps / sr:.2f} | {extra} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
