@@ -140,7 +140,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
 
   const std::size_t bytes = mine.elements * tensor.element_size();
   auto inbox = std::make_shared<engine::WindowInbox>(
-      mine.context, size, base, bytes,
+      mine.context, rank, size, base, bytes,
       engine::Description("window #" + std::to_string(index_) + " on rank " +
                           std::to_string(rank)));
   try {
@@ -191,6 +191,9 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
         peer.path = Peer::Path::Cma;
       }
     }
+    std::vector<std::shared_ptr<const engine::Route>> replyRoutes;
+    for (const auto& peer : peers) replyRoutes.push_back(peer.route);
+    engine_->submit(std::make_shared<engine::WindowRoutesOp>(inbox, std::move(replyRoutes)));
     peers_ = std::move(peers);
   } catch (...) {
     engine_->cancel(inbox, engine::commError("commux: window registration failed"));
@@ -360,6 +363,90 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
                                         [](void* t) { delete static_cast<at::Tensor*>(t); }),
                   signal, work->parts(), work->completer()));
   }
+  lock.unlock();
+  return finishCall(work, asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t srcRank,
+                                              int64_t sourceOffsetNelems, bool asyncOp,
+                                              std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const char* what = "window.get";
+  const Peer& peer = target(what, srcRank);
+  checkTensors(what, {tensor}, false);
+  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu(), "commux: ", what, ": the tensor is on ",
+                              tensor.device(), "; commux windows hold CPU tensors only");
+  TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: ", what, ": the tensor must be contiguous");
+  TORCH_CHECK_VALUE(tensor.scalar_type() == peer.dtype, "commux: ", what, ": the tensor is ",
+                    tensor.scalar_type(), " but rank ", srcRank, "'s window holds ", peer.dtype);
+  const auto count = static_cast<std::uint64_t>(tensor.numel());
+  TORCH_CHECK_VALUE(sourceOffsetNelems >= 0 &&
+                        static_cast<std::uint64_t>(sourceOffsetNelems) <= peer.elements &&
+                        count <= peer.elements - static_cast<std::uint64_t>(sourceOffsetNelems),
+                    "commux: ", what, ": ", count, " elements at offset ", sourceOffsetNelems,
+                    " do not fit rank ", srcRank, "'s window of ", peer.elements, " elements");
+  const std::size_t itemBytes = tensor.element_size();
+  const std::size_t bytes = count * itemBytes;
+  const std::size_t offsetBytes = static_cast<std::size_t>(sourceOffsetNelems) * itemBytes;
+  const int src = static_cast<int>(srcRank);
+  auto work = group_->makeWork(c10d::OpType::RECV, {tensor},
+                               engine::Description::p2p("window get", "from", src, 0, bytes, 1),
+                               timeout);
+  work->setPeer(src);
+  void* data = bytes == 0 ? nullptr : tensor.data_ptr();
+  bool copied = true;
+  switch (peer.path) {
+    case Peer::Path::Self:
+      if (bytes != 0) std::memmove(data, base_ + offsetBytes, bytes);
+      break;
+    case Peer::Path::Mapped:
+      if (bytes != 0) std::memcpy(data, peer.mapped + offsetBytes, bytes);
+      break;
+    case Peer::Path::Cma:
+      if (bytes != 0 && !shm::cmaRead(peer.pid, peer.address + offsetBytes, data, bytes)) {
+        TORCH_CHECK(!engine_->peerFailed(peer.route->address), "commux: ", what, " from rank ",
+                    srcRank, " failed: the rank is gone");
+        copied = false;  // the kernel refused this once: ask the peer instead
+      }
+      break;
+    case Peer::Path::Messages:
+      copied = false;
+      break;
+  }
+  if (copied) {
+    lock.unlock();
+    work->completer()(nullptr, -1);
+    return work;
+  }
+  group_->launch(work, std::make_shared<engine::WindowGetOp>(
+                           peer.route, static_cast<std::uint32_t>(group_->rank_),
+                           static_cast<std::uint32_t>(src), context_, data, bytes, offsetBytes,
+                           std::shared_ptr<void>(new at::Tensor(tensor),
+                                                 [](void* t) { delete static_cast<at::Tensor*>(t); }),
+                           work->parts(), work->completer()));
+  lock.unlock();
+  return finishCall(work, asyncOp);
+}
+
+c10::intrusive_ptr<c10d::Work> WindowUCX::flush(int64_t peerRank, bool asyncOp,
+                                                std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const Peer& peer = target("window.flush", peerRank);
+  const int dst = static_cast<int>(peerRank);
+  auto work = group_->makeWork(c10d::OpType::SEND, {},
+                               engine::Description::p2p("window flush", "to", dst, 0, 0, 0),
+                               timeout);
+  work->setPeer(dst);
+  if (peer.path != Peer::Path::Messages) {
+    // Those puts completed in the caller.
+    lock.unlock();
+    work->completer()(nullptr, -1);
+    return work;
+  }
+  group_->launch(work, std::make_shared<engine::WindowGetOp>(
+                           peer.route, static_cast<std::uint32_t>(group_->rank_),
+                           static_cast<std::uint32_t>(dst), context_, nullptr, 0, 0, nullptr,
+                           work->parts(), work->completer()));
   lock.unlock();
   return finishCall(work, asyncOp);
 }

@@ -65,6 +65,14 @@ class WindowUCX final : public c10d::Window {
   c10::intrusive_ptr<c10d::Work> putSignal(const at::Tensor& tensor, int64_t dstRank,
                                            int64_t targetOffsetNelems, bool asyncOp,
                                            std::chrono::milliseconds timeout);
+  /// Reads `tensor.numel()` elements at `sourceOffsetNelems` of `srcRank`'s window into
+  /// `tensor`; it sees every put this rank made to that window before it.
+  c10::intrusive_ptr<c10d::Work> get(const at::Tensor& tensor, int64_t srcRank,
+                                     int64_t sourceOffsetNelems, bool asyncOp,
+                                     std::chrono::milliseconds timeout);
+  /// Done once every put this rank made to `peerRank` before it is in the peer's memory.
+  c10::intrusive_ptr<c10d::Work> flush(int64_t peerRank, bool asyncOp,
+                                       std::chrono::milliseconds timeout);
   /// How puts reach `rank`: "self", "mapped", "cma" or "messages" (diagnostics, tests).
   std::string path(int64_t rank);
 

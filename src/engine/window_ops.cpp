@@ -21,16 +21,21 @@ wire::Tag dataTag(std::uint32_t context, std::uint32_t source) {
   return wire::p2pTag(context, source, 1);
 }
 
+wire::Tag replyTag(std::uint32_t context, std::uint32_t source) {
+  return wire::p2pTag(context, source, 2);
+}
+
 }  // namespace window
 
 namespace {
 constexpr std::uint32_t kControlSlot = 0;
 }  // namespace
 
-WindowInbox::WindowInbox(std::uint32_t context, int groupSize, char* base, std::size_t bytes,
-                         Description description)
+WindowInbox::WindowInbox(std::uint32_t context, int rank, int groupSize, char* base,
+                         std::size_t bytes, Description description)
     : Op(std::move(description), nullptr),
       context_(context),
+      rank_(static_cast<std::uint32_t>(rank)),
       base_(base),
       bytes_(bytes),
       control_(sizeof(window::Header) + window::kEagerBytes),
@@ -50,10 +55,43 @@ void WindowInbox::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo&
   if (slot == kControlSlot) {
     onControl(engine, static_cast<int>(wire::sourceOf(info.senderTag)), info.length);
     if (!finished()) postControl(engine);
+  } else if (slots_.at(slot - 1).reply) {
+    freeSlots_.push_back(slot);  // an answer went out
   } else {
-    onData(slot);
+    onData(engine, slot);
   }
   maybeClosed(engine);
+}
+
+std::uint32_t WindowInbox::takeSlot(const DataSlot& data) {
+  std::uint32_t slot;
+  if (freeSlots_.empty()) {
+    slots_.emplace_back();
+    slot = static_cast<std::uint32_t>(slots_.size());
+  } else {
+    slot = freeSlots_.back();
+    freeSlots_.pop_back();
+  }
+  slots_[slot - 1] = data;
+  return slot;
+}
+
+void WindowInbox::setRoutes(Engine& engine, std::vector<std::shared_ptr<const Route>> routes) {
+  routes_ = std::move(routes);
+  auto waiting = std::move(unanswered_);
+  unanswered_.clear();
+  for (const auto& get : waiting) answer(engine, get);
+}
+
+void WindowInbox::answer(Engine& engine, const Get& get) {
+  if (routes_.empty()) {
+    unanswered_.push_back(get);
+    return;
+  }
+  const auto& route = routes_.at(static_cast<std::size_t>(get.source));
+  const std::uint32_t slot = takeSlot(DataSlot{true, get.source, 0});
+  postSend(engine, engine.endpoint(*route), get.bytes == 0 ? nullptr : base_ + get.offset,
+           get.bytes, window::replyTag(route->context, rank_), slot, UCS_MEMORY_TYPE_HOST);
 }
 
 void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
@@ -76,21 +114,13 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
       }
       if (header.type == window::Type::PutSignal) {
         from.pending.push_back(Source::Pending{window::Type::Signal, from.posted});
-        release(source);
+        release(engine, source);
       }
       break;
     case window::Type::PutLarge: {
       TORCH_CHECK(inside, "commux: ", description(), ": a put from rank ", source,
                   " does not fit the window");
-      std::uint32_t slot;
-      if (freeSlots_.empty()) {
-        slots_.emplace_back();
-        slot = static_cast<std::uint32_t>(slots_.size());
-      } else {
-        slot = freeSlots_.back();
-        freeSlots_.pop_back();
-      }
-      slots_[slot - 1] = DataSlot{source, from.posted++};
+      const std::uint32_t slot = takeSlot(DataSlot{false, source, from.posted++});
       from.landed.push_back(false);
       postRecv(engine, base_ + header.offset, header.bytes,
                window::dataTag(context_, static_cast<std::uint32_t>(source)), wire::kExactMask,
@@ -100,7 +130,14 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
     case window::Type::Signal:
     case window::Type::Close:
       from.pending.push_back(Source::Pending{header.type, from.posted});
-      release(source);
+      release(engine, source);
+      break;
+    case window::Type::Get:
+      TORCH_CHECK(inside, "commux: ", description(), ": a get from rank ", source,
+                  " does not fit the window");
+      from.pending.push_back(
+          Source::Pending{header.type, from.posted, header.offset, header.bytes});
+      release(engine, source);
       break;
     default:
       TORCH_CHECK(false, "commux: ", description(), ": unknown control message from rank ",
@@ -108,7 +145,7 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
   }
 }
 
-void WindowInbox::onData(std::uint32_t slot) {
+void WindowInbox::onData(Engine& engine, std::uint32_t slot) {
   const DataSlot data = slots_.at(slot - 1);
   freeSlots_.push_back(slot);
   Source& from = sources_[static_cast<std::size_t>(data.source)];
@@ -117,15 +154,18 @@ void WindowInbox::onData(std::uint32_t slot) {
     from.landed.pop_front();
     ++from.doneBelow;
   }
-  release(data.source);
+  release(engine, data.source);
 }
 
-void WindowInbox::release(int source) {
+void WindowInbox::release(Engine& engine, int source) {
   Source& from = sources_[static_cast<std::size_t>(source)];
   while (!from.pending.empty() && from.pending.front().after <= from.doneBelow) {
-    const auto type = from.pending.front().type;
+    const Source::Pending next = from.pending.front();
+    const auto type = next.type;
     from.pending.pop_front();
-    if (type == window::Type::Close) {
+    if (type == window::Type::Get) {
+      answer(engine, Get{source, next.offset, next.bytes});
+    } else if (type == window::Type::Close) {
       if (!from.closed) ++closedPeers_;
       from.closed = true;
     } else if (!from.waiters.empty()) {
@@ -241,6 +281,49 @@ void WindowSignalOp::start(Engine& engine) {
 }
 
 void WindowSignalOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
+  succeed();
+}
+
+WindowGetOp::WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t source,
+                         std::uint32_t target, std::uint32_t context, void* data,
+                         std::size_t bytes,
+                         std::size_t offsetBytes, std::shared_ptr<void> keepAlive,
+                         Description description, Done done)
+    : Op(std::move(description), std::move(done)),
+      route_(std::move(route)),
+      source_(source),
+      target_(target),
+      context_(context),
+      data_(data),
+      bytes_(bytes),
+      keepAlive_(std::move(keepAlive)) {
+  header_.type = window::Type::Get;
+  header_.offset = offsetBytes;
+  header_.bytes = bytes;
+}
+
+void WindowGetOp::start(Engine& engine) {
+  // The answer's receive first: it is posted before the request can be answered.
+  postRecv(engine, data_, bytes_, window::replyTag(context_, target_), wire::kExactMask, 0,
+           UCS_MEMORY_TYPE_HOST);
+  postSend(engine, engine.endpoint(*route_), &header_, sizeof(header_),
+           window::controlTag(route_->context, source_), 1, UCS_MEMORY_TYPE_HOST);
+}
+
+void WindowGetOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
+  TORCH_CHECK(slot != 0 || info.length == bytes_, "commux: ", description(), ": the answer has ",
+              info.length, " bytes, not ", bytes_);
+  if (outstanding() == 0) succeed();
+}
+
+WindowRoutesOp::WindowRoutesOp(std::shared_ptr<WindowInbox> inbox,
+                               std::vector<std::shared_ptr<const Route>> routes)
+    : Op(Description("a window's routes"), nullptr),
+      inbox_(std::move(inbox)),
+      routes_(std::move(routes)) {}
+
+void WindowRoutesOp::start(Engine& engine) {
+  if (!inbox_->finished()) inbox_->setRoutes(engine, std::move(routes_));
   succeed();
 }
 

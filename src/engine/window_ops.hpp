@@ -25,7 +25,14 @@ namespace commux::engine {
 
 namespace window {
 
-enum class Type : std::uint32_t { Put = 1, PutLarge = 2, Signal = 3, Close = 4, PutSignal = 5 };
+enum class Type : std::uint32_t {
+  Put = 1,
+  PutLarge = 2,
+  Signal = 3,
+  Close = 4,
+  PutSignal = 5,
+  Get = 6,  // also flush: a get of 0 bytes, answered once the puts before it landed
+};
 
 /// Every control message starts with this.
 struct Header {
@@ -39,9 +46,11 @@ struct Header {
 /// target); larger ones as a second message received in place.
 inline constexpr std::size_t kEagerBytes = 8192;
 
-/// The target's tags: control messages (payload 0) and large puts' data (payload 1).
+/// The target's tags: control messages (payload 0) and large puts' data (payload 1); the
+/// requester's: the answer to a get (payload 2).
 wire::Tag controlTag(std::uint32_t context, std::uint32_t source);
 wire::Tag dataTag(std::uint32_t context, std::uint32_t source);
+wire::Tag replyTag(std::uint32_t context, std::uint32_t source);
 
 }  // namespace window
 
@@ -54,10 +63,13 @@ class CloseWindowOp;
 /// (CloseWindowOp) or the engine stops. Worker lock for everything.
 class WindowInbox final : public Op {
  public:
-  WindowInbox(std::uint32_t context, int groupSize, char* base, std::size_t bytes,
+  WindowInbox(std::uint32_t context, int rank, int groupSize, char* base, std::size_t bytes,
               Description description);
 
   void start(Engine& engine) override;
+  /// The peers' windows, once the registration read them: gets are answered from then on
+  /// (a get that came earlier waits for this).
+  void setRoutes(Engine& engine, std::vector<std::shared_ptr<const Route>> routes);
   /// A wait for a signal from `peer`: consumed at once when one is ready, else queued.
   void addWaiter(const std::shared_ptr<WaitSignalOp>& waiter, int peer);
   /// A wait that failed (timeout, abort) gives its place up, so no signal is lost to it.
@@ -81,6 +93,8 @@ class WindowInbox final : public Op {
     struct Pending {
       window::Type type;
       std::uint64_t after;
+      std::uint64_t offset = 0;  // a get's
+      std::uint64_t bytes = 0;
     };
     std::deque<Pending> pending;
     std::uint64_t ready = 0;  // released signals nobody waited for
@@ -88,22 +102,33 @@ class WindowInbox final : public Op {
     bool closed = false;
   };
   struct DataSlot {
+    bool reply = false;  // an answer to a get (a send), else a large put's data receive
     int source = -1;
     std::uint64_t index = 0;
+  };
+  struct Get {
+    int source;
+    std::uint64_t offset;
+    std::uint64_t bytes;
   };
 
   void postControl(Engine& engine);
   void onControl(Engine& engine, int source, std::size_t length);
-  void onData(std::uint32_t slot);
-  void release(int source);
+  void onData(Engine& engine, std::uint32_t slot);
+  void release(Engine& engine, int source);
+  void answer(Engine& engine, const Get& get);
+  std::uint32_t takeSlot(const DataSlot& slot);
   void maybeClosed(Engine& engine);
 
   const std::uint32_t context_;
+  const std::uint32_t rank_;
   char* const base_;
   const std::size_t bytes_;
   std::vector<char> control_;  // one control message: header + eager data
   std::vector<Source> sources_;
-  std::vector<DataSlot> slots_;  // slot 1 + i: a large put's data receive
+  std::vector<DataSlot> slots_;  // slot 1 + i: a data receive or a get's answer
+  std::vector<std::shared_ptr<const Route>> routes_;  // empty until setRoutes
+  std::vector<Get> unanswered_;  // gets released before setRoutes
   std::vector<std::uint32_t> freeSlots_;
   std::shared_ptr<CloseWindowOp> closer_;
   std::size_t closedPeers_ = 0;
@@ -149,6 +174,45 @@ class WindowSignalOp final : public Op {
   std::shared_ptr<const Route> route_;
   std::uint32_t source_;
   window::Header header_{};
+};
+
+/// Reads `bytes` at `offset` of a peer's window into `data` (commux's get; 0 bytes is a
+/// flush): the target answers once the puts this rank sent it before have landed.
+class WindowGetOp final : public Op {
+ public:
+  /// `source`: this rank; `target`: the peer's rank; `context`: this rank's window context.
+  WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t source, std::uint32_t target,
+              std::uint32_t context, void* data, std::size_t bytes, std::size_t offsetBytes,
+              std::shared_ptr<void> keepAlive, Description description, Done done);
+  void start(Engine& engine) override;
+
+ protected:
+  void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) override;
+
+ private:
+  std::shared_ptr<const Route> route_;
+  std::uint32_t source_;
+  std::uint32_t target_;
+  std::uint32_t context_;  // this rank's window context (the answer's)
+  void* data_;
+  std::size_t bytes_;
+  window::Header header_{};
+  std::shared_ptr<void> keepAlive_;
+};
+
+/// Hands the inbox its routes under the worker lock, then succeeds.
+class WindowRoutesOp final : public Op {
+ public:
+  WindowRoutesOp(std::shared_ptr<WindowInbox> inbox,
+                 std::vector<std::shared_ptr<const Route>> routes);
+  void start(Engine& engine) override;
+
+ protected:
+  void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) override {}
+
+ private:
+  std::shared_ptr<WindowInbox> inbox_;
+  std::vector<std::shared_ptr<const Route>> routes_;
 };
 
 /// Waits for one signal from `peer`; a timeout or abort gives its place back.

@@ -76,6 +76,25 @@ PYBIND11_MODULE(_C, m) {
           py::call_guard<py::gil_scoped_release>(),
           "put followed by a signal to the same rank (one message where the data is small); "
           "the wait_signal it satisfies sees the data")
+      .def(
+          "get",
+          [](commux::WindowUCX& w, const at::Tensor& tensor, int64_t src, int64_t offset,
+             bool asyncOp, std::chrono::milliseconds timeout) {
+            return w.get(tensor, src, offset, asyncOp, timeout);
+          },
+          py::arg("tensor"), py::arg("src_rank"), py::arg("source_offset_nelems") = 0,
+          py::arg("async_op") = false, py::arg("timeout") = c10d::kUnsetTimeout,
+          py::call_guard<py::gil_scoped_release>(),
+          "Reads tensor.numel() elements at that offset of src_rank's window into tensor; it "
+          "sees every put this rank made to that window before")
+      .def(
+          "flush",
+          [](commux::WindowUCX& w, int64_t peer, bool asyncOp, std::chrono::milliseconds timeout) {
+            return w.flush(peer, asyncOp, timeout);
+          },
+          py::arg("peer_rank"), py::arg("async_op") = false,
+          py::arg("timeout") = c10d::kUnsetTimeout, py::call_guard<py::gil_scoped_release>(),
+          "Done once every put this rank made to peer_rank before is in the peer's memory")
       .def("path", &commux::WindowUCX::path, py::arg("rank"),
            "How puts reach `rank`: 'self', 'mapped' (its tensor is in shared memory on this "
            "host), 'cma' (another process of this host), 'messages' (UCX)");

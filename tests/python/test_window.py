@@ -136,6 +136,27 @@ def _semantics(rank, world_size, shared, path):
     a.wait()
     assert torch.equal(buf[20:22], torch.full((2,), float(peer)))
 
+    # get and flush (commux's extensions): a get sees this rank's earlier puts to that
+    # window, and a flush returns once they are in the peer's memory.
+    big_put = torch.arange(5000.0) + rank
+    win.put(torch.full((4,), 3.0 + rank), peer, 40, False)
+    got = torch.zeros(4)
+    win.get(got, peer, 40)
+    assert torch.equal(got, torch.full((4,), 3.0 + rank)), got
+    dist.barrier()
+    mine = torch.zeros(64)
+    win.get(mine, rank)
+    assert torch.equal(mine, buf), "a get from this rank's own window"
+    dist.barrier()
+    win.flush(peer)
+    tail = torch.zeros(2)
+    win.get(tail, peer, 62, async_op=True).wait()
+    # Rank 1's window still holds rank 0's many puts there; rank 0's was never written.
+    want = torch.full((2,), 15.0) if peer == 1 else torch.zeros(2)
+    assert torch.equal(tail, want), tail
+    dist.barrier()
+    del big_put
+
     # put_signal (commux's extension): small (one message) and large (data, then signal).
     for n, value in ((3, 5.0), (3000, 6.0)):
         big = _window_tensor(n, torch.float32, shared)
@@ -219,6 +240,9 @@ def _bad_input(rank, world_size):
          "dtype mismatch"),
         (lambda: win.put(torch.ones(4, 4).t(), peer, 0, False), "contiguous", "non-contiguous"),
         (lambda: win.map_remote_tensor(7), "invalid peer rank 7", "map of a bad rank"),
+        (lambda: win.get(torch.ones(11), peer, 0), "do not fit", "get past the end"),
+        (lambda: win.get(torch.ones(1, dtype=torch.int64), peer, 0), "Long", "get dtype"),
+        (lambda: win.flush(3), "invalid peer rank 3", "flush of a bad rank"),
     ]
     for fn, keywords, what in cases:
         expect_error(fn, keywords, what, exc_types=(ValueError,))
@@ -287,3 +311,59 @@ def _dead_peer(rank, world_size):
 def test_wait_signal_on_a_killed_peer_fails_naming_it(path):
     env, _ = PATHS[path]
     run_ranks(_dead_peer, 2, timeout=90, env=env, killed=(1,))
+
+
+def _halo(rank, world_size, n, steps):
+    """README's halo exchange, checked against the same stencil run serially."""
+    world = world_size
+    full = torch.arange(world * n, dtype=torch.float64) ** 2 % 17
+    u = torch.zeros(n + 2, dtype=torch.float64)
+    u[1 : n + 1] = full[rank * n : (rank + 1) * n]
+    win = dist._new_window(u)
+    left, right = (rank - 1) % world, (rank + 1) % world
+    for _ in range(steps):
+        win.put(u[1:2].clone(), left, n + 1, False)
+        win.put(u[n : n + 1].clone(), right, 0, False)
+        win.signal(left, False)
+        win.signal(right, False)
+        win.wait_signal(left, False)
+        win.wait_signal(right, False)
+        u[1 : n + 1] = 0.5 * (u[0:n] + u[2 : n + 2])
+        dist.barrier()
+    win.tensor_deregister()
+    for _ in range(steps):
+        full = 0.5 * (torch.roll(full, 1) + torch.roll(full, -1))
+    assert torch.equal(u[1 : n + 1], full[rank * n : (rank + 1) * n]), "halo result differs"
+    return True
+
+
+@pytest.mark.parametrize("path", ["cma", "messages"])
+def test_readme_halo_exchange_matches_a_serial_run(path):
+    env, _ = PATHS[path]
+    run_ranks(_halo, 3, timeout=60, env=env, n=5, steps=20)
+
+
+def _get_after_large_puts(rank, world_size, n):
+    """Gets of a window that other ranks fill with large and small puts, after a flush."""
+    peer = 1 - rank
+    buf = torch.zeros(n)
+    win = dist._new_window(buf)
+    for salt in range(3):
+        data = torch.arange(n, dtype=torch.float32) + 1000 * salt + rank
+        win.put(data[: n // 2], peer, 0, True)
+        win.put(data[n // 2 :], peer, n // 2, True)
+        win.flush(peer)
+        back = torch.zeros(n)
+        win.get(back, peer, 0)
+        assert torch.equal(back, data), f"salt {salt}: get after flush differs"
+        dist.barrier()
+        assert torch.equal(buf, torch.arange(n, dtype=torch.float32) + 1000 * salt + peer)
+        dist.barrier()
+    win.tensor_deregister()
+    return True
+
+
+@pytest.mark.parametrize("path", ["cma", "messages"])
+def test_get_sees_flushed_puts(path):
+    env, _ = PATHS[path]
+    run_ranks(_get_after_large_puts, 2, timeout=60, env=env, n=300_001)
