@@ -5,6 +5,9 @@ Each iteration is a ping-pong between ranks 0 and 1 (half of it reported: one wa
   put+signal   rank 0 puts n bytes into rank 1's window and signals; rank 1 waits for the
                signal, puts them back and signals; rank 0 waits
   put_signal   as put+signal with the fused call (commux's extension), when present
+Ratios are against pg.send/recv (the backend's own send and recv, called on the group
+object, without torch.distributed's Python argument checks, which cost a few us a call and
+which a window call does not go through); dist.send/recv is shown beside it.
 Blocks of each alternate (ABAB...), median over blocks, so the shared machine's drift hits
 every column alike. The window's path is chosen as in a real job: `cma` (plain tensors,
 one host), `mapped` (tensors in shared memory, one host), `messages` (COMMUX_SHM=0: UCX
@@ -58,6 +61,18 @@ def _rank(rank, port, path, sizes, blocks, block_seconds, out):
                 dist.recv(dst, 0)
                 dist.send(src, 0)
 
+        pg = dist.group.WORLD
+
+        def sendrecv_pg():
+            # The same messages without torch.distributed's Python layer (dist.send/recv
+            # check arguments and look the group up on every call; win.put is one binding).
+            if rank == 0:
+                pg.send([src], 1, 0).wait()
+                pg.recv([dst], 1, 0).wait()
+            else:
+                pg.recv([dst], 0, 0).wait()
+                pg.send([src], 0, 0).wait()
+
         def putsignal():
             if rank == 0:
                 win.put(src, 1, 0, False)
@@ -76,7 +91,7 @@ def _rank(rank, port, path, sizes, blocks, block_seconds, out):
                 win.wait_signal(0, False)
                 fused(src, 0, 0)
 
-        kinds = {"send/recv": sendrecv, "put+signal": putsignal}
+        kinds = {"send/recv": sendrecv, "pg send/recv": sendrecv_pg, "put+signal": putsignal}
         if fused is not None:
             kinds["put_signal"] = putsignal_fused
         # Calibrate on send/recv: every kind gets the same count.
@@ -120,8 +135,9 @@ def main():
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     ctx = mp.get_context("spawn")
-    print("| path | bytes | send/recv us | put+signal us | ratio | put_signal us | ratio |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| path | bytes | dist.send/recv us | pg.send/recv us | put+signal us | ratio | "
+          "put_signal us | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for path in args.paths.split(","):
         out = ctx.Queue()
         port = _free_port()
@@ -136,11 +152,12 @@ def main():
                 sys.exit(f"window bench: a rank of path {path} exited with {p.exitcode}")
         for nbytes, t in rows:
             sr = t["send/recv"] * 1e6
+            pg = t["pg send/recv"] * 1e6
             ps = t["put+signal"] * 1e6
             fused = t.get("put_signal")
-            extra = f"{fused * 1e6:.2f} | {fused * 1e6 / sr:.2f}" if fused else "- | -"
-            print(f"| {path} | {nbytes} | {sr:.2f} | {ps:.2f} | {ps / sr:.2f} | {extra} |",
-                  flush=True)
+            extra = f"{fused * 1e6:.2f} | {fused * 1e6 / pg:.2f}" if fused else "- | -"
+            print(f"| {path} | {nbytes} | {sr:.2f} | {pg:.2f} | {ps:.2f} | {ps / pg:.2f} | "
+                  f"{extra} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,9 @@ std::shared_ptr<Mapping> mapPeer(const Record& r) {
   return mapping;
 }
 
+// Puts to a same-host peer (not mapped) from this size on go through process_vm_writev.
+constexpr std::size_t kCmaPutMinBytes = 256 * 1024;
+
 std::string windowKey(std::uint64_t window, std::uint64_t registration, int rank) {
   return storeKeyPrefix() + "window/" + std::to_string(window) + "/" +
          std::to_string(registration) + "/" + std::to_string(rank);
@@ -328,7 +331,13 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
       if (bytes != 0) std::memcpy(peer.mapped + offsetBytes, data, bytes);
       break;
     case Peer::Path::Cma:
-      if (bytes != 0 && !shm::cmaWrite(peer.pid, peer.address + offsetBytes, data, bytes)) {
+      // process_vm_writev pins the target's pages for every call: below this size a UCX
+      // message over shared memory is faster (benchmarks/window.py, docs/performance.md).
+      if (bytes < kCmaPutMinBytes) {
+        copied = false;
+        break;
+      }
+      if (!shm::cmaWrite(peer.pid, peer.address + offsetBytes, data, bytes)) {
         const int error = errno;
         TORCH_CHECK(!engine_->peerFailed(peer.route->address), "commux: ", what, " to rank ",
                     dstRank, " failed: the rank is gone");
@@ -343,6 +352,10 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
     case Peer::Path::Messages:
       copied = false;
       break;
+  }
+  if (!copied && peer.path == Peer::Path::Cma) {
+    // A later get must not read around this put: it goes through the inbox until then.
+    peers_[static_cast<std::size_t>(dst)].messagesInFlight = true;
   }
   if (copied && !signal) {
     lock.unlock();
@@ -403,6 +416,13 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t 
       if (bytes != 0) std::memcpy(data, peer.mapped + offsetBytes, bytes);
       break;
     case Peer::Path::Cma:
+      if (peer.messagesInFlight) {
+        // Puts that went as messages may not have landed: the inbox orders this get after
+        // them (and then nothing is in flight any more).
+        peers_[static_cast<std::size_t>(src)].messagesInFlight = false;
+        copied = false;
+        break;
+      }
       if (bytes != 0 && !shm::cmaRead(peer.pid, peer.address + offsetBytes, data, bytes)) {
         TORCH_CHECK(!engine_->peerFailed(peer.route->address), "commux: ", what, " from rank ",
                     srcRank, " failed: the rank is gone");
@@ -437,7 +457,9 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::flush(int64_t peerRank, bool asyncOp,
                                engine::Description::p2p("window flush", "to", dst, 0, 0, 0),
                                timeout);
   work->setPeer(dst);
-  if (peer.path != Peer::Path::Messages) {
+  if (peer.path == Peer::Path::Cma && peer.messagesInFlight) {
+    peers_[static_cast<std::size_t>(dst)].messagesInFlight = false;
+  } else if (peer.path != Peer::Path::Messages) {
     // Those puts completed in the caller.
     lock.unlock();
     work->completer()(nullptr, -1);

@@ -6,7 +6,8 @@
 //  - this rank: a copy;
 //  - a peer on this host whose tensor is in shared memory (tensor.share_memory_()): a copy
 //    into that memory, mapped here once (this is also what map_remote_tensor returns);
-//  - another peer on this host: one process_vm_writev into its tensor (CMA);
+//  - another peer on this host: one process_vm_writev into its tensor (CMA) from 256 KiB
+//    on, UCX messages below (measured: the syscall costs more than a message there);
 //  - any other peer (another host, COMMUX_SHM=0, CMA refused): UCX messages
 //    (engine/window_ops.hpp), received into the tensor by the target's engine.
 // The first three complete in the caller; a signal always travels as a UCX message after
@@ -88,6 +89,8 @@ class WindowUCX final : public c10d::Window {
     pid_t pid = 0;
     std::shared_ptr<void> mapping;       // Mapped: the peer's memory, mapped here
     char* mapped = nullptr;              // Mapped: its tensor in that mapping
+    bool messagesInFlight = false;       // Cma: small puts went as messages since the last
+                                         // get or flush through the inbox
   };
 
   c10::intrusive_ptr<c10d::Work> putAndMaybeSignal(const char* op, const at::Tensor& tensor,

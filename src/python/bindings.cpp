@@ -97,7 +97,8 @@ PYBIND11_MODULE(_C, m) {
           "Done once every put this rank made to peer_rank before is in the peer's memory")
       .def("path", &commux::WindowUCX::path, py::arg("rank"),
            "How puts reach `rank`: 'self', 'mapped' (its tensor is in shared memory on this "
-           "host), 'cma' (another process of this host), 'messages' (UCX)");
+           "host), 'cma' (another process of this host: process_vm_writev from 256 KiB, UCX "
+           "messages below), 'messages' (UCX)");
 #endif
 
   m.def("version", [] { return std::string(COMMUX_VERSION); });
