@@ -829,8 +829,26 @@ void Engine::teardown() {
     }
     drainCompletions();
   }
+  flushEndpoints(std::chrono::milliseconds(500));
   endpoints_.clear();
   purgeSinks_.clear();
+}
+
+void Engine::flushEndpoints(std::chrono::milliseconds limit) {
+  // A send that completed here may still sit in UCX's or the kernel's queues (TCP): closing
+  // the endpoints by force at once can drop it, and the peer, still waiting for it (the
+  // last message of a collective, a window's close), sees this rank die instead. A flush
+  // returns once every operation reached the peer; a dead peer only costs `limit`.
+  ucp_request_param_t params{};
+  void* request = ucp_worker_flush_nbx(worker_.get(), &params);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+         std::chrono::steady_clock::now() < deadline) {
+    worker_.progress();
+  }
+  if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(worker_.get(), request);
+  ucp_request_free(request);
 }
 
 }  // namespace commux::engine

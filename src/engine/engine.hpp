@@ -244,6 +244,8 @@ class Engine {
   void dispatch(std::function<void(Engine&)> command, Drive drive);
   void stop();
   void teardown();
+  /// Teardown, worker-lock holder: waits up to `limit` for what was sent to reach its peers.
+  void flushEndpoints(std::chrono::milliseconds limit);
   /// After the progress thread is gone: fails the operations still behind a CUDA stream and
   /// runs what was queued after teardown, so that every Work completes.
   void failStranded();

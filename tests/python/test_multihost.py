@@ -98,10 +98,9 @@ def test_multihost_job_passes(hosts):
 def test_window_job_across_hosts():
     """tests/python/window_job.py on 2 hosts x 2 ranks: puts, signals, gets between the
     ranks of one host (cma) and across hosts (UCX messages over TCP), checked exactly."""
-    rc, out, elapsed = _run("--hosts", "2", "--job", os.path.join(ROOT, "tests", "python",
-                                                                  "window_job.py"))
+    rc, out, elapsed = _run("--hosts", "2", "--job", "tests/python/window_job.py")
     assert rc == 0, f"the window job exited {rc} after {elapsed:.0f}s:\n{out[-12000:]}"
-    ok = re.findall(r"^window ok rank (\d+) host (\S+) paths (.*)$", out, re.M)
+    ok = re.findall(r"^multihost ok rank (\d+) host (\S+) paths (.*)$", out, re.M)
     assert sorted(int(r) for r, _, _ in ok) == [0, 1, 2, 3], out[-6000:]
     paths = " ".join(p for _, _, p in ok)
     assert "cma" in paths and "messages" in paths, paths

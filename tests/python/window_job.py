@@ -1,13 +1,14 @@
 """A torchrun job of one-sided windows for scripts/multihost_check.sh --job: a ring of
 put+signal+wait, put_signal, get after flush, at sizes on both sides of the eager limit,
 between ranks of one host (cma) and of different hosts (messages, UCX over TCP). Every
-result is checked exactly; each rank prints "window ok rank R paths ..." at the end.
+result is checked exactly; each rank prints "multihost ok rank R host H paths {...}" at the end.
 
     scripts/multihost_check.sh --job tests/python/window_job.py
 """
 
 import os
 import socket
+import sys
 
 import torch
 import torch.distributed as dist
@@ -43,7 +44,10 @@ def main():
         win.get(back, right, 3)
         assert torch.equal(back, data + 2), f"rank {rank}: get after flush from {right} differs"
         win.tensor_deregister()
-    print(f"window ok rank {rank} host {socket.gethostname()} paths {paths}", flush=True)
+    # The line the script counts (and shows); the paths tell the test which ways were used.
+    # One write: the ranks of a host share its log, and print writes the newline apart.
+    sys.stdout.flush()
+    os.write(1, f"multihost ok rank {rank} host {socket.gethostname()} paths {paths}\n".encode())
     dist.destroy_process_group()
 
 
