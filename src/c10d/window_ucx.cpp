@@ -258,6 +258,25 @@ const WindowUCX::Peer& WindowUCX::target(const char* op, int64_t rank) const {
   return peers_[static_cast<std::size_t>(rank)];
 }
 
+std::pair<std::size_t, std::size_t> WindowUCX::checkTransfer(const char* what,
+                                                             const at::Tensor& tensor,
+                                                             const Peer& peer, int64_t rank,
+                                                             int64_t offset) {
+  checkTensors(what, {tensor}, false);
+  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu(), "commux: ", what, ": the tensor is on ",
+                              tensor.device(), "; commux windows hold CPU tensors only");
+  TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: ", what, ": the tensor must be contiguous");
+  TORCH_CHECK_VALUE(tensor.scalar_type() == peer.dtype, "commux: ", what, ": the tensor is ",
+                    tensor.scalar_type(), " but rank ", rank, "'s window holds ", peer.dtype);
+  const auto count = static_cast<std::uint64_t>(tensor.numel());
+  TORCH_CHECK_VALUE(offset >= 0 && static_cast<std::uint64_t>(offset) <= peer.elements &&
+                        count <= peer.elements - static_cast<std::uint64_t>(offset),
+                    "commux: ", what, ": ", count, " elements at offset ", offset,
+                    " do not fit rank ", rank, "'s window of ", peer.elements, " elements");
+  const std::size_t itemBytes = tensor.element_size();
+  return {count * itemBytes, static_cast<std::size_t>(offset) * itemBytes};
+}
+
 c10::intrusive_ptr<c10d::Work> WindowUCX::finishCall(const c10::intrusive_ptr<c10d::Work>& work,
                                                      bool asyncOp) {
   if (!asyncOp) work->wait();
@@ -297,23 +316,9 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
     const char* op, const at::Tensor& tensor, int64_t dstRank, int64_t targetOffsetNelems,
     bool asyncOp, std::chrono::milliseconds timeout, bool signal) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const Peer& peer = target(op, dstRank);
   const char* what = op;
-  checkTensors(what, {tensor}, false);
-  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu(), "commux: ", what, ": the tensor is on ",
-                              tensor.device(), "; commux windows hold CPU tensors only");
-  TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: ", what, ": the tensor must be contiguous");
-  TORCH_CHECK_VALUE(tensor.scalar_type() == peer.dtype, "commux: ", what, ": the tensor is ",
-                    tensor.scalar_type(), " but rank ", dstRank, "'s window holds ", peer.dtype);
-  const auto count = static_cast<std::uint64_t>(tensor.numel());
-  TORCH_CHECK_VALUE(targetOffsetNelems >= 0 &&
-                        static_cast<std::uint64_t>(targetOffsetNelems) <= peer.elements &&
-                        count <= peer.elements - static_cast<std::uint64_t>(targetOffsetNelems),
-                    "commux: ", what, ": ", count, " elements at offset ", targetOffsetNelems,
-                    " do not fit rank ", dstRank, "'s window of ", peer.elements, " elements");
-  const std::size_t itemBytes = tensor.element_size();
-  const std::size_t bytes = count * itemBytes;
-  const std::size_t offsetBytes = static_cast<std::size_t>(targetOffsetNelems) * itemBytes;
+  const Peer& peer = target(what, dstRank);
+  const auto [bytes, offsetBytes] = checkTransfer(what, tensor, peer, dstRank, targetOffsetNelems);
   const int dst = static_cast<int>(dstRank);
   auto work = group_->makeWork(
       c10d::OpType::SEND, {tensor},
@@ -386,21 +391,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t 
   std::unique_lock<std::mutex> lock(mutex_);
   const char* what = "window.get";
   const Peer& peer = target(what, srcRank);
-  checkTensors(what, {tensor}, false);
-  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu(), "commux: ", what, ": the tensor is on ",
-                              tensor.device(), "; commux windows hold CPU tensors only");
-  TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: ", what, ": the tensor must be contiguous");
-  TORCH_CHECK_VALUE(tensor.scalar_type() == peer.dtype, "commux: ", what, ": the tensor is ",
-                    tensor.scalar_type(), " but rank ", srcRank, "'s window holds ", peer.dtype);
-  const auto count = static_cast<std::uint64_t>(tensor.numel());
-  TORCH_CHECK_VALUE(sourceOffsetNelems >= 0 &&
-                        static_cast<std::uint64_t>(sourceOffsetNelems) <= peer.elements &&
-                        count <= peer.elements - static_cast<std::uint64_t>(sourceOffsetNelems),
-                    "commux: ", what, ": ", count, " elements at offset ", sourceOffsetNelems,
-                    " do not fit rank ", srcRank, "'s window of ", peer.elements, " elements");
-  const std::size_t itemBytes = tensor.element_size();
-  const std::size_t bytes = count * itemBytes;
-  const std::size_t offsetBytes = static_cast<std::size_t>(sourceOffsetNelems) * itemBytes;
+  const auto [bytes, offsetBytes] = checkTransfer(what, tensor, peer, srcRank, sourceOffsetNelems);
   const int src = static_cast<int>(srcRank);
   auto work = group_->makeWork(c10d::OpType::RECV, {tensor},
                                engine::Description::p2p("window get", "from", src, 0, bytes, 1),

@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace commux {
@@ -98,6 +99,12 @@ class WindowUCX final : public c10d::Window {
                                                    bool asyncOp, std::chrono::milliseconds timeout,
                                                    bool signal);
   void checkRegistered(const char* op) const;
+  /// Checks a put's or get's tensor and range against `peer`'s window (rank `rank`);
+  /// returns its length and its offset in bytes.
+  static std::pair<std::size_t, std::size_t> checkTransfer(const char* what,
+                                                           const at::Tensor& tensor,
+                                                           const Peer& peer, int64_t rank,
+                                                           int64_t offset);
   const Peer& target(const char* op, int64_t rank) const;
   /// Completes `work` and waits for it when the caller asked for a blocking call.
   c10::intrusive_ptr<c10d::Work> finishCall(const c10::intrusive_ptr<c10d::Work>& work,
