@@ -14,13 +14,20 @@ one host), `mapped` (tensors in shared memory, one host), `messages` (COMMUX_SHM
 messages, what another host gets).
 
     python3 benchmarks/window.py [--paths cma,mapped,messages] [--sizes 8,1024,65536,1048576]
+                                 [--mpi]
+
+--mpi: after each path's run, MPI RMA through mpi4py on the same sizes (window_mpi.py under
+mpirun: Win.Allocate, Put + Flush + a flag Put + Flush, the target polling with Win.Sync),
+so every path's row has an MPI time taken minutes apart at most.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
+import subprocess
 import statistics
 import sys
 import time
@@ -126,18 +133,41 @@ def _rank(rank, port, path, sizes, blocks, block_seconds, out):
     dist.destroy_process_group()
 
 
+def _mpi_times(args):
+    """{bytes: seconds one way} of MPI RMA's put+signal (window_mpi.py under mpirun)."""
+    if shutil.which("mpirun") is None:
+        sys.exit("window bench: --mpi needs mpirun (scripts/install.sh --mpi)")
+    cmd = ["mpirun", "-n", "2", "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd += [sys.executable, os.path.join(here, "window_mpi.py"), args.sizes, str(args.blocks),
+            str(args.block_seconds)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        sys.exit(f"window bench: the MPI run failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    times = {}
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "mpi":
+            times[int(parts[1])] = float(parts[2])
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--paths", default="cma,mapped,messages")
     ap.add_argument("--sizes", default="8,1024,65536,1048576,16777216")
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--block-seconds", type=float, default=0.2)
+    ap.add_argument("--mpi", action="store_true", help="MPI RMA (mpi4py) beside each path")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     ctx = mp.get_context("spawn")
+    mpi_head = " mpi4py RMA us | put_signal / mpi |" if args.mpi else ""
     print("| path | bytes | dist.send/recv us | pg.send/recv us | put+signal us | ratio | "
-          "put_signal us | ratio |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "put_signal us | ratio |" + mpi_head)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.mpi else ""))
     for path in args.paths.split(","):
         out = ctx.Queue()
         port = _free_port()
@@ -150,14 +180,19 @@ def main():
             p.join(timeout=60)
             if p.exitcode != 0:
                 sys.exit(f"window bench: a rank of path {path} exited with {p.exitcode}")
+        mpi = _mpi_times(args) if args.mpi else {}
         for nbytes, t in rows:
             sr = t["send/recv"] * 1e6
             pg = t["pg send/recv"] * 1e6
             ps = t["put+signal"] * 1e6
             fused = t.get("put_signal")
             extra = f"{fused * 1e6:.2f} | {fused * 1e6 / pg:.2f}" if fused else "- | -"
+            tail = ""
+            if args.mpi:
+                m = mpi.get(nbytes)
+                tail = (f" {m * 1e6:.2f} | {fused / m:.2f} |" if m and fused else " - | - |")
             print(f"| {path} | {nbytes} | {sr:.2f} | {pg:.2f} | {ps:.2f} | {ps / pg:.2f} | "
-                  f"{extra} |", flush=True)
+                  f"{extra} |{tail}", flush=True)
 
 
 if __name__ == "__main__":
