@@ -101,31 +101,27 @@ def _rank(rank, port, path, sizes, blocks, block_seconds, out):
         kinds = {"send/recv": sendrecv, "pg send/recv": sendrecv_pg, "put+signal": putsignal}
         if fused is not None:
             kinds["put_signal"] = putsignal_fused
-        # Calibrate on send/recv: every kind gets the same count.
-        k = 1
-        while True:
+        def timed(fn, k):
+            """Seconds for k calls of fn, the slowest rank's, after a barrier."""
             dist.barrier()
             t0 = time.perf_counter()
             for _ in range(k):
-                sendrecv()
+                fn()
             took = torch.tensor([time.perf_counter() - t0])
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
-            if took.item() > block_seconds / 4 or k >= 1 << 16:
-                break
+            return took.item()
+
+        # Calibrate on send/recv: every kind gets the same count.
+        k = 1
+        while (took := timed(sendrecv, k)) <= block_seconds / 4 and k < 1 << 16:
             k *= 4
-        k = max(1, int(k * block_seconds / max(took.item(), 1e-6)))
+        k = max(1, int(k * block_seconds / max(took, 1e-6)))
         times = {name: [] for name in kinds}
         for _ in range(blocks):
             for name, fn in kinds.items():
                 for _ in range(3):
                     fn()
-                dist.barrier()
-                t0 = time.perf_counter()
-                for _ in range(k):
-                    fn()
-                took = torch.tensor([time.perf_counter() - t0])
-                dist.all_reduce(took, op=dist.ReduceOp.MAX)
-                times[name].append(took.item() / k / 2)
+                times[name].append(timed(fn, k) / k / 2)
         win.tensor_deregister()
         rows.append((nbytes, {name: statistics.median(v) for name, v in times.items()}))
     if rank == 0:

@@ -51,39 +51,34 @@ def main():
                 if flag[0] >= want:
                     return
 
-        def one(expected):
+        expected = [0]
+
+        def one():
+            expected[0] += 1
             if rank == 0:
                 put_signal()
-                wait_flag(expected)
+                wait_flag(expected[0])
             else:
-                wait_flag(expected)
+                wait_flag(expected[0])
                 put_signal()
 
-        expected = 0
-        k = 1
-        while True:
+        def timed(k):
+            """Seconds for k iterations, the slowest rank's, after a barrier."""
             comm.Barrier()
             t0 = time.perf_counter()
             for _ in range(k):
-                expected += 1
-                one(expected)
-            took = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-            if took > block_seconds / 4 or k >= 1 << 16:
-                break
+                one()
+            return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+
+        k = 1
+        while (took := timed(k)) <= block_seconds / 4 and k < 1 << 16:
             k *= 4
         k = max(1, int(k * block_seconds / max(took, 1e-6)))
         times = []
         for _ in range(blocks):
             for _ in range(3):
-                expected += 1
-                one(expected)
-            comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(k):
-                expected += 1
-                one(expected)
-            took = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-            times.append(took / k / 2)
+                one()
+            times.append(timed(k) / k / 2)
         win.Unlock_all()
         comm.Barrier()
         win.Free()
