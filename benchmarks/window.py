@@ -10,8 +10,9 @@ object, without torch.distributed's Python argument checks, which cost a few us 
 which a window call does not go through); dist.send/recv is shown beside it.
 Blocks of each alternate (ABAB...), median over blocks, so the shared machine's drift hits
 every column alike. The window's path is chosen as in a real job: `cma` (plain tensors,
-one host), `mapped` (tensors in shared memory, one host), `messages` (COMMUX_SHM=0: UCX
-messages, what another host gets).
+one host), `mapped` (tensors in shared memory, one host), `moved` (plain tensors with
+COMMUX_WINDOW_SHARE=1: moved to shared memory at registration, then as `mapped`),
+`messages` (COMMUX_SHM=0: UCX messages, what another host gets).
 
     python3 benchmarks/window.py [--paths cma,mapped,messages] [--sizes 8,1024,65536,1048576]
                                  [--mpi]
@@ -47,6 +48,8 @@ def _rank(rank, port, path, sizes, blocks, block_seconds, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if path == "messages":
         os.environ["COMMUX_SHM"] = "0"
+    if path == "moved":
+        os.environ["COMMUX_WINDOW_SHARE"] = "1"
     dist.init_process_group("ucx", rank=rank, world_size=2)
     peer = 1 - rank
     rows = []
@@ -152,7 +155,7 @@ def _mpi_times(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--paths", default="cma,mapped,messages")
+    ap.add_argument("--paths", default="cma,mapped,moved,messages")
     ap.add_argument("--sizes", default="8,1024,65536,1048576,16777216")
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--block-seconds", type=float, default=0.2)

@@ -15,6 +15,7 @@
 #include "c10d/shm_setup.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
+#include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
@@ -83,6 +84,22 @@ std::shared_ptr<Mapping> mapPeer(const Record& r) {
 // Puts to a same-host peer (not mapped) from this size on go through process_vm_writev.
 constexpr std::size_t kCmaPutMinBytes = 256 * 1024;
 
+// What tensor.share_memory_() does (torch's file-descriptor strategy), from C++: the
+// storage's bytes move to a new shared-memory file whose descriptor stays open, and the
+// storage points there from now on, so every tensor on it follows.
+void moveToSharedMemory(const at::Tensor& tensor) {
+  const c10::Storage& storage = tensor.storage();
+  if (storage.nbytes() == 0 || at::MapAllocator::fromDataPtr(storage.data_ptr()) != nullptr) {
+    return;
+  }
+  const int flags = at::ALLOCATOR_MAPPED_SHAREDMEM | at::ALLOCATOR_MAPPED_EXCLUSIVE |
+                    at::ALLOCATOR_MAPPED_KEEPFD | at::ALLOCATOR_MAPPED_UNLINK;
+  at::DataPtr shared = at::MapAllocator::makeDataPtr(at::NewProcessWideShmHandle(), flags,
+                                                     storage.nbytes(), nullptr);
+  std::memcpy(shared.get(), storage.data(), storage.nbytes());
+  storage.set_data_ptr_noswap(std::move(shared));
+}
+
 std::string windowKey(std::uint64_t window, std::uint64_t registration, int rank) {
   return storeKeyPrefix() + "window/" + std::to_string(window) + "/" +
          std::to_string(registration) + "/" + std::to_string(rank);
@@ -122,6 +139,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   const int rank = group_->rank_;
   const int size = group_->size_;
   shm::allowReaders();
+  if (Config::get().windowShare && size > 1) moveToSharedMemory(tensor);
 
   Record mine;
   mine.context = engine_->contexts().acquire();

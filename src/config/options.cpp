@@ -98,6 +98,7 @@ Config Config::fromEnvironment() {
   c.logAlgorithmsMinRanks = static_cast<int>(std::min<std::size_t>(logMinRanks, 1u << 30));
   readUnsigned("COMMUX_RING_MIN_BLOCK_BYTES", c.ringMinBlockBytes);
   readBool("COMMUX_SHM", c.shm);
+  readBool("COMMUX_WINDOW_SHARE", c.windowShare);
   readUnsigned("COMMUX_SHM_SLOT_BYTES", c.shmSlotBytes);
   readUnsigned("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes);
   readUnsigned("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes);

@@ -140,6 +140,7 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_CHAIN_MIN_BYTES"] = c.chainMinBytes;
     d["COMMUX_PIPELINE_CHUNK_BYTES"] = c.pipelineChunkBytes;
     d["COMMUX_SHM"] = c.shm;
+    d["COMMUX_WINDOW_SHARE"] = c.windowShare;
     d["COMMUX_SHM_SLOT_BYTES"] = c.shmSlotBytes;
     d["COMMUX_SHM_SMALL_BYTES"] = c.shmSmallBytes;
     d["COMMUX_SHM_CMA_BYTES"] = c.shmCmaBytes;

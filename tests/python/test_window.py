@@ -18,10 +18,13 @@ from torch._C._distributed_c10d import WaitSignalOptions, WindowAccessType
 
 from harness import assert_group_works, expect_error, run_ranks
 
+# name: (environment, tensor made with share_memory_(), the path puts take)
 PATHS = {
-    "cma": ({}, False),
-    "mapped": ({}, True),
-    "messages": ({"COMMUX_SHM": "0"}, False),
+    "cma": ({}, False, "cma"),
+    "mapped": ({}, True, "mapped"),
+    "messages": ({"COMMUX_SHM": "0"}, False, "messages"),
+    # COMMUX_WINDOW_SHARE moves an ordinary tensor's storage into shared memory in place.
+    "moved": ({"COMMUX_WINDOW_SHARE": "1"}, False, "mapped"),
 }
 
 
@@ -56,7 +59,7 @@ def _ring(rank, world_size, counts, dtypes, shared, path):
 
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_ring_put_signal_wait_exact(path):
-    env, shared = PATHS[path]
+    env, shared, path = PATHS[path]
     run_ranks(_ring, 3, timeout=180, env=env, counts=[1, 3, 2048, 2049, 100_003, 1_000_003],
               dtypes=[torch.float32, torch.int64, torch.bfloat16, torch.int8], shared=shared,
               path=path)
@@ -69,7 +72,7 @@ def _semantics(rank, world_size, shared, path):
     assert win.path(peer) == path, win.path(peer)
     # get_attr: UNIFIED where the window can be loaded and stored directly.
     assert win.get_attr(rank).access_type == WindowAccessType.UNIFIED
-    want = WindowAccessType.UNIFIED if shared else WindowAccessType.SEPARATE
+    want = WindowAccessType.UNIFIED if path == "mapped" else WindowAccessType.SEPARATE
     assert win.get_attr(peer).access_type == want, (shared, win.get_attr(peer).access_type)
 
     # Many puts, then one signal: all of them are visible when the wait returns.
@@ -188,7 +191,7 @@ def _semantics(rank, world_size, shared, path):
 
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_window_semantics(path):
-    env, shared = PATHS[path]
+    env, shared, path = PATHS[path]
     run_ranks(_semantics, 2, timeout=120, env=env, shared=shared, path=path)
 
 
@@ -309,7 +312,7 @@ def _dead_peer(rank, world_size):
 
 @pytest.mark.parametrize("path", ["cma", "messages"])
 def test_wait_signal_on_a_killed_peer_fails_naming_it(path):
-    env, _ = PATHS[path]
+    env, _, _ = PATHS[path]
     run_ranks(_dead_peer, 2, timeout=90, env=env, killed=(1,))
 
 
@@ -339,7 +342,7 @@ def _halo(rank, world_size, n, steps):
 
 @pytest.mark.parametrize("path", ["cma", "messages"])
 def test_readme_halo_exchange_matches_a_serial_run(path):
-    env, _ = PATHS[path]
+    env, _, _ = PATHS[path]
     run_ranks(_halo, 3, timeout=60, env=env, n=5, steps=20)
 
 
@@ -365,5 +368,5 @@ def _get_after_large_puts(rank, world_size, n):
 
 @pytest.mark.parametrize("path", ["cma", "messages"])
 def test_get_sees_flushed_puts(path):
-    env, _ = PATHS[path]
+    env, _, _ = PATHS[path]
     run_ranks(_get_after_large_puts, 2, timeout=60, env=env, n=300_001)
