@@ -295,12 +295,20 @@ std::pair<std::size_t, std::size_t> WindowUCX::checkTransfer(const char* what,
   return {count * itemBytes, static_cast<std::size_t>(offset) * itemBytes};
 }
 
-c10::intrusive_ptr<c10d::Work> WindowUCX::finishCall(const c10::intrusive_ptr<c10d::Work>& work,
+c10::intrusive_ptr<c10d::Work> WindowUCX::finishCall(std::unique_lock<std::mutex>& lock,
+                                                     const c10::intrusive_ptr<c10d::Work>& work,
                                                      bool asyncOp) {
+  lock.unlock();  // a wait must not hold the window, nor a completion's callbacks run under it
   if (!asyncOp) work->wait();
   return work;
 }
 
+c10::intrusive_ptr<c10d::Work> WindowUCX::doneNow(std::unique_lock<std::mutex>& lock,
+                                                  WorkUCX& work) {
+  lock.unlock();
+  work.completer()(nullptr, -1);
+  return c10::intrusive_ptr<c10d::Work>::reclaim_copy(&work);
+}
 c10::intrusive_ptr<c10d::Work> WindowUCX::put(const at::Tensor& tensor, int64_t dstRank,
                                               int64_t targetOffsetNelems, bool asyncOp,
                                               const c10d::PutOptions& opts) {
@@ -381,9 +389,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
     peers_[static_cast<std::size_t>(dst)].messagesInFlight = true;
   }
   if (copied && !signal) {
-    lock.unlock();
-    work->completer()(nullptr, -1);
-    return work;
+    return doneNow(lock, *work);
   }
   if (copied) {
     // The data is in place: the signal alone travels.
@@ -399,8 +405,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
                                         [](void* t) { delete static_cast<at::Tensor*>(t); }),
                   signal, work->parts(), work->completer()));
   }
-  lock.unlock();
-  return finishCall(work, asyncOp);
+  return finishCall(lock, work, asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t srcRank,
@@ -443,9 +448,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t 
       break;
   }
   if (copied) {
-    lock.unlock();
-    work->completer()(nullptr, -1);
-    return work;
+    return doneNow(lock, *work);
   }
   group_->launch(work, std::make_shared<engine::WindowGetOp>(
                            peer.route, static_cast<std::uint32_t>(group_->rank_),
@@ -453,8 +456,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t 
                            std::shared_ptr<void>(new at::Tensor(tensor),
                                                  [](void* t) { delete static_cast<at::Tensor*>(t); }),
                            work->parts(), work->completer()));
-  lock.unlock();
-  return finishCall(work, asyncOp);
+  return finishCall(lock, work, asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> WindowUCX::flush(int64_t peerRank, bool asyncOp,
@@ -470,16 +472,13 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::flush(int64_t peerRank, bool asyncOp,
     peers_[static_cast<std::size_t>(dst)].messagesInFlight = false;
   } else if (peer.path != Peer::Path::Messages) {
     // Those puts completed in the caller.
-    lock.unlock();
-    work->completer()(nullptr, -1);
-    return work;
+    return doneNow(lock, *work);
   }
   group_->launch(work, std::make_shared<engine::WindowGetOp>(
                            peer.route, static_cast<std::uint32_t>(group_->rank_),
                            static_cast<std::uint32_t>(dst), context_, nullptr, 0, 0, nullptr,
                            work->parts(), work->completer()));
-  lock.unlock();
-  return finishCall(work, asyncOp);
+  return finishCall(lock, work, asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> WindowUCX::signal(int64_t peerRank, bool asyncOp,
@@ -494,8 +493,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::signal(int64_t peerRank, bool asyncOp,
   group_->launch(work, std::make_shared<engine::WindowSignalOp>(
                            peer.route, static_cast<std::uint32_t>(group_->rank_), work->parts(),
                            work->completer()));
-  lock.unlock();
-  return finishCall(work, asyncOp);
+  return finishCall(lock, work, asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> WindowUCX::wait_signal(int64_t peerRank, bool asyncOp,
@@ -510,8 +508,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::wait_signal(int64_t peerRank, bool asy
   work->setPeer(src);
   group_->launch(work, std::make_shared<engine::WaitSignalOp>(inbox_, src, work->parts(),
                                                               work->completer()));
-  lock.unlock();
-  return finishCall(work, asyncOp);
+  return finishCall(lock, work, asyncOp);
 }
 
 at::Tensor WindowUCX::map_remote_tensor(int64_t rank) {

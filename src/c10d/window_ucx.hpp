@@ -37,6 +37,7 @@ struct Route;
 }  // namespace engine
 
 class ProcessGroupUCX;
+class WorkUCX;
 
 class WindowUCX final : public c10d::Window {
  public:
@@ -106,9 +107,13 @@ class WindowUCX final : public c10d::Window {
                                                            const Peer& peer, int64_t rank,
                                                            int64_t offset);
   const Peer& target(const char* op, int64_t rank) const;
-  /// Completes `work` and waits for it when the caller asked for a blocking call.
-  c10::intrusive_ptr<c10d::Work> finishCall(const c10::intrusive_ptr<c10d::Work>& work,
-                                            bool asyncOp);
+  /// Lets the window go, then waits for `work` when the caller asked for a blocking call.
+  static c10::intrusive_ptr<c10d::Work> finishCall(std::unique_lock<std::mutex>& lock,
+                                                   const c10::intrusive_ptr<c10d::Work>& work,
+                                                   bool asyncOp);
+  /// Lets the window go and completes `work`, whose operation already happened here (a copy).
+  static c10::intrusive_ptr<c10d::Work> doneNow(std::unique_lock<std::mutex>& lock,
+                                                WorkUCX& work);
   /// Stops receiving and gives the context back (deregister, or destruction without it).
   void dropRegistration();
 
