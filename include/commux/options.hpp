@@ -71,12 +71,15 @@ struct Config {
   /// it at the group's first collective: it is used only if every rank has it on and could
   /// map the segment.
   bool shm = true;
-  /// COMMUX_WINDOW_SHARE: a window's tensor_register moves the tensor's storage into shared
-  /// memory, in place, as tensor.share_memory_() does (the tensor and its views follow; a
-  /// raw pointer taken before does not), so that every peer on its host writes into it
-  /// directly (the "mapped" path) instead of through process_vm_writev or messages. Off by
-  /// default: it replaces the caller's storage.
-  bool windowShare = false;
+  /// COMMUX_WINDOW_SHARE: a window's owning tensor_register (dist._new_window(tensor))
+  /// moves the tensor's storage into shared memory, in place, as tensor.share_memory_()
+  /// does (the tensor and its views follow; a raw pointer taken before does not), so that
+  /// every peer on its host writes into it directly (the "mapped" path) instead of through
+  /// process_vm_writev or messages: on one host that is the difference between 0.5 and
+  /// 2.5x MPI RMA's time (docs/performance.md). Only storage from torch's own CPU
+  /// allocator moves (not torch.from_numpy's or from_blob's, whose owner keeps reading the
+  /// old memory), and never for tensor_register(tensor, owning=False). 0 turns it off.
+  bool windowShare = true;
   /// COMMUX_SHM_SLOT_BYTES: bytes each rank stages per step of a shared-memory collective
   /// (rounded up to 4 KiB); the segment holds two of these per rank. 0 (the default): rank
   /// 0 picks 256 KiB, or, when the group's ranks outnumber its cores, 16 MiB / ranks within

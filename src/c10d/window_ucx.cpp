@@ -3,6 +3,7 @@
 #ifdef C10D_BACKEND_HAS_WINDOW
 
 #include <ATen/MapAllocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -18,7 +19,9 @@
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "engine/engine.hpp"
+#include "cuda/cuda_support.hpp"
 #include "engine/errors.hpp"
+#include "engine/memory.hpp"
 #include "engine/process_id.hpp"
 #include "engine/window_ops.hpp"
 #include "shm/cma.hpp"
@@ -37,6 +40,7 @@ struct Record {
   std::int32_t fd = -1;      // shared-memory file of the tensor's storage, or -1
   std::uint64_t mapOffset = 0;
   std::uint64_t mapBytes = 0;
+  std::int32_t device = -1;  // the CUDA device of the tensor, -1 for CPU memory
   std::string pidSpace;
   std::string host;
 
@@ -44,14 +48,14 @@ struct Record {
     std::ostringstream out;
     out << context << '\n' << dtype << '\n' << elements << '\n' << address << '\n' << pid
         << '\n' << canary << '\n' << fd << '\n' << mapOffset << '\n' << mapBytes << '\n'
-        << pidSpace << '\n' << host << '\n';
+        << device << '\n' << pidSpace << '\n' << host << '\n';
     return out.str();
   }
   static Record decode(const std::vector<uint8_t>& raw) {
     std::istringstream in(std::string(raw.begin(), raw.end()));
     Record r;
     in >> r.context >> r.dtype >> r.elements >> r.address >> r.pid >> r.canary >> r.fd >>
-        r.mapOffset >> r.mapBytes;
+        r.mapOffset >> r.mapBytes >> r.device;
     in.ignore();
     std::getline(in, r.pidSpace);
     std::getline(in, r.host);
@@ -87,9 +91,16 @@ constexpr std::size_t kCmaPutMinBytes = 256 * 1024;
 // What tensor.share_memory_() does (torch's file-descriptor strategy), from C++: the
 // storage's bytes move to a new shared-memory file whose descriptor stays open, and the
 // storage points there from now on, so every tensor on it follows.
+// Only storage that torch's CPU allocator made moves: another owner (torch.from_numpy's
+// array, from_blob's caller, the pinned-memory allocator) would keep the old memory.
 void moveToSharedMemory(const at::Tensor& tensor) {
   const c10::Storage& storage = tensor.storage();
   if (storage.nbytes() == 0 || at::MapAllocator::fromDataPtr(storage.data_ptr()) != nullptr) {
+    return;
+  }
+  const c10::DeleterFnPtr deleter = storage.data_ptr().get_deleter();
+  if (deleter != c10::GetDefaultCPUAllocator()->raw_deleter() &&
+      deleter != c10::GetCPUAllocator()->raw_deleter()) {
     return;
   }
   const int flags = at::ALLOCATOR_MAPPED_SHAREDMEM | at::ALLOCATOR_MAPPED_EXCLUSIVE |
@@ -98,6 +109,23 @@ void moveToSharedMemory(const at::Tensor& tensor) {
                                                      storage.nbytes(), nullptr);
   std::memcpy(shared.get(), storage.data(), storage.nbytes());
   storage.set_data_ptr_noswap(std::move(shared));
+}
+
+// Windows hold CPU tensors, and CUDA tensors where this commux compiled its CUDA unit.
+void checkDevice(const char* what, const at::Tensor& tensor) {
+  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu() || tensor.is_cuda(), "commux: ", what,
+                              ": the tensor is on ", tensor.device(),
+                              "; commux windows hold cpu and cuda tensors");
+  TORCH_CHECK_NOT_IMPLEMENTED(!tensor.is_cuda() || cuda::compiled(), "commux: ", what,
+                              ": the tensor is on ", tensor.device(),
+                              ", and this commux was built without CUDA");
+}
+
+// A call with a CUDA tensor waits for the caller's current stream, so that what the stream
+// wrote is what moves, and a later signal cannot overtake the data (host-staged ordering).
+void waitForCallerStream(const at::Tensor& tensor) {
+  if (!tensor.is_cuda()) return;
+  c10::impl::getDeviceGuardImpl(tensor.device().type())->getStream(tensor.device()).synchronize();
 }
 
 std::string windowKey(std::uint64_t window, std::uint64_t registration, int rank) {
@@ -131,15 +159,14 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   TORCH_CHECK(!registered_, "commux: window.tensor_register: a tensor is registered already; "
               "call tensor_deregister first");
   checkTensors("window.tensor_register", {tensor}, false);
-  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu(), "commux: window.tensor_register: ",
-                              "the tensor is on ", tensor.device(),
-                              "; commux windows hold CPU tensors only");
+  checkDevice("window.tensor_register", tensor);
   TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: window.tensor_register: the tensor must "
                     "be contiguous");
   const int rank = group_->rank_;
   const int size = group_->size_;
   shm::allowReaders();
-  if (Config::get().windowShare && size > 1) moveToSharedMemory(tensor);
+  const bool onCuda = tensor.is_cuda();
+  if (Config::get().windowShare && owning && size > 1 && !onCuda) moveToSharedMemory(tensor);
 
   Record mine;
   mine.context = engine_->contexts().acquire();
@@ -152,7 +179,8 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   mine.pidSpace = self.pidSpace;
   mine.canary = reinterpret_cast<std::uintptr_t>(shm::cmaCanary());
   mine.host = hostIdentity();
-  if (auto* map = at::MapAllocator::fromDataPtr(tensor.storage().data_ptr());
+  if (onCuda) mine.device = tensor.device().index();
+  if (auto* map = onCuda ? nullptr : at::MapAllocator::fromDataPtr(tensor.storage().data_ptr());
       map != nullptr && map->fd() >= 0 && base != nullptr) {
     mine.fd = map->fd();
     mine.mapOffset = static_cast<std::uint64_t>(base - static_cast<char*>(map->data()));
@@ -161,7 +189,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
 
   const std::size_t bytes = mine.elements * tensor.element_size();
   auto inbox = std::make_shared<engine::WindowInbox>(
-      mine.context, rank, size, base, bytes,
+      mine.context, rank, size, base, bytes, engine::memoryTypeOf(tensor),
       engine::Description("window #" + std::to_string(index_) + " on rank " +
                           std::to_string(rank)));
   try {
@@ -188,6 +216,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
       peer.route = std::move(route);
       peer.elements = theirs.elements;
       peer.dtype = static_cast<c10::ScalarType>(theirs.dtype);
+      peer.cuda = theirs.device >= 0;
       peer.address = reinterpret_cast<char*>(static_cast<std::uintptr_t>(theirs.address));
       peer.pid = static_cast<pid_t>(theirs.pid);
       if (r == rank) {
@@ -197,7 +226,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
       // A process of this host, in this PID namespace, that this one may write into.
       const bool local = !mine.host.empty() && theirs.host == mine.host &&
                          !mine.pidSpace.empty() && theirs.pidSpace == mine.pidSpace;
-      if (!local) continue;
+      if (!local || peer.cuda) continue;  // device memory: UCX messages (cuda_ipc or staged)
       if (auto mapping = mapPeer(theirs)) {
         peer.mapped = static_cast<char*>(mapping->base) + theirs.mapOffset;
         peer.mapping = std::move(mapping);
@@ -224,6 +253,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   ++registrations_;
   if (owning) owned_ = tensor;
   base_ = base;
+  device_ = tensor.device();
   elements_ = mine.elements;
   dtype_ = tensor.scalar_type();
   context_ = mine.context;
@@ -281,9 +311,11 @@ std::pair<std::size_t, std::size_t> WindowUCX::checkTransfer(const char* what,
                                                              const Peer& peer, int64_t rank,
                                                              int64_t offset) {
   checkTensors(what, {tensor}, false);
-  TORCH_CHECK_NOT_IMPLEMENTED(tensor.device().is_cpu(), "commux: ", what, ": the tensor is on ",
-                              tensor.device(), "; commux windows hold CPU tensors only");
+  checkDevice(what, tensor);
   TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: ", what, ": the tensor must be contiguous");
+  TORCH_CHECK_VALUE(tensor.is_cuda() == peer.cuda, "commux: ", what, ": the tensor is on ",
+                    tensor.device(), " but rank ", rank, "'s window is in ",
+                    peer.cuda ? "cuda" : "cpu", " memory");
   TORCH_CHECK_VALUE(tensor.scalar_type() == peer.dtype, "commux: ", what, ": the tensor is ",
                     tensor.scalar_type(), " but rank ", rank, "'s window holds ", peer.dtype);
   const auto count = static_cast<std::uint64_t>(tensor.numel());
@@ -293,6 +325,11 @@ std::pair<std::size_t, std::size_t> WindowUCX::checkTransfer(const char* what,
                     " do not fit rank ", rank, "'s window of ", peer.elements, " elements");
   const std::size_t itemBytes = tensor.element_size();
   return {count * itemBytes, static_cast<std::size_t>(offset) * itemBytes};
+}
+
+at::Tensor WindowUCX::ownSlice(std::size_t offsetBytes, std::int64_t count) const {
+  return at::from_blob(base_ + offsetBytes, {count},
+                       at::TensorOptions().dtype(dtype_).device(device_));
 }
 
 c10::intrusive_ptr<c10d::Work> WindowUCX::finishCall(std::unique_lock<std::mutex>& lock,
@@ -346,17 +383,25 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
   const Peer& peer = target(what, dstRank);
   const auto [bytes, offsetBytes] = checkTransfer(what, tensor, peer, dstRank, targetOffsetNelems);
   const int dst = static_cast<int>(dstRank);
+  const bool onCuda = tensor.is_cuda();
+  // A CUDA put's Work is not tied to the stream: the call waited for it already.
   auto work = group_->makeWork(
-      c10d::OpType::SEND, {tensor},
+      c10d::OpType::SEND, onCuda ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{tensor},
       engine::Description::p2p(signal ? "window put_signal" : "window put", "to", dst, 0, bytes,
                                1),
       timeout);
   work->setPeer(dst);
+  waitForCallerStream(tensor);
   const void* data = bytes == 0 ? nullptr : tensor.data_ptr();
   bool copied = true;
   switch (peer.path) {
     case Peer::Path::Self:
-      if (bytes != 0) std::memmove(base_ + offsetBytes, data, bytes);
+      if (bytes != 0 && onCuda) {
+        ownSlice(offsetBytes, tensor.numel()).copy_(tensor.view({-1}));
+        waitForCallerStream(tensor);
+      } else if (bytes != 0) {
+        std::memmove(base_ + offsetBytes, data, bytes);
+      }
       break;
     case Peer::Path::Mapped:
       if (bytes != 0) std::memcpy(peer.mapped + offsetBytes, data, bytes);
@@ -400,7 +445,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
     group_->launch(
         work, std::make_shared<engine::WindowPutOp>(
                   peer.route, static_cast<std::uint32_t>(group_->rank_), data, bytes,
-                  offsetBytes,
+                  engine::memoryTypeOf(tensor), !onCuda, offsetBytes,
                   std::shared_ptr<void>(new at::Tensor(tensor),
                                         [](void* t) { delete static_cast<at::Tensor*>(t); }),
                   signal, work->parts(), work->completer()));
@@ -416,15 +461,22 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t 
   const Peer& peer = target(what, srcRank);
   const auto [bytes, offsetBytes] = checkTransfer(what, tensor, peer, srcRank, sourceOffsetNelems);
   const int src = static_cast<int>(srcRank);
-  auto work = group_->makeWork(c10d::OpType::RECV, {tensor},
-                               engine::Description::p2p("window get", "from", src, 0, bytes, 1),
-                               timeout);
+  const bool onCuda = tensor.is_cuda();
+  auto work = group_->makeWork(
+      c10d::OpType::RECV, onCuda ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{tensor},
+      engine::Description::p2p("window get", "from", src, 0, bytes, 1), timeout);
   work->setPeer(src);
+  waitForCallerStream(tensor);
   void* data = bytes == 0 ? nullptr : tensor.data_ptr();
   bool copied = true;
   switch (peer.path) {
     case Peer::Path::Self:
-      if (bytes != 0) std::memmove(data, base_ + offsetBytes, bytes);
+      if (bytes != 0 && onCuda) {
+        tensor.view({-1}).copy_(ownSlice(offsetBytes, tensor.numel()));
+        waitForCallerStream(tensor);
+      } else if (bytes != 0) {
+        std::memmove(data, base_ + offsetBytes, bytes);
+      }
       break;
     case Peer::Path::Mapped:
       if (bytes != 0) std::memcpy(data, peer.mapped + offsetBytes, bytes);
@@ -452,7 +504,8 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t 
   }
   group_->launch(work, std::make_shared<engine::WindowGetOp>(
                            peer.route, static_cast<std::uint32_t>(group_->rank_),
-                           static_cast<std::uint32_t>(src), context_, data, bytes, offsetBytes,
+                           static_cast<std::uint32_t>(src), context_, data, bytes,
+                           engine::memoryTypeOf(tensor), offsetBytes,
                            std::shared_ptr<void>(new at::Tensor(tensor),
                                                  [](void* t) { delete static_cast<at::Tensor*>(t); }),
                            work->parts(), work->completer()));
@@ -476,7 +529,8 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::flush(int64_t peerRank, bool asyncOp,
   }
   group_->launch(work, std::make_shared<engine::WindowGetOp>(
                            peer.route, static_cast<std::uint32_t>(group_->rank_),
-                           static_cast<std::uint32_t>(dst), context_, nullptr, 0, 0, nullptr,
+                           static_cast<std::uint32_t>(dst), context_, nullptr, 0,
+                           UCS_MEMORY_TYPE_HOST, 0, nullptr,
                            work->parts(), work->completer()));
   return finishCall(lock, work, asyncOp);
 }
@@ -514,15 +568,16 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::wait_signal(int64_t peerRank, bool asy
 at::Tensor WindowUCX::map_remote_tensor(int64_t rank) {
   std::lock_guard<std::mutex> lock(mutex_);
   const Peer& peer = target("window.map_remote_tensor", rank);
-  const auto options = at::TensorOptions().dtype(peer.dtype).device(at::kCPU);
   const auto elements = static_cast<int64_t>(peer.elements);
   if (peer.path == Peer::Path::Self) {
     if (owned_.defined()) return owned_.view({-1});
-    return at::from_blob(base_, {elements}, options);
+    return ownSlice(0, elements);
   }
+  const auto options = at::TensorOptions().dtype(peer.dtype).device(at::kCPU);
   TORCH_CHECK(peer.path == Peer::Path::Mapped, "commux: window.map_remote_tensor: rank ", rank,
               "'s window is not mappable from rank ", group_->rank_,
-              (peer.path == Peer::Path::Messages
+              (peer.cuda ? " (it is in cuda memory)"
+               : peer.path == Peer::Path::Messages
                    ? " (it is on another host, or shared memory is off)"
                    : " (its tensor is not in shared memory: register a tensor made with "
                      "share_memory_() to map it)"),

@@ -12,7 +12,9 @@
 //    (engine/window_ops.hpp), received into the tensor by the target's engine.
 // The first three complete in the caller; a signal always travels as a UCX message after
 // them, so when the waiter's wait_signal returns, the puts sent before the signal are in its
-// tensor. docs/design.md, "One-sided windows".
+// tensor. A window on a CUDA tensor is reached through messages only (UCX moves the device
+// memory; this rank's own through a copy on the device), and each call waits for the
+// caller's current stream first. docs/design.md, "One-sided windows".
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #ifdef C10D_BACKEND_HAS_WINDOW
@@ -87,6 +89,7 @@ class WindowUCX final : public c10d::Window {
     std::shared_ptr<const engine::Route> route;  // the peer's window context
     std::uint64_t elements = 0;
     c10::ScalarType dtype = c10::ScalarType::Undefined;
+    bool cuda = false;                   // its tensor is in CUDA memory
     char* address = nullptr;             // its tensor, in its address space (CMA)
     pid_t pid = 0;
     std::shared_ptr<void> mapping;       // Mapped: the peer's memory, mapped here
@@ -107,6 +110,8 @@ class WindowUCX final : public c10d::Window {
                                                            const Peer& peer, int64_t rank,
                                                            int64_t offset);
   const Peer& target(const char* op, int64_t rank) const;
+  /// This rank's own window as a flat tensor of `count` elements from `offsetBytes`.
+  at::Tensor ownSlice(std::size_t offsetBytes, std::int64_t count) const;
   /// Lets the window go, then waits for `work` when the caller asked for a blocking call.
   static c10::intrusive_ptr<c10d::Work> finishCall(std::unique_lock<std::mutex>& lock,
                                                    const c10::intrusive_ptr<c10d::Work>& work,
@@ -126,6 +131,7 @@ class WindowUCX final : public c10d::Window {
   bool registered_ = false;
   at::Tensor owned_;  // the registered tensor, when the window owns it
   char* base_ = nullptr;
+  c10::Device device_{c10::kCPU};
   std::uint64_t elements_ = 0;
   c10::ScalarType dtype_ = c10::ScalarType::Undefined;
   std::uint32_t context_ = 0;

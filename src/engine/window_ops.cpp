@@ -32,12 +32,13 @@ constexpr std::uint32_t kControlSlot = 0;
 }  // namespace
 
 WindowInbox::WindowInbox(std::uint32_t context, int rank, int groupSize, char* base,
-                         std::size_t bytes, Description description)
+                         std::size_t bytes, ucs_memory_type_t memory, Description description)
     : Op(std::move(description), nullptr),
       context_(context),
       rank_(static_cast<std::uint32_t>(rank)),
       base_(base),
       bytes_(bytes),
+      memory_(memory),
       control_(sizeof(window::Header) + window::kEagerBytes),
       sources_(static_cast<std::size_t>(groupSize)) {}
 
@@ -91,7 +92,7 @@ void WindowInbox::answer(Engine& engine, const Get& get) {
   const auto& route = routes_.at(static_cast<std::size_t>(get.source));
   const std::uint32_t slot = takeSlot(DataSlot{true, get.source, 0});
   postSend(engine, engine.endpoint(*route), get.bytes == 0 ? nullptr : base_ + get.offset,
-           get.bytes, window::replyTag(route->context, rank_), slot, UCS_MEMORY_TYPE_HOST);
+           get.bytes, window::replyTag(route->context, rank_), slot, memory_);
 }
 
 void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
@@ -109,6 +110,8 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
     case window::Type::PutSignal:
       TORCH_CHECK(inside && length == sizeof(header) + header.bytes, "commux: ", description(),
                   ": a put from rank ", source, " does not fit the window");
+      TORCH_CHECK(header.bytes == 0 || memory_ == UCS_MEMORY_TYPE_HOST, "commux: ",
+                  description(), ": rank ", source, " sent data inline to device memory");
       if (header.bytes != 0) {
         std::memcpy(base_ + header.offset, control_.data() + sizeof(header), header.bytes);
       }
@@ -124,7 +127,7 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
       from.landed.push_back(false);
       postRecv(engine, base_ + header.offset, header.bytes,
                window::dataTag(context_, static_cast<std::uint32_t>(source)), wire::kExactMask,
-               slot, UCS_MEMORY_TYPE_HOST);
+               slot, memory_);
       break;
     }
     case window::Type::Signal:
@@ -226,18 +229,21 @@ void WindowInbox::onFailed() {
 }
 
 WindowPutOp::WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source,
-                         const void* data, std::size_t bytes, std::size_t offsetBytes,
-                         std::shared_ptr<void> keepAlive, bool signal, Description description,
-                         Done done)
+                         const void* data, std::size_t bytes, ucs_memory_type_t memory,
+                         bool eager, std::size_t offsetBytes, std::shared_ptr<void> keepAlive,
+                         bool signal, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       route_(std::move(route)),
       source_(source),
       data_(data),
-      bytes_(bytes) {
+      bytes_(bytes),
+      memory_(memory),
+      large_(bytes != 0 && !(eager && memory == UCS_MEMORY_TYPE_HOST &&
+                             bytes <= window::kEagerBytes)) {
   window::Header header;
   header.offset = offsetBytes;
   header.bytes = bytes;
-  if (bytes <= window::kEagerBytes) {
+  if (!large_) {
     header.type = signal ? window::Type::PutSignal : window::Type::Put;
     control_.resize(sizeof(header) + bytes);
     if (bytes != 0) std::memcpy(control_.data() + sizeof(header), data, bytes);
@@ -255,9 +261,8 @@ void WindowPutOp::start(Engine& engine) {
   ucp_ep_h ep = engine.endpoint(*route_);
   postSend(engine, ep, control_.data(), control_.size(),
            window::controlTag(route_->context, source_), 0, UCS_MEMORY_TYPE_HOST);
-  if (bytes_ > window::kEagerBytes) {
-    postSend(engine, ep, data_, bytes_, window::dataTag(route_->context, source_), 1,
-             UCS_MEMORY_TYPE_HOST);
+  if (large_) {
+    postSend(engine, ep, data_, bytes_, window::dataTag(route_->context, source_), 1, memory_);
     if (signalAfter_) {
       postSend(engine, ep, &signal_, sizeof(signal_),
                window::controlTag(route_->context, source_), 2, UCS_MEMORY_TYPE_HOST);
@@ -286,9 +291,8 @@ void WindowSignalOp::onComplete(Engine& engine, std::uint32_t slot, const RecvIn
 
 WindowGetOp::WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t source,
                          std::uint32_t target, std::uint32_t context, void* data,
-                         std::size_t bytes,
-                         std::size_t offsetBytes, std::shared_ptr<void> keepAlive,
-                         Description description, Done done)
+                         std::size_t bytes, ucs_memory_type_t memory, std::size_t offsetBytes,
+                         std::shared_ptr<void> keepAlive, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       route_(std::move(route)),
       source_(source),
@@ -296,6 +300,7 @@ WindowGetOp::WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t sourc
       context_(context),
       data_(data),
       bytes_(bytes),
+      memory_(memory),
       keepAlive_(std::move(keepAlive)) {
   header_.type = window::Type::Get;
   header_.offset = offsetBytes;
@@ -305,7 +310,7 @@ WindowGetOp::WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t sourc
 void WindowGetOp::start(Engine& engine) {
   // The answer's receive first: it is posted before the request can be answered.
   postRecv(engine, data_, bytes_, window::replyTag(context_, target_), wire::kExactMask, 0,
-           UCS_MEMORY_TYPE_HOST);
+           memory_);
   postSend(engine, engine.endpoint(*route_), &header_, sizeof(header_),
            window::controlTag(route_->context, source_), 1, UCS_MEMORY_TYPE_HOST);
 }

@@ -43,7 +43,8 @@ struct Header {
 };
 
 /// Puts up to this size travel inside their control message (one message, one copy at the
-/// target); larger ones as a second message received in place.
+/// target); larger ones as a second message received in place. Puts from or into CUDA
+/// memory always take the second form: the engine copies no device memory itself.
 inline constexpr std::size_t kEagerBytes = 8192;
 
 /// The target's tags: control messages (payload 0) and large puts' data (payload 1); the
@@ -63,8 +64,9 @@ class CloseWindowOp;
 /// (CloseWindowOp) or the engine stops. Worker lock for everything.
 class WindowInbox final : public Op {
  public:
+  /// `memory`: where [base, base + bytes) lives (host or CUDA).
   WindowInbox(std::uint32_t context, int rank, int groupSize, char* base, std::size_t bytes,
-              Description description);
+              ucs_memory_type_t memory, Description description);
 
   void start(Engine& engine) override;
   /// The peers' windows, once the registration read them: gets are answered from then on
@@ -124,6 +126,7 @@ class WindowInbox final : public Op {
   const std::uint32_t rank_;
   char* const base_;
   const std::size_t bytes_;
+  const ucs_memory_type_t memory_;
   std::vector<char> control_;  // one control message: header + eager data
   std::vector<Source> sources_;
   std::vector<DataSlot> slots_;  // slot 1 + i: a data receive or a get's answer
@@ -138,12 +141,13 @@ class WindowInbox final : public Op {
 /// A put to a peer's window through UCX messages. The data is copied at the call when it
 /// travels eagerly (the caller may reuse the tensor at once); a large put reads `data` until
 /// it completes, which is when the target has received it. With `signal`, a signal follows
-/// (put_signal): in the same message when the data travels eagerly.
+/// (put_signal): in the same message when the data travels eagerly. `eager`: the data may
+/// travel inside the control message (both the data and the target's window in host memory).
 class WindowPutOp final : public Op {
  public:
   WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source, const void* data,
-              std::size_t bytes, std::size_t offsetBytes, std::shared_ptr<void> keepAlive,
-              bool signal, Description description, Done done);
+              std::size_t bytes, ucs_memory_type_t memory, bool eager, std::size_t offsetBytes,
+              std::shared_ptr<void> keepAlive, bool signal, Description description, Done done);
   void start(Engine& engine) override;
 
  protected:
@@ -154,6 +158,8 @@ class WindowPutOp final : public Op {
   std::uint32_t source_;
   const void* data_;
   std::size_t bytes_;
+  ucs_memory_type_t memory_;
+  bool large_ = false;               // the data travels as a second message
   std::vector<char> control_;
   window::Header signal_{};          // a large put_signal's second control message
   bool signalAfter_ = false;
@@ -182,8 +188,9 @@ class WindowGetOp final : public Op {
  public:
   /// `source`: this rank; `target`: the peer's rank; `context`: this rank's window context.
   WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t source, std::uint32_t target,
-              std::uint32_t context, void* data, std::size_t bytes, std::size_t offsetBytes,
-              std::shared_ptr<void> keepAlive, Description description, Done done);
+              std::uint32_t context, void* data, std::size_t bytes, ucs_memory_type_t memory,
+              std::size_t offsetBytes, std::shared_ptr<void> keepAlive, Description description,
+              Done done);
   void start(Engine& engine) override;
 
  protected:
@@ -196,6 +203,7 @@ class WindowGetOp final : public Op {
   std::uint32_t context_;  // this rank's window context (the answer's)
   void* data_;
   std::size_t bytes_;
+  ucs_memory_type_t memory_;
   window::Header header_{};
   std::shared_ptr<void> keepAlive_;
 };

@@ -334,3 +334,63 @@ def _stranded_behind_stream(rank, ws):
 @needs_gpu
 def test_cuda_operation_behind_its_stream_fails_when_the_engine_stops():
     assert all(run_ranks(_stranded_behind_stream, 2, timeout=120))
+
+
+def _window(rank, ws):
+    """One-sided windows on CUDA tensors: every peer through UCX messages (device memory
+    moved by UCX), this rank's own window through a device copy; each call waits for the
+    caller's stream, so data a kernel just wrote is what moves."""
+    from torch._C._distributed_c10d import WindowAccessType
+
+    dev = _use_gpu(rank)
+    peer = 1 - rank
+    assert dist._supports_window()
+    for n in (3, 3000, 1_000_003):  # inline-sized for host memory, and rendezvous sizes
+        buf = torch.zeros(n + 5, device=dev)
+        win = dist._new_window(buf)
+        assert win.path(peer) == "messages" and win.path(rank) == "self", win.path(peer)
+        assert win.get_attr(peer).access_type == WindowAccessType.SEPARATE
+        # Written by a kernel on the current stream just before the put.
+        data = torch.arange(n, device=dev, dtype=torch.float32) * 3 + rank
+        win.put(data, peer, 5, False)
+        win.signal(peer, False)
+        win.wait_signal(peer, False)
+        want = torch.arange(n, dtype=torch.float32) * 3 + peer
+        assert torch.equal(buf[5:].cpu(), want), f"n={n}: put from rank {peer} differs"
+        assert torch.equal(buf[:5].cpu(), torch.zeros(5)), "a put wrote before its offset"
+        dist.barrier()
+        win.put_signal(data + 1, peer, 5)
+        win.wait_signal(peer, False)
+        assert torch.equal(buf[5:].cpu(), want + 1), f"n={n}: put_signal differs"
+        dist.barrier()
+        win.put(data + 2, peer, 5, True)
+        win.flush(peer)
+        back = torch.empty(n, device=dev)
+        win.get(back, peer, 5)
+        assert torch.equal(back.cpu(), (data + 2).cpu()), f"n={n}: get after flush differs"
+        # This rank's own window: a device copy, and map_remote_tensor is a view of it.
+        win.put(torch.full((2,), 9.0, device=dev), rank, 0, False)
+        mine = torch.empty(2, device=dev)
+        win.get(mine, rank, 0)
+        assert torch.equal(mine.cpu(), torch.full((2,), 9.0))
+        assert win.map_remote_tensor(rank).data_ptr() == buf.data_ptr()
+        expect_error(lambda: win.map_remote_tensor(peer), "not mappable", "map of a cuda peer")
+        # A host tensor into a device window is refused, and the window still works.
+        expect_error(lambda: win.put(torch.ones(2), peer, 0, False), "cuda memory",
+                     "cpu tensor into a cuda window", exc_types=(ValueError,))
+        dist.barrier()
+        win.tensor_deregister()
+    # A CUDA tensor into a CPU window is refused the same way.
+    host = dist._new_window(torch.zeros(4))
+    expect_error(lambda: host.put(torch.ones(2, device=dev), peer, 0, False), "cpu memory",
+                 "cuda tensor into a cpu window", exc_types=(ValueError,))
+    host.put(torch.full((4,), float(rank)), peer, 0, False)
+    host.signal(peer, False)
+    host.wait_signal(peer, False)
+    host.tensor_deregister()
+    return True
+
+
+@needs_gpu
+def test_cuda_window_put_signal_get():
+    assert all(run_ranks(_window, 2, timeout=180))

@@ -97,13 +97,13 @@ def test_multihost_job_passes(hosts):
 @pytest.mark.timeout(HARD_TIMEOUT_S + 20)
 def test_window_job_across_hosts():
     """tests/python/window_job.py on 2 hosts x 2 ranks: puts, signals, gets between the
-    ranks of one host (cma) and across hosts (UCX messages over TCP), checked exactly."""
+    ranks of one host (mapped and cma) and across hosts (UCX messages over TCP), checked exactly."""
     rc, out, elapsed = _run("--hosts", "2", "--job", "tests/python/window_job.py")
     assert rc == 0, f"the window job exited {rc} after {elapsed:.0f}s:\n{out[-12000:]}"
     ok = re.findall(r"^multihost ok rank (\d+) host (\S+) paths (.*)$", out, re.M)
     assert sorted(int(r) for r, _, _ in ok) == [0, 1, 2, 3], out[-6000:]
     paths = " ".join(p for _, _, p in ok)
-    assert "cma" in paths and "messages" in paths, paths
+    assert all(p in paths for p in ("mapped", "cma", "messages")), paths
 
 
 @pytest.mark.skipif(not is_ucx(), reason=skip_reason_unless_ucx("failure injection"))

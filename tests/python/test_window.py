@@ -20,11 +20,12 @@ from harness import assert_group_works, expect_error, run_ranks
 
 # name: (environment, tensor made with share_memory_(), the path puts take)
 PATHS = {
-    "cma": ({}, False, "cma"),
+    # COMMUX_WINDOW_SHARE=0 keeps an ordinary tensor where it is: CMA on one host.
+    "cma": ({"COMMUX_WINDOW_SHARE": "0"}, False, "cma"),
     "mapped": ({}, True, "mapped"),
     "messages": ({"COMMUX_SHM": "0"}, False, "messages"),
-    # COMMUX_WINDOW_SHARE moves an ordinary tensor's storage into shared memory in place.
-    "moved": ({"COMMUX_WINDOW_SHARE": "1"}, False, "mapped"),
+    # By default registration moves an ordinary tensor's storage into shared memory in place.
+    "moved": ({}, False, "mapped"),
 }
 
 
@@ -211,9 +212,31 @@ def _mapping(rank, world_size):
     assert mine.data_ptr() == shared.data_ptr()
     win.tensor_deregister()
 
-    plain = dist._new_window(torch.zeros(8))
-    expect_error(lambda: plain.map_remote_tensor(peer), "not mappable", "map of a plain tensor")
-    plain.tensor_deregister()
+    # An ordinary tensor moves to shared memory at an owning registration (the default),
+    # and the caller's tensor object follows it.
+    plain = torch.zeros(8)
+    moved = dist._new_window(plain)
+    assert moved.path(peer) == "mapped", moved.path(peer)
+    moved.map_remote_tensor(peer)[rank] = 5.0 + rank
+    moved.signal(peer, False)
+    moved.wait_signal(peer, False)
+    assert plain[peer].item() == 5.0 + peer, plain
+    moved.tensor_deregister()
+    # What stays where it is: a tensor registered without ownership, and memory torch did
+    # not allocate (torch.from_numpy: the array would keep reading the old memory).
+    array = torch.zeros(8).numpy()
+    for what, tensor, owning in (("owning=False", torch.zeros(8), False),
+                                 ("from_numpy", torch.from_numpy(array), True)):
+        win = dist._new_window()
+        win.tensor_register(tensor, owning)
+        assert win.path(peer) == "cma", (what, win.path(peer))
+        expect_error(lambda: win.map_remote_tensor(peer), "not mappable", f"map of {what}")
+        win.put(torch.full((8,), 2.0 + rank), peer, 0, False)
+        win.signal(peer, False)
+        win.wait_signal(peer, False)
+        assert torch.equal(tensor, torch.full((8,), 2.0 + peer)), (what, tensor)
+        win.tensor_deregister()
+    assert array[0] == 2.0 + peer, "the numpy array no longer sees the window"
     assert_group_works(world_size)
     return True
 
