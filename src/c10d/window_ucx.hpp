@@ -116,9 +116,9 @@ class WindowUCX final : public c10d::Window {
   static c10::intrusive_ptr<c10d::Work> finishCall(std::unique_lock<std::mutex>& lock,
                                                    const c10::intrusive_ptr<c10d::Work>& work,
                                                    bool asyncOp);
-  /// Lets the window go and completes `work`, whose operation already happened here (a copy).
-  static c10::intrusive_ptr<c10d::Work> doneNow(std::unique_lock<std::mutex>& lock,
-                                                WorkUCX& work);
+  /// Lets the window go; the Work of an operation that already happened here (a copy).
+  c10::intrusive_ptr<c10d::Work> doneNow(std::unique_lock<std::mutex>& lock,
+                                         c10d::OpType type) const;
   /// Stops receiving and gives the context back (deregister, or destruction without it).
   void dropRegistration();
 

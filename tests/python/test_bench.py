@@ -187,3 +187,37 @@ def test_bootstrap_benchmark_runs_at_two_ranks(tmp_path):
     assert "| ucx | 2 |" in (tmp_path / "results.md").read_text()
     with open(tmp_path / "ranks.csv") as f:
         assert len(list(csv.DictReader(f))) == 4
+
+
+@pytest.mark.ucx_only
+@pytest.mark.timeout(240)
+def test_window_benchmark_with_mpi_beside_it(tmp_path):
+    """``python3 -m commux.bench.window --mpi``: every measurement of the window benchmark
+    (signal ping-pong, put+signal latency, put bandwidth) on a path, each with its send/recv
+    and MPI RMA columns; --combine makes the same table from a torchrun log and MPI's lines."""
+    from commux.bench import mpi_peer
+
+    mpi = mpi_peer.missing() is None
+    args = ["--paths", "mapped", "--sizes", "8,65536", "--blocks", "1", "--block-seconds", "0.01",
+            "--out", str(tmp_path)] + (["--mpi"] if mpi else [])
+    r = subprocess.run([sys.executable, "-m", "commux.bench.window", *args], capture_output=True,
+                       text=True, timeout=220, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    (run,) = json.load(open(tmp_path / "window.json"))
+    assert run["path"] == "mapped"
+    kinds = {(row["kind"], row["bytes"]) for row in run["rows"]}
+    assert kinds == {("signal", 0), ("latency", 8), ("latency", 65536), ("bandwidth", 8),
+                     ("bandwidth", 65536)}, kinds
+    assert all(row["path"] == "mapped" for row in run["rows"])
+    assert all(v > 0 for row in run["rows"] for v in row["columns"].values())
+    assert "| mapped | put+signal latency | 64 KiB |" in r.stdout, r.stdout
+    if mpi:
+        assert {(m["kind"], m["bytes"]) for m in run["mpi"]} == kinds
+        assert "put_signal / MPI" in r.stdout and "put / MPI" in r.stdout
+    commux_log = tmp_path / "host0.log"
+    commux_log.write_text("window rows " + json.dumps(run["rows"]) + "\n")
+    mpi_log = tmp_path / "mpi.log"
+    mpi_log.write_text("".join("mpi " + json.dumps(m) + "\n" for m in run["mpi"] or []))
+    c = subprocess.run([sys.executable, "-m", "commux.bench.window", "--combine", str(commux_log),
+                        str(mpi_log)], capture_output=True, text=True, timeout=60)
+    assert c.returncode == 0 and "| mapped | signal ping-pong | 0 |" in c.stdout, c.stdout + c.stderr

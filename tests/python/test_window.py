@@ -139,6 +139,10 @@ def _semantics(rank, world_size, shared, path):
     b.wait()
     a.wait()
     assert torch.equal(buf[20:22], torch.full((2,), float(peer)))
+    # Every put's Work behaves as any other, also one that finished in the call (a copy).
+    for w in (a, win.put(torch.ones(1), peer, 30, True), win.flush(peer, True)):
+        w.get_future().wait()
+        assert w.wait() and w.is_completed() and w.is_success() and w.exception() is None
 
     # get and flush (commux's extensions): a get sees this rank's earlier puts to that
     # window, and a flush returns once they are in the peer's memory.
