@@ -105,8 +105,19 @@ void moveToSharedMemory(const at::Tensor& tensor) {
   }
   const int flags = at::ALLOCATOR_MAPPED_SHAREDMEM | at::ALLOCATOR_MAPPED_EXCLUSIVE |
                     at::ALLOCATOR_MAPPED_KEEPFD | at::ALLOCATOR_MAPPED_UNLINK;
-  at::DataPtr shared = at::MapAllocator::makeDataPtr(at::NewProcessWideShmHandle(), flags,
-                                                     storage.nbytes(), nullptr);
+  at::DataPtr shared;
+  try {
+    shared = at::MapAllocator::makeDataPtr(at::NewProcessWideShmHandle(), flags,
+                                           storage.nbytes(), nullptr);
+  } catch (const c10::Error& e) {
+    // /dev/shm is full or small (a container's 64 MiB): the tensor stays where it is, and
+    // this registration goes on with the others (same-host peers write through CMA).
+    TORCH_WARN_ONCE("commux: window.tensor_register: could not move the tensor (",
+                    storage.nbytes(), " bytes) into shared memory, so peers on this host ",
+                    "reach it through process_vm_writev (slower below 256 KiB): ",
+                    e.what_without_backtrace());
+    return;
+  }
   std::memcpy(shared.get(), storage.data(), storage.nbytes());
   storage.set_data_ptr_noswap(std::move(shared));
 }
@@ -181,7 +192,9 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   const int size = group_->size_;
   shm::allowReaders();
   const bool onCuda = tensor.is_cuda();
-  if (Config::get().windowShare && owning && size > 1 && !onCuda) moveToSharedMemory(tensor);
+  if (Config::get().windowShare && Config::get().shm && owning && size > 1 && !onCuda) {
+    moveToSharedMemory(tensor);  // with COMMUX_SHM=0 no peer maps it: it would only cost
+  }
 
   Record mine;
   mine.context = engine_->contexts().acquire();

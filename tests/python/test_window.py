@@ -8,7 +8,10 @@ Paths (c10d/window_ucx.hpp): "cma" (same host, ordinary tensors: process_vm_writ
 
 import datetime
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -397,3 +400,52 @@ def _get_after_large_puts(rank, world_size, n):
 def test_get_sees_flushed_puts(path):
     env, _, _ = PATHS[path]
     run_ranks(_get_after_large_puts, 2, timeout=60, env=env, n=300_001)
+
+
+SMALL_SHM_JOB = r'''
+import os, socket, sys
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def rank_main(rank, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("ucx", rank=rank, world_size=2)
+    peer = 1 - rank
+    big = torch.zeros(48 << 20)          # 192 MiB: more than this /dev/shm holds
+    win = dist._new_window(big)
+    assert win.path(peer) == "cma", win.path(peer)
+    data = torch.arange(1 << 20, dtype=torch.float32) + rank
+    win.put(data, peer, (48 << 20) - (1 << 20), False)
+    win.signal(peer, False)
+    win.wait_signal(peer, False)
+    assert torch.equal(big[-(1 << 20):], torch.arange(1 << 20, dtype=torch.float32) + peer)
+    win.tensor_deregister()
+    small = dist._new_window(torch.zeros(1000))   # this one still fits
+    assert small.path(peer) == "mapped", small.path(peer)
+    small.tensor_deregister()
+    dist.destroy_process_group()
+    if rank == 0:
+        print("small shm ok", flush=True)
+
+if __name__ == "__main__":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(rank_main, args=(port,), nprocs=2)
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare (a mount namespace with its own /dev/shm)")
+@pytest.mark.timeout(150)
+def test_a_tensor_that_does_not_fit_dev_shm_stays_in_place(tmp_path):
+    """A container's 64 MiB /dev/shm: registration cannot move a 192 MiB tensor there, warns,
+    leaves it where it is (CMA between ranks of the host) and the window works."""
+    script = tmp_path / "small_shm_job.py"
+    script.write_text(SMALL_SHM_JOB)
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$0" "$1"',
+                        sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=140, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0 and "small shm ok" in r.stdout, \
+        f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
+    assert "could not move the tensor" in r.stderr, r.stderr[-3000:]
