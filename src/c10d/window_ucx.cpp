@@ -12,6 +12,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
 #include "c10d/shm_setup.hpp"
 #include "c10d/validation.hpp"
@@ -309,15 +310,15 @@ void WindowUCX::tensor_deregister() {
   for (int r = 0; r < group_->size_; ++r) {
     if (r != group_->rank_) others.push_back(peers_[static_cast<std::size_t>(r)].route);
   }
-  auto work = group_->makeWork(
-      c10d::OpType::BARRIER, {},
-      engine::Description("window.tensor_deregister (window #" + std::to_string(index_) + ")"),
-      c10d::kUnsetTimeout);
-  group_->launch(work, std::make_shared<engine::CloseWindowOp>(
-                           inbox_, std::move(others), static_cast<std::uint32_t>(group_->rank_),
-                           work->parts(), work->completer()));
   // Whatever happens, this rank lets the memory go: a failed close (a dead peer) raises.
   try {
+    auto work = group_->makeWork(
+        c10d::OpType::BARRIER, {},
+        engine::Description("window.tensor_deregister (window #" + std::to_string(index_) + ")"),
+        c10d::kUnsetTimeout);
+    group_->launch(work, std::make_shared<engine::CloseWindowOp>(
+                             inbox_, std::move(others), static_cast<std::uint32_t>(group_->rank_),
+                             work->parts(), work->completer()));
     work->wait();
   } catch (...) {
     dropRegistration();
@@ -353,6 +354,18 @@ std::pair<std::size_t, std::size_t> WindowUCX::checkTransfer(const char* what,
                     " do not fit rank ", rank, "'s window of ", peer.elements, " elements");
   const std::size_t itemBytes = tensor.element_size();
   return {count * itemBytes, static_cast<std::size_t>(offset) * itemBytes};
+}
+
+void WindowUCX::checkAlive(const char* what, int rank) const {
+  // A copy into a dead peer's mapped memory would succeed and reach nobody: fail it as a
+  // message to it fails (ProcessGroupUCX::checkHealthy), naming the rank.
+  if (!group_->health_->anyDead()) return;
+  const std::string why = group_->health_->deadWhy(rank);
+  if (!why.empty()) {
+    C10_THROW_ERROR(DistBackendError, std::string("commux: ") + what + ": rank " +
+                                          std::to_string(rank) + " died (" + why +
+                                          "); operations with it fail from now on");
+  }
 }
 
 at::Tensor WindowUCX::ownSlice(std::size_t offsetBytes, std::int64_t count) const {
@@ -412,6 +425,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
   const int dst = static_cast<int>(dstRank);
   const bool onCuda = tensor.is_cuda();
   group_->checkUsable();
+  checkAlive(what, dst);
   waitForCallerStream(tensor);
   const void* data = bytes == 0 ? nullptr : tensor.data_ptr();
   bool copied = true;
@@ -491,6 +505,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t 
   const int src = static_cast<int>(srcRank);
   const bool onCuda = tensor.is_cuda();
   group_->checkUsable();
+  checkAlive(what, src);
   waitForCallerStream(tensor);
   void* data = bytes == 0 ? nullptr : tensor.data_ptr();
   bool copied = true;

@@ -110,6 +110,8 @@ class WindowUCX final : public c10d::Window {
                                                            const Peer& peer, int64_t rank,
                                                            int64_t offset);
   const Peer& target(const char* op, int64_t rank) const;
+  /// Throws DistBackendError when the group knows `rank` died.
+  void checkAlive(const char* what, int rank) const;
   /// This rank's own window as a flat tensor of `count` elements from `offsetBytes`.
   at::Tensor ownSlice(std::size_t offsetBytes, std::int64_t count) const;
   /// Lets the window go, then waits for `work` when the caller asked for a blocking call.

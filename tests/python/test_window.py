@@ -328,8 +328,9 @@ def test_window_on_a_subgroup():
     run_ranks(_subgroup, 3, timeout=60)
 
 
-def _dead_peer(rank, world_size):
-    win = dist._new_window(torch.zeros(4))
+def _dead_peer(rank, world_size, path):
+    win = dist._new_window(torch.zeros(300_000))
+    assert win.path(1 - rank) == path, win.path(1 - rank)
     dist.barrier()
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -337,13 +338,25 @@ def _dead_peer(rank, world_size):
     expect_error(lambda: win.wait_signal(1, False), "rank 1", "wait on a dead peer")
     took = time.monotonic() - start
     assert took < 30, f"the dead peer took {took:.1f} s to notice"
+    # Every later operation with it fails at once, naming it, on every path.
+    for what, fn in (("small put", lambda: win.put(torch.ones(4), 1, 0, False)),
+                     ("large put", lambda: win.put(torch.ones(300_000), 1, 0, False)),
+                     ("put_signal", lambda: win.put_signal(torch.ones(4), 1, 0)),
+                     ("signal", lambda: win.signal(1, False)),
+                     ("get", lambda: win.get(torch.ones(4), 1, 0))):
+        expect_error(fn, "rank 1", f"{what} to a dead peer")
+    # Deregistering (collective) fails too, and lets the memory go all the same.
+    expect_error(lambda: win.tensor_deregister(), "rank 1", "deregister with a dead peer")
+    expect_error(lambda: win.put(torch.ones(4), 1, 0, False), "no tensor is registered",
+                 "put after the failed deregister")
+    del win
     return True
 
 
-@pytest.mark.parametrize("path", ["cma", "messages"])
-def test_wait_signal_on_a_killed_peer_fails_naming_it(path):
-    env, _, _ = PATHS[path]
-    run_ranks(_dead_peer, 2, timeout=90, env=env, killed=(1,))
+@pytest.mark.parametrize("path", ["cma", "messages", "moved"])
+def test_a_killed_peer_fails_wait_put_signal_get_naming_it(path):
+    env, _, want = PATHS[path]
+    run_ranks(_dead_peer, 2, timeout=90, env=env, killed=(1,), path=want)
 
 
 def _halo(rank, world_size, n, steps):
