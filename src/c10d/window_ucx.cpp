@@ -389,8 +389,18 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::doneNow(std::unique_lock<std::mutex>& 
 c10::intrusive_ptr<c10d::Work> WindowUCX::put(const at::Tensor& tensor, int64_t dstRank,
                                               int64_t targetOffsetNelems, bool asyncOp,
                                               const c10d::PutOptions& opts) {
-  return putAndMaybeSignal("window.put", tensor, dstRank, targetOffsetNelems, asyncOp, opts.timeout,
-                           false);
+  // The hint "signal" makes it put_signal for callers that only see c10d::Window (C++, or
+  // code written for any backend); other backends' hints are ignored, as hints are.
+  bool signal = false;
+  if (auto hint = opts.hints.find("signal"); hint != opts.hints.end()) {
+    TORCH_CHECK_VALUE(hint->second == "1" || hint->second == "0" || hint->second == "true" ||
+                          hint->second == "false",
+                      "commux: window.put: the hint \"signal\" is \"", hint->second,
+                      "\"; use \"1\" or \"0\"");
+    signal = hint->second == "1" || hint->second == "true";
+  }
+  return putAndMaybeSignal(signal ? "window.put_signal" : "window.put", tensor, dstRank,
+                           targetOffsetNelems, asyncOp, opts.timeout, signal);
 }
 
 c10::intrusive_ptr<c10d::Work> WindowUCX::putSignal(const at::Tensor& tensor, int64_t dstRank,

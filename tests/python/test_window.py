@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import WaitSignalOptions, WindowAccessType
+from torch._C._distributed_c10d import PutOptions, WaitSignalOptions, WindowAccessType
 
 from harness import assert_group_works, expect_error, run_ranks
 
@@ -167,6 +167,17 @@ def _semantics(rank, world_size, shared, path):
     assert torch.equal(tail, want), tail
     dist.barrier()
     del big_put
+
+    # The same through c10d's own put: PutOptions.hints["signal"] = "1".
+    opts = PutOptions()
+    opts.hints = {"signal": "1", "another_backends_hint": "x"}
+    win.put(torch.full((2,), 8.0 + rank), peer, 50, False, opts)
+    win.wait_signal(peer, False)
+    assert torch.equal(buf[50:52], torch.full((2,), 8.0 + peer)), buf[50:52]
+    opts.hints = {"signal": "yes"}
+    expect_error(lambda: win.put(torch.ones(1), peer, 0, False, opts), "signal", "a bad hint",
+                 exc_types=(ValueError,))
+    dist.barrier()
 
     # put_signal (commux's extension): small (one message) and large (data, then signal).
     for n, value in ((3, 5.0), (3000, 6.0)):
