@@ -164,7 +164,7 @@ class ProcessGroupUCX : public c10d::Backend {
   /// hosts, the others' deaths reach it through the host leaders.
   std::vector<int> knownRanks() const;
 #ifdef C10D_BACKEND_HAS_WINDOW
-  /// One-sided windows (dist._new_window): c10d/window_ucx.hpp.
+  /// One-sided windows (dist._new_window): commux/window_ucx.hpp.
   bool supportsWindow() const override { return true; }
   c10::intrusive_ptr<c10d::Window> new_window(
       const std::optional<at::Tensor>& tensor = std::nullopt) override;

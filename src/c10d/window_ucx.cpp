@@ -1,4 +1,4 @@
-#include "c10d/window_ucx.hpp"
+#include "commux/window_ucx.hpp"
 
 #ifdef C10D_BACKEND_HAS_WINDOW
 

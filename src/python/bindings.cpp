@@ -9,7 +9,7 @@
 
 #include "commux/options.hpp"
 #include "c10d/process_engine.hpp"
-#include "c10d/window_ucx.hpp"
+#include "commux/window_ucx.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "commux/process_group_ucx.hpp"
+#include "commux/window_ucx.hpp"
 
 using namespace std::chrono_literals;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
@@ -149,6 +150,32 @@ void timeouts(commux::ProcessGroupUCX& pg, int rank, int size) {
 }
 
 // COMMUX_BENCH=1: rank 0 and rank 1 ping-pong messages of V tensors (COMMUX_BENCH_V).
+// One-sided windows from C++: c10d's Window (put with the "signal" hint, wait_signal) and
+// commux's own calls on it (get, flush).
+void windows(commux::ProcessGroupUCX& pg, int rank, int size) {
+#ifdef C10D_BACKEND_HAS_WINDOW
+  const int right = (rank + 1) % size;
+  const int left = (rank + size - 1) % size;
+  check(pg.supportsWindow(), "supportsWindow");
+  at::Tensor buf = at::zeros({8}, at::kDouble);
+  c10::intrusive_ptr<c10d::Window> window = pg.new_window(buf);
+  c10d::PutOptions signal;
+  signal.hints["signal"] = "1";
+  window->put(filled(8, rank + 0.5), right, 0, false, signal);
+  window->wait_signal(left, false);
+  check(at::equal(buf, filled(8, left + 0.5)), "a window put with the signal hint");
+  auto* mine = dynamic_cast<commux::WindowUCX*>(window.get());
+  check(mine != nullptr, "new_window returns a commux::WindowUCX");
+  mine->flush(right, false, c10d::kUnsetTimeout);
+  at::Tensor back = at::zeros({8}, at::kDouble);
+  mine->get(back, right, 0, false, c10d::kUnsetTimeout);
+  check(at::equal(back, filled(8, rank + 0.5)), "a window get of what this rank put");
+  window->tensor_deregister();
+#else
+  (void)pg, (void)rank, (void)size;
+#endif
+}
+
 void bench(commux::ProcessGroupUCX& pg, int rank) {
   const char* vEnv = std::getenv("COMMUX_BENCH_V");
   const int v = vEnv ? std::max(1, std::atoi(vEnv)) : 1;
@@ -196,6 +223,7 @@ int runRank(int rank, int size, const std::string& addr, int port) {
       collectives(*pg, rank, size);
       coalescing(*pg, rank, size);
       timeouts(*pg, rank, size);
+      windows(*pg, rank, size);
     }
     pg->barrier()->wait();  // nobody leaves while a peer still needs it
     if (!envFlag("COMMUX_BENCH")) std::printf("rank %d/%d: %d checks passed\n", rank, size, checksRun);

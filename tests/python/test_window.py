@@ -1,7 +1,7 @@
 """One-sided windows through torch's own c10d API (dist._new_window): put, signal,
 wait_signal, map_remote_tensor, get_attr, registration, on every path a put can take.
 
-Paths (c10d/window_ucx.hpp): "cma" (same host, ordinary tensors: process_vm_writev),
+Paths (commux/window_ucx.hpp): "cma" (same host, ordinary tensors: process_vm_writev),
 "mapped" (same host, tensors in shared memory: a copy into the mapping), "messages"
 (COMMUX_SHM=0: UCX messages, what another host gets). Every result is checked exactly.
 """
