@@ -13,20 +13,14 @@ shared memory, CMA and TCP none does, so nothing is there to save.
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from commux.bench.window import spawn_pair
 
 
 def _rank(rank, port, sizes, blocks, fresh_count, env, out):
@@ -89,19 +83,10 @@ def main():
         print("(a domain not listed here registers no host memory)")
     except (ImportError, OSError, subprocess.SubprocessError) as e:
         print(f"ucx_info not available: {e}")
-    ctx = mp.get_context("spawn")
     print("| transport | bytes | reused buffer us | fresh buffer us | fresh / reused |")
     print("|---|---:|---:|---:|---:|")
     for label, env in (("shared memory (default)", {}), ("tcp (UCX_TLS=tcp,self)", {"UCX_TLS": "tcp,self"})):
-        out = ctx.Queue()
-        port = _free_port()
-        procs = [ctx.Process(target=_rank, args=(r, port, sizes, args.blocks, args.per_block, env, out))
-                 for r in range(2)]
-        for p in procs:
-            p.start()
-        rows = out.get(timeout=1200)
-        for p in procs:
-            p.join(timeout=60)
+        rows = spawn_pair(_rank, (sizes, args.blocks, args.per_block, env), timeout=1200)
         for nbytes, t in rows:
             print(f"| {label} | {nbytes} | {t['reused'] * 1e6:.1f} | {t['fresh'] * 1e6:.1f} | "
                   f"{t['fresh'] / t['reused']:.2f} |", flush=True)

@@ -186,6 +186,30 @@ def _measure(rank, sizes, blocks, block_seconds):
     return rows
 
 
+def spawn_pair(target, args, timeout=1800):
+    """Runs target(rank, port, *args, out) in 2 fresh processes (ranks 0 and 1 of a group on
+    127.0.0.1:port); returns what rank 0 puts on `out`. Exits naming a rank that failed."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=target, args=(r, port, *args, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        rows = out.get(timeout=timeout)
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    for r, p in enumerate(procs):
+        if p.exitcode != 0:
+            sys.exit(f"{target.__module__}: rank {r} exited with {p.exitcode}")
+    return rows
+
+
 def _local_rank(rank, port, path, sizes, blocks, block_seconds, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if path == "messages":
@@ -325,24 +349,10 @@ def main(argv=None):
     sizes = [int(s) for s in args.sizes.split(",")]
     if "RANK" in os.environ and "LOCAL_RANK" in os.environ:
         return _torchrun(args, sizes)
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
     every = []
     paths = [] if args.mpi_only else args.paths.split(",")
     for path in paths:
-        out = ctx.Queue()
-        port = _free_port()
-        procs = [ctx.Process(target=_local_rank, args=(r, port, path, sizes, args.blocks,
-                                                        args.block_seconds, out))
-                 for r in range(2)]
-        for p in procs:
-            p.start()
-        rows = out.get(timeout=1800)
-        for p in procs:
-            p.join(timeout=60)
-            if p.exitcode != 0:
-                sys.exit(f"commux.bench.window: a rank of path {path} exited with {p.exitcode}")
+        rows = spawn_pair(_local_rank, (path, sizes, args.blocks, args.block_seconds))
         mpi = _mpi_rows(sizes, args.blocks, args.block_seconds, args.mpi_args.split()) if args.mpi else None
         print(f"\n### {path}\n\n{table(rows, mpi)}\n", flush=True)
         every.append(dict(path=path, rows=rows, mpi=mpi))
