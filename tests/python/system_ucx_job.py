@@ -1,5 +1,5 @@
 """Two ranks on a commux that runs on a system UCX (built against it, or a wheel build with
-COMMUX_UCX_HOME); run by test_system_ucx.py. Prints 'OK <ucx version> <libucp path>'.
+COMMUX_UCX_HOME): all_reduce, tagged p2p, one-sided windows; run by test_system_ucx.py. Prints 'OK <ucx version> <libucp path>'.
 With --no-cuda the build must have left its CUDA unit out."""
 
 import os
@@ -30,6 +30,26 @@ def rank_main(rank, world, path, queue, no_cuda):
         wa.wait()
         wb.wait()
         assert a.eq(3).all() and b.eq(7).all(), (a, b)
+    # One-sided windows on this UCX: mapped (the default), and an unmoved tensor (owning=False),
+    # whose small puts, put_signal and get after flush travel as UCX messages, large puts by CMA.
+    peer = 1 - rank
+    for owning, n in ((True, 5), (False, 5), (False, 300_000)):
+        buf = torch.zeros(n)
+        win = dist._new_window()
+        win.tensor_register(buf, owning)
+        win.put(torch.full((n,), float(rank + 1)), peer, 0, False)
+        win.signal(peer, False)
+        win.wait_signal(peer, False)
+        assert torch.equal(buf, torch.full((n,), float(peer + 1))), (owning, n, win.path(peer))
+        dist.barrier()
+        win.put_signal(torch.full((n,), float(rank + 5)), peer, 0)
+        win.wait_signal(peer, False)
+        assert torch.equal(buf, torch.full((n,), float(peer + 5))), (owning, n, win.path(peer))
+        back = torch.zeros(n)
+        win.flush(peer)
+        win.get(back, peer, 0)
+        assert torch.equal(back, torch.full((n,), float(rank + 5))), (owning, n, win.path(peer))
+        win.tensor_deregister()
     C = commux.load_extension()
     if no_cuda:
         assert C.cuda_compiled() is False and C.cuda_device_count() == 0
