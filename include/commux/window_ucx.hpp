@@ -89,13 +89,13 @@ class WindowUCX final : public c10d::Window {
     std::shared_ptr<const engine::Route> route;  // the peer's window context
     std::uint64_t elements = 0;
     c10::ScalarType dtype = c10::ScalarType::Undefined;
-    bool cuda = false;                   // its tensor is in CUDA memory
-    char* address = nullptr;             // its tensor, in its address space (CMA)
+    bool cuda = false;        // its tensor is in CUDA memory
+    char* address = nullptr;  // its tensor, in its address space (CMA)
     pid_t pid = 0;
-    std::shared_ptr<void> mapping;       // Mapped: the peer's memory, mapped here
-    char* mapped = nullptr;              // Mapped: its tensor in that mapping
-    bool messagesInFlight = false;       // Cma: small puts went as messages since the last
-                                         // get or flush through the inbox
+    std::shared_ptr<void> mapping;  // Mapped: the peer's memory, mapped here
+    char* mapped = nullptr;         // Mapped: its tensor in that mapping
+    bool messagesInFlight = false;  // Cma: small puts went as messages since the last
+                                    // get or flush through the inbox
   };
 
   c10::intrusive_ptr<c10d::Work> putAndMaybeSignal(const char* op, const at::Tensor& tensor,

@@ -19,8 +19,8 @@
 #include "c10d/work_ucx.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
-#include "engine/engine.hpp"
 #include "cuda/cuda_support.hpp"
+#include "engine/engine.hpp"
 #include "engine/errors.hpp"
 #include "engine/memory.hpp"
 #include "engine/process_id.hpp"
@@ -47,9 +47,18 @@ struct Record {
 
   std::string encode() const {
     std::ostringstream out;
-    out << context << '\n' << dtype << '\n' << elements << '\n' << address << '\n' << pid
-        << '\n' << canary << '\n' << fd << '\n' << mapOffset << '\n' << mapBytes << '\n'
-        << device << '\n' << pidSpace << '\n' << host << '\n';
+    out << context << '\n'
+        << dtype << '\n'
+        << elements << '\n'
+        << address << '\n'
+        << pid << '\n'
+        << canary << '\n'
+        << fd << '\n'
+        << mapOffset << '\n'
+        << mapBytes << '\n'
+        << device << '\n'
+        << pidSpace << '\n'
+        << host << '\n';
     return out.str();
   }
   static Record decode(const std::vector<uint8_t>& raw) {
@@ -108,15 +117,15 @@ void moveToSharedMemory(const at::Tensor& tensor) {
                     at::ALLOCATOR_MAPPED_KEEPFD | at::ALLOCATOR_MAPPED_UNLINK;
   at::DataPtr shared;
   try {
-    shared = at::MapAllocator::makeDataPtr(at::NewProcessWideShmHandle(), flags,
-                                           storage.nbytes(), nullptr);
+    shared = at::MapAllocator::makeDataPtr(at::NewProcessWideShmHandle(), flags, storage.nbytes(),
+                                           nullptr);
   } catch (const c10::Error& e) {
     // /dev/shm is full or small (a container's 64 MiB): the tensor stays where it is, and
     // this registration goes on with the others (same-host peers write through CMA).
-    TORCH_WARN_ONCE("commux: window.tensor_register: could not move the tensor (",
-                    storage.nbytes(), " bytes) into shared memory, so peers on this host ",
-                    "reach it through process_vm_writev (slower below 256 KiB): ",
-                    e.what_without_backtrace());
+    TORCH_WARN_ONCE(
+        "commux: window.tensor_register: could not move the tensor (", storage.nbytes(),
+        " bytes) into shared memory, so peers on this host ",
+        "reach it through process_vm_writev (slower below 256 KiB): ", e.what_without_backtrace());
     return;
   }
   std::memcpy(shared.get(), storage.data(), storage.nbytes());
@@ -183,11 +192,13 @@ void WindowUCX::checkRegistered(const char* op) const {
 void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   std::lock_guard<std::mutex> lock(mutex_);
   group_->checkUsable();
-  TORCH_CHECK(!registered_, "commux: window.tensor_register: a tensor is registered already; "
+  TORCH_CHECK(!registered_,
+              "commux: window.tensor_register: a tensor is registered already; "
               "call tensor_deregister first");
   checkTensors("window.tensor_register", {tensor}, false);
   checkDevice("window.tensor_register", tensor);
-  TORCH_CHECK_VALUE(tensor.is_contiguous(), "commux: window.tensor_register: the tensor must "
+  TORCH_CHECK_VALUE(tensor.is_contiguous(),
+                    "commux: window.tensor_register: the tensor must "
                     "be contiguous");
   const int rank = group_->rank_;
   const int size = group_->size_;
@@ -253,8 +264,8 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
         continue;
       }
       // A process of this host, in this PID namespace, that this one may write into.
-      const bool local = !mine.host.empty() && theirs.host == mine.host &&
-                         !mine.pidSpace.empty() && theirs.pidSpace == mine.pidSpace;
+      const bool local = !mine.host.empty() && theirs.host == mine.host && !mine.pidSpace.empty() &&
+                         theirs.pidSpace == mine.pidSpace;
       if (!local || peer.cuda) continue;  // device memory: UCX messages (cuda_ipc or staged)
       if (auto mapping = mapPeer(theirs)) {
         peer.mapped = static_cast<char*>(mapping->base) + theirs.mapOffset;
@@ -329,8 +340,7 @@ void WindowUCX::tensor_deregister() {
 
 const WindowUCX::Peer& WindowUCX::target(const char* op, int64_t rank) const {
   checkRegistered(op);
-  TORCH_CHECK_VALUE(rank == static_cast<int>(rank), "commux: ", op, ": invalid peer rank ",
-                    rank);
+  TORCH_CHECK_VALUE(rank == static_cast<int>(rank), "commux: ", op, ": invalid peer rank ", rank);
   checkPeer(op, "peer", static_cast<int>(rank), group_->size_);
   return peers_[static_cast<std::size_t>(rank)];
 }
@@ -406,8 +416,8 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::put(const at::Tensor& tensor, int64_t 
 c10::intrusive_ptr<c10d::Work> WindowUCX::putSignal(const at::Tensor& tensor, int64_t dstRank,
                                                     int64_t targetOffsetNelems, bool asyncOp,
                                                     std::chrono::milliseconds timeout) {
-  return putAndMaybeSignal("window.put_signal", tensor, dstRank, targetOffsetNelems, asyncOp, timeout,
-                           true);
+  return putAndMaybeSignal("window.put_signal", tensor, dstRank, targetOffsetNelems, asyncOp,
+                           timeout, true);
 }
 
 std::string WindowUCX::path(int64_t rank) {
@@ -463,9 +473,8 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
         TORCH_CHECK(!engine_->peerFailed(peer.route->address), "commux: ", what, " to rank ",
                     dstRank, " failed: the rank is gone");
         // The kernel refused (a ptrace policy changed): messages from now on.
-        TORCH_WARN_ONCE("commux: ", what, ": writing into rank ", dstRank,
-                        "'s memory failed (", std::strerror(error),
-                        "); its puts go through UCX messages from now on");
+        TORCH_WARN_ONCE("commux: ", what, ": writing into rank ", dstRank, "'s memory failed (",
+                        std::strerror(error), "); its puts go through UCX messages from now on");
         peers_[static_cast<std::size_t>(dst)].path = Peer::Path::Messages;
         copied = false;
       }
@@ -484,23 +493,22 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
   // A CUDA put's Work is not tied to the stream: the call waited for it already.
   auto work = group_->makeWork(
       c10d::OpType::SEND, onCuda ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{tensor},
-      engine::Description::p2p(signal ? "window put_signal" : "window put", "to", dst, 0, bytes,
-                               1),
+      engine::Description::p2p(signal ? "window put_signal" : "window put", "to", dst, 0, bytes, 1),
       timeout);
   work->setPeer(dst);
   if (copied) {
     // The data is in place: the signal alone travels.
     group_->launch(work, std::make_shared<engine::WindowSignalOp>(
-                             peer.route, static_cast<std::uint32_t>(group_->rank_),
-                             work->parts(), work->completer()));
+                             peer.route, static_cast<std::uint32_t>(group_->rank_), work->parts(),
+                             work->completer()));
   } else {
-    group_->launch(
-        work, std::make_shared<engine::WindowPutOp>(
-                  peer.route, static_cast<std::uint32_t>(group_->rank_), data, bytes,
-                  engine::memoryTypeOf(tensor), !onCuda, offsetBytes,
-                  std::shared_ptr<void>(new at::Tensor(tensor),
-                                        [](void* t) { delete static_cast<at::Tensor*>(t); }),
-                  signal, work->parts(), work->completer()));
+    group_->launch(work,
+                   std::make_shared<engine::WindowPutOp>(
+                       peer.route, static_cast<std::uint32_t>(group_->rank_), data, bytes,
+                       engine::memoryTypeOf(tensor), !onCuda, offsetBytes,
+                       std::shared_ptr<void>(new at::Tensor(tensor),
+                                             [](void* t) { delete static_cast<at::Tensor*>(t); }),
+                       signal, work->parts(), work->completer()));
   }
   return finishCall(lock, work, asyncOp);
 }
@@ -556,13 +564,14 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t 
       c10d::OpType::RECV, onCuda ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{tensor},
       engine::Description::p2p("window get", "from", src, 0, bytes, 1), timeout);
   work->setPeer(src);
-  group_->launch(work, std::make_shared<engine::WindowGetOp>(
-                           peer.route, static_cast<std::uint32_t>(group_->rank_),
-                           static_cast<std::uint32_t>(src), context_, data, bytes,
-                           engine::memoryTypeOf(tensor), offsetBytes,
-                           std::shared_ptr<void>(new at::Tensor(tensor),
-                                                 [](void* t) { delete static_cast<at::Tensor*>(t); }),
-                           work->parts(), work->completer()));
+  group_->launch(
+      work,
+      std::make_shared<engine::WindowGetOp>(
+          peer.route, static_cast<std::uint32_t>(group_->rank_), static_cast<std::uint32_t>(src),
+          context_, data, bytes, engine::memoryTypeOf(tensor), offsetBytes,
+          std::shared_ptr<void>(new at::Tensor(tensor),
+                                [](void* t) { delete static_cast<at::Tensor*>(t); }),
+          work->parts(), work->completer()));
   return finishCall(lock, work, asyncOp);
 }
 
@@ -578,15 +587,14 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::flush(int64_t peerRank, bool asyncOp,
     // Those puts completed in the caller.
     return doneNow(lock, c10d::OpType::SEND);
   }
-  auto work = group_->makeWork(c10d::OpType::SEND, {},
-                               engine::Description::p2p("window flush", "to", dst, 0, 0, 0),
-                               timeout);
+  auto work =
+      group_->makeWork(c10d::OpType::SEND, {},
+                       engine::Description::p2p("window flush", "to", dst, 0, 0, 0), timeout);
   work->setPeer(dst);
   group_->launch(work, std::make_shared<engine::WindowGetOp>(
                            peer.route, static_cast<std::uint32_t>(group_->rank_),
                            static_cast<std::uint32_t>(dst), context_, nullptr, 0,
-                           UCS_MEMORY_TYPE_HOST, 0, nullptr,
-                           work->parts(), work->completer()));
+                           UCS_MEMORY_TYPE_HOST, 0, nullptr, work->parts(), work->completer()));
   return finishCall(lock, work, asyncOp);
 }
 
@@ -595,9 +603,9 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::signal(int64_t peerRank, bool asyncOp,
   std::unique_lock<std::mutex> lock(mutex_);
   const Peer& peer = target("window.signal", peerRank);
   const int dst = static_cast<int>(peerRank);
-  auto work = group_->makeWork(c10d::OpType::SEND, {},
-                               engine::Description::p2p("window signal", "to", dst, 0, 0, 0),
-                               opts.timeout);
+  auto work =
+      group_->makeWork(c10d::OpType::SEND, {},
+                       engine::Description::p2p("window signal", "to", dst, 0, 0, 0), opts.timeout);
   work->setPeer(dst);
   group_->launch(work, std::make_shared<engine::WindowSignalOp>(
                            peer.route, static_cast<std::uint32_t>(group_->rank_), work->parts(),
@@ -610,13 +618,12 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::wait_signal(int64_t peerRank, bool asy
   std::unique_lock<std::mutex> lock(mutex_);
   target("window.wait_signal", peerRank);
   const int src = static_cast<int>(peerRank);
-  auto work = group_->makeWork(
-      c10d::OpType::RECV, {},
-      engine::Description::p2p("window wait_signal", "from", src, 0, 0, 0),
-      opts.timeout);
+  auto work = group_->makeWork(c10d::OpType::RECV, {},
+                               engine::Description::p2p("window wait_signal", "from", src, 0, 0, 0),
+                               opts.timeout);
   work->setPeer(src);
-  group_->launch(work, std::make_shared<engine::WaitSignalOp>(inbox_, src, work->parts(),
-                                                              work->completer()));
+  group_->launch(
+      work, std::make_shared<engine::WaitSignalOp>(inbox_, src, work->parts(), work->completer()));
   return finishCall(lock, work, asyncOp);
 }
 

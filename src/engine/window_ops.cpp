@@ -110,8 +110,8 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
     case window::Type::PutSignal:
       TORCH_CHECK(inside && length == sizeof(header) + header.bytes, "commux: ", description(),
                   ": a put from rank ", source, " does not fit the window");
-      TORCH_CHECK(header.bytes == 0 || memory_ == UCS_MEMORY_TYPE_HOST, "commux: ",
-                  description(), ": rank ", source, " sent data inline to device memory");
+      TORCH_CHECK(header.bytes == 0 || memory_ == UCS_MEMORY_TYPE_HOST, "commux: ", description(),
+                  ": rank ", source, " sent data inline to device memory");
       if (header.bytes != 0) {
         std::memcpy(base_ + header.offset, control_.data() + sizeof(header), header.bytes);
       }
@@ -143,8 +143,7 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
       release(engine, source);
       break;
     default:
-      TORCH_CHECK(false, "commux: ", description(), ": unknown control message from rank ",
-                  source);
+      TORCH_CHECK(false, "commux: ", description(), ": unknown control message from rank ", source);
   }
 }
 
@@ -228,18 +227,18 @@ void WindowInbox::onFailed() {
   if (auto closer = std::move(closer_)) closer->fail(*startedOn_, error);
 }
 
-WindowPutOp::WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source,
-                         const void* data, std::size_t bytes, ucs_memory_type_t memory,
-                         bool eager, std::size_t offsetBytes, std::shared_ptr<void> keepAlive,
-                         bool signal, Description description, Done done)
+WindowPutOp::WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source, const void* data,
+                         std::size_t bytes, ucs_memory_type_t memory, bool eager,
+                         std::size_t offsetBytes, std::shared_ptr<void> keepAlive, bool signal,
+                         Description description, Done done)
     : Op(std::move(description), std::move(done)),
       route_(std::move(route)),
       source_(source),
       data_(data),
       bytes_(bytes),
       memory_(memory),
-      large_(bytes != 0 && !(eager && memory == UCS_MEMORY_TYPE_HOST &&
-                             bytes <= window::kEagerBytes)) {
+      large_(bytes != 0 &&
+             !(eager && memory == UCS_MEMORY_TYPE_HOST && bytes <= window::kEagerBytes)) {
   window::Header header;
   header.offset = offsetBytes;
   header.bytes = bytes;
@@ -264,8 +263,8 @@ void WindowPutOp::start(Engine& engine) {
   if (large_) {
     postSend(engine, ep, data_, bytes_, window::dataTag(route_->context, source_), 1, memory_);
     if (signalAfter_) {
-      postSend(engine, ep, &signal_, sizeof(signal_),
-               window::controlTag(route_->context, source_), 2, UCS_MEMORY_TYPE_HOST);
+      postSend(engine, ep, &signal_, sizeof(signal_), window::controlTag(route_->context, source_),
+               2, UCS_MEMORY_TYPE_HOST);
     }
   }
 }
@@ -290,8 +289,8 @@ void WindowSignalOp::onComplete(Engine& engine, std::uint32_t slot, const RecvIn
 }
 
 WindowGetOp::WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t source,
-                         std::uint32_t target, std::uint32_t context, void* data,
-                         std::size_t bytes, ucs_memory_type_t memory, std::size_t offsetBytes,
+                         std::uint32_t target, std::uint32_t context, void* data, std::size_t bytes,
+                         ucs_memory_type_t memory, std::size_t offsetBytes,
                          std::shared_ptr<void> keepAlive, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       route_(std::move(route)),
@@ -343,8 +342,8 @@ void WaitSignalOp::start(Engine& engine) {
 void WaitSignalOp::onFailed() { inbox_->removeWaiter(this, peer_); }
 
 CloseWindowOp::CloseWindowOp(std::shared_ptr<WindowInbox> inbox,
-                             std::vector<std::shared_ptr<const Route>> peers,
-                             std::uint32_t source, Description description, Done done)
+                             std::vector<std::shared_ptr<const Route>> peers, std::uint32_t source,
+                             Description description, Done done)
     : Op(std::move(description), std::move(done)),
       inbox_(std::move(inbox)),
       peers_(std::move(peers)),

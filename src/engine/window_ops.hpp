@@ -131,7 +131,7 @@ class WindowInbox final : public Op {
   std::vector<Source> sources_;
   std::vector<DataSlot> slots_;  // slot 1 + i: a data receive or a get's answer
   std::vector<std::shared_ptr<const Route>> routes_;  // empty until setRoutes
-  std::vector<Get> unanswered_;  // gets released before setRoutes
+  std::vector<Get> unanswered_;                       // gets released before setRoutes
   std::vector<std::uint32_t> freeSlots_;
   std::shared_ptr<CloseWindowOp> closer_;
   std::size_t closedPeers_ = 0;
@@ -159,9 +159,9 @@ class WindowPutOp final : public Op {
   const void* data_;
   std::size_t bytes_;
   ucs_memory_type_t memory_;
-  bool large_ = false;               // the data travels as a second message
+  bool large_ = false;  // the data travels as a second message
   std::vector<char> control_;
-  window::Header signal_{};          // a large put_signal's second control message
+  window::Header signal_{};  // a large put_signal's second control message
   bool signalAfter_ = false;
   std::shared_ptr<void> keepAlive_;  // the tensor a large put reads
 };
@@ -245,9 +245,8 @@ class WaitSignalOp final : public Op {
 /// no put can still land in the memory once every rank has let it go.
 class CloseWindowOp final : public Op {
  public:
-  CloseWindowOp(std::shared_ptr<WindowInbox> inbox,
-                std::vector<std::shared_ptr<const Route>> peers, std::uint32_t source,
-                Description description, Done done);
+  CloseWindowOp(std::shared_ptr<WindowInbox> inbox, std::vector<std::shared_ptr<const Route>> peers,
+                std::uint32_t source, Description description, Done done);
   void start(Engine& engine) override;
   /// The inbox saw every peer's close.
   void peersClosed();
