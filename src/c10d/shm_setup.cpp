@@ -14,6 +14,7 @@
 #include <string>
 
 #include "c10d/peer_table.hpp"
+#include "c10d/store_text.hpp"
 #include "commux/options.hpp"
 #include "shm/channel.hpp"
 #include "shm/cma.hpp"
@@ -25,22 +26,9 @@ std::string key(const std::string& what, int index) {
   return storeKeyPrefix() + "shm/" + what + "/" + std::to_string(index);
 }
 
-void put(c10d::Store& store, const std::string& k, const std::string& value) {
-  store.set(k, std::vector<uint8_t>(value.begin(), value.end()));
-}
-
 std::string take(c10d::Store& store, const std::string& k) {
   const auto raw = store.get(k);
   return std::string(raw.begin(), raw.end());
-}
-
-/// One round trip for many keys where the store supports it (TCPStore); waits for them.
-std::vector<std::string> takeAll(c10d::Store& store, const std::vector<std::string>& keys) {
-  std::vector<std::string> out;
-  if (keys.empty()) return out;
-  out.reserve(keys.size());
-  for (auto& raw : store.multiGet(keys)) out.emplace_back(raw.begin(), raw.end());
-  return out;
 }
 
 // Rank 0 groups the identities. A rank without one (COMMUX_SHM=0, no /dev/shm) keeps the
@@ -120,9 +108,9 @@ HostLayout parseLayout(const std::string& text, int size) {
 bool canReadNeighbour(c10d::Store& store, int rank, const std::vector<int>& local, int index,
                       bool wanted) {
   if (wanted) shm::allowReaders();
-  put(store, key("cma-at", rank),
-      std::to_string(::getpid()) + " " +
-          std::to_string(reinterpret_cast<std::uintptr_t>(shm::cmaCanary())));
+  storePut(store, key("cma-at", rank),
+           std::to_string(::getpid()) + " " +
+               std::to_string(reinterpret_cast<std::uintptr_t>(shm::cmaCanary())));
   const int neighbour = local[(index + 1) % local.size()];
   const std::string theirs = take(store, key("cma-at", neighbour));
   long pid = 0;
@@ -143,7 +131,7 @@ bool canReadNeighbour(c10d::Store& store, int rank, const std::vector<int>& loca
 bool allSay(c10d::Store& store, const std::string& what, const std::vector<int>& ranks) {
   std::vector<std::string> keys;
   for (int r : ranks) keys.push_back(key(what, r));
-  const auto answers = takeAll(store, keys);
+  const auto answers = storeTakeAll(store, keys);
   return std::all_of(answers.begin(), answers.end(), [](const std::string& a) { return a == "1"; });
 }
 
@@ -172,8 +160,8 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   const int count = static_cast<int>(local.size());
   // Every rank takes part in the probe, whatever its own setting, so none waits for a key
   // that never comes; the leader's COMMUX_SHM_CMA_BYTES counts (the segment key carries it).
-  put(store, key("cma-ok", rank),
-      canReadNeighbour(store, rank, local, index, config.shmCmaBytes != 0) ? "1" : "0");
+  storePut(store, key("cma-ok", rank),
+           canReadNeighbour(store, rank, local, index, config.shmCmaBytes != 0) ? "1" : "0");
 
   shm::ChannelShape shape;
   shape.size = count;
@@ -195,7 +183,7 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
     } catch (const std::exception& e) {
       problem = e.what();
     }
-    put(store, key("segment", host), description);
+    storePut(store, key("segment", host), description);
   } else {
     std::istringstream in(take(store, key("segment", host)));
     std::string name;
@@ -212,12 +200,12 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   if (!problem.empty()) {
     LOG(WARNING) << problem << "; collectives use UCX instead of shared memory";
   }
-  put(store, key("mapped", rank), channel ? "1" : "0");
+  storePut(store, key("mapped", rank), channel ? "1" : "0");
   if (leader) {
     const bool mapped = allSay(store, "mapped", local);
     // Everyone has it mapped (or gave up): drop the name, so nothing outlives the job.
     if (channel) channel->segment().unlink();
-    put(store, key("host-ok", host), mapped ? "1" : "0");
+    storePut(store, key("host-ok", host), mapped ? "1" : "0");
     if (!mapped) channel.reset();
   }
   return channel;
@@ -248,22 +236,22 @@ bool HostLayout::uniform() const noexcept {
 ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::shared_ptr<engine::Engine> engine) {
   const std::string me = hostIdentity();
-  put(*store, key("host", rank), me);
+  storePut(*store, key("host", rank), me);
   if (me.empty()) {
     // This rank keeps the whole group off shared memory (groupHosts), which it knows without
     // waiting for anyone: a rank with COMMUX_SHM=0 never waits here. Rank 0 answers for all.
     const std::string alone = groupHosts(std::vector<std::string>(size));
     if (rank == 0) {
-      put(*store, storeKeyPrefix() + "shm/layout", alone);
-      put(*store, storeKeyPrefix() + "shm/verdict", "1");
+      storePut(*store, storeKeyPrefix() + "shm/layout", alone);
+      storePut(*store, storeKeyPrefix() + "shm/verdict", "1");
     }
     return ShmSetup{parseLayout(alone, size), nullptr, false};
   }
   if (rank == 0) {
     std::vector<std::string> keys;
     for (int r = 0; r < size; ++r) keys.push_back(key("host", r));
-    put(*store, storeKeyPrefix() + "shm/layout",
-        groupHosts(takeAll(*store, keys)) + hierarchySettings());
+    storePut(*store, storeKeyPrefix() + "shm/layout",
+             groupHosts(storeTakeAll(*store, keys)) + hierarchySettings());
   }
   ShmSetup setup;
   setup.layout = parseLayout(take(*store, storeKeyPrefix() + "shm/layout"), size);
@@ -279,7 +267,8 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
     for (int h = 0; h < layout.hostCount(); ++h) {
       if (layout.hosts[h].size() > 1) shared.push_back(h);
     }
-    put(*store, storeKeyPrefix() + "shm/verdict", allSay(*store, "host-ok", shared) ? "1" : "0");
+    storePut(*store, storeKeyPrefix() + "shm/verdict",
+             allSay(*store, "host-ok", shared) ? "1" : "0");
   }
   if (take(*store, storeKeyPrefix() + "shm/verdict") != "1") {
     setup.channel.reset();

@@ -15,6 +15,7 @@
 #include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
 #include "c10d/shm_setup.hpp"
+#include "c10d/store_text.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "commux/options.hpp"
@@ -61,8 +62,8 @@ struct Record {
         << host << '\n';
     return out.str();
   }
-  static Record decode(const std::vector<uint8_t>& raw) {
-    std::istringstream in(std::string(raw.begin(), raw.end()));
+  static Record decode(const std::string& raw) {
+    std::istringstream in(raw);
     Record r;
     in >> r.context >> r.dtype >> r.elements >> r.address >> r.pid >> r.canary >> r.fd >>
         r.mapOffset >> r.mapBytes >> r.device;
@@ -235,16 +236,14 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   try {
     engine_->submit(inbox);
     auto& store = *group_->store_;
-    const std::string record = mine.encode();
-    store.set(windowKey(index_, registrations_, rank),
-              std::vector<uint8_t>(record.begin(), record.end()));
+    storePut(store, windowKey(index_, registrations_, rank), mine.encode());
     std::vector<std::string> keys;
     std::vector<int> ranks;
     for (int r = 0; r < size; ++r) {
       keys.push_back(windowKey(index_, registrations_, r));
       ranks.push_back(r);
     }
-    const auto raw = store.multiGet(keys);
+    const auto raw = storeTakeAll(store, keys);
     const auto routes = group_->peers_->get(ranks, "a window registration");
     std::vector<Peer> peers(static_cast<std::size_t>(size));
     for (int r = 0; r < size; ++r) {
