@@ -473,3 +473,108 @@ def test_a_tensor_that_does_not_fit_dev_shm_stays_in_place(tmp_path):
     assert r.returncode == 0 and "small shm ok" in r.stdout, \
         f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
     assert "could not move the tensor" in r.stderr, r.stderr[-3000:]
+
+
+def _plan(seed, world, rounds, region):
+    """Every rank's operations, the same on every rank (drawn from the shared seed): per
+    round and source, a list of (kind, target, offset, count, value) where kind is put,
+    put_signal or get, and each target's window is cut in one region per source, so the
+    expected contents follow from the plan alone."""
+    import random
+
+    rng = random.Random(seed)
+    # Sizes on both sides of every limit: inline (8 KiB), the CMA start (256 KiB), a slot.
+    sizes = [1, 2, 7, 2047, 2048, 2049, 65_536, 65_537, 70_000, region]
+    plan = []
+    for _ in range(rounds):
+        ops = {}
+        for src in range(world):
+            mine = []
+            for _ in range(rng.randrange(1, 7)):
+                dst = rng.randrange(world)
+                count = min(rng.choice(sizes), region)
+                offset = rng.randrange(0, region - count + 1)
+                kind = rng.choice(["put", "put", "put_signal", "get"])
+                mine.append((kind, dst, offset, count, rng.randrange(1, 1 << 20)))
+            ops[src] = mine
+        plan.append(ops)
+    return plan
+
+
+def _random_ops(rank, world_size, seed, rounds, region):
+    """A seeded mix of puts, put_signals, gets, flushes, signals and waits between every
+    pair (and to self), with exact contents checked after every get and every round."""
+    plan = _plan(seed, world_size, rounds, region)
+    buf = torch.zeros(world_size * region, dtype=torch.float64)
+    win = dist._new_window(buf)
+    done = []  # (round, ops) already applied, for the expected contents
+    for rnd, ops in enumerate(plan):
+        works = []
+        unflushed = {}  # dst -> [(start, end)] put since the last flush to it
+        for i, (kind, dst, offset, count, value) in enumerate(ops[rank]):
+            at = rank * region + offset  # this rank's region in dst's window
+            # Overlapping puts may land in either order unless a flush separates them
+            # (README, as MPI): flush when this one overlaps an earlier one.
+            spans = unflushed.setdefault(dst, [])
+            if kind != "get" and any(a < at + count and at < b for a, b in spans):
+                win.flush(dst)
+                spans.clear()
+            if kind == "get":
+                win.flush(dst)
+                spans.clear()
+                got = torch.zeros(count, dtype=torch.float64)
+                win.get(got, dst, at)
+                # Only this rank writes its region of dst's window: what it put so far.
+                mine = [o[rank] for o in plan[:rnd]] + [ops[rank][:i]]
+                want = _expected(mine, dst, rank, region, world_size)[at : at + count]
+                assert torch.equal(got, want), f"seed {seed} round {rnd}: get {i} from {dst}"
+                continue
+            spans.append((at, at + count))
+            data = torch.arange(count, dtype=torch.float64) + value
+            if kind == "put_signal":
+                win.put_signal(data, dst, at)
+            else:
+                works.append(win.put(data, dst, at, True))
+        for w in works:
+            w.wait()
+        # One signal to every rank this rank made a plain put to, after all of them.
+        for dst in sorted({d for k, d, *_ in ops[rank] if k == "put"}):
+            win.signal(dst, False)
+        # Every signal meant for this rank this round: then every put to it has landed.
+        for src in range(world_size):
+            fused = sum(1 for k, d, *_ in ops[src] if k == "put_signal" and d == rank)
+            plain = any(k == "put" and d == rank for k, d, *_ in ops[src])
+            for _ in range(fused + int(plain)):
+                win.wait_signal(src, False)
+        done.append(ops)
+        want = torch.zeros(world_size * region, dtype=torch.float64)
+        for src in range(world_size):
+            mine = _expected([o[src] for o in done], rank, src, region, world_size)
+            want[src * region : (src + 1) * region] = mine[src * region : (src + 1) * region]
+        bad = (buf != want).nonzero().flatten()[:5].tolist()
+        assert not bad, f"seed {seed} round {rnd}: rank {rank}'s window differs at {bad}"
+        dist.barrier()  # nobody's next round overwrites what another still checks
+    win.tensor_deregister()
+    return True
+
+
+def _expected(op_lists, target, source, region, world):
+    """`target`'s window after `source`'s operations `op_lists` (lists of plan entries)."""
+    want = torch.zeros(world * region, dtype=torch.float64)
+    for ops in op_lists:
+        for kind, dst, offset, count, value in ops:
+            if kind != "get" and dst == target:
+                at = source * region + offset
+                want[at : at + count] = torch.arange(count, dtype=torch.float64) + value
+    return want
+
+
+@pytest.mark.parametrize("path", ["moved", "cma", "messages"])
+def test_seeded_random_window_operations(path):
+    """Puts of every size class (inline, large, CMA), put_signals, gets after flushes, to
+    peers and to self, counted signals; the seed is printed on failure (COMMUX_WINDOW_SEED
+    replays one)."""
+    env, _, _ = PATHS[path]
+    seed = int(os.environ.get("COMMUX_WINDOW_SEED", "0")) or int.from_bytes(os.urandom(3), "big")
+    print(f"window random seed {seed} (COMMUX_WINDOW_SEED={seed} replays it)")
+    run_ranks(_random_ops, 3, timeout=180, env=env, seed=seed, rounds=12, region=300_000)
