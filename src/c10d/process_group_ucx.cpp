@@ -343,6 +343,7 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
   // inputs, and whatever it does for the caller afterwards goes on that stream.
   std::optional<c10::Device> device = op->cudaDevice();
   if (!device) device = work->cudaDevice();
+  if (op->callerSynchronised()) device.reset();
   std::optional<c10::Stream> stream;
   std::string doomed;  // it involves a dead peer: fail it unless what arrived completes it
   if (device) {

@@ -23,7 +23,6 @@
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
-#include "engine/memory.hpp"
 #include "engine/process_id.hpp"
 #include "engine/window_ops.hpp"
 #include "shm/cma.hpp"
@@ -143,6 +142,10 @@ void checkDevice(const char* what, const at::Tensor& tensor) {
                               ", and this commux was built without CUDA");
 }
 
+std::optional<c10::Device> deviceOf(const at::Tensor& tensor) {
+  return tensor.is_cuda() ? std::optional<c10::Device>(tensor.device()) : std::nullopt;
+}
+
 // A call with a CUDA tensor waits for the caller's current stream, so that what the stream
 // wrote is what moves, and a later signal cannot overtake the data (host-staged ordering).
 void waitForCallerStream(const at::Tensor& tensor) {
@@ -230,7 +233,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
 
   const std::size_t bytes = mine.elements * tensor.element_size();
   auto inbox = std::make_shared<engine::WindowInbox>(
-      mine.context, rank, size, base, bytes, engine::memoryTypeOf(tensor),
+      mine.context, rank, size, base, bytes, deviceOf(tensor),
       engine::Description("window #" + std::to_string(index_) + " on rank " +
                           std::to_string(rank)));
   try {
@@ -504,7 +507,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::putAndMaybeSignal(
     group_->launch(work,
                    std::make_shared<engine::WindowPutOp>(
                        peer.route, static_cast<std::uint32_t>(group_->rank_), data, bytes,
-                       engine::memoryTypeOf(tensor), !onCuda, offsetBytes,
+                       deviceOf(tensor), offsetBytes,
                        std::shared_ptr<void>(new at::Tensor(tensor),
                                              [](void* t) { delete static_cast<at::Tensor*>(t); }),
                        signal, work->parts(), work->completer()));
@@ -567,7 +570,7 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::get(const at::Tensor& tensor, int64_t 
       work,
       std::make_shared<engine::WindowGetOp>(
           peer.route, static_cast<std::uint32_t>(group_->rank_), static_cast<std::uint32_t>(src),
-          context_, data, bytes, engine::memoryTypeOf(tensor), offsetBytes,
+          context_, data, bytes, deviceOf(tensor), offsetBytes,
           std::shared_ptr<void>(new at::Tensor(tensor),
                                 [](void* t) { delete static_cast<at::Tensor*>(t); }),
           work->parts(), work->completer()));
@@ -592,8 +595,8 @@ c10::intrusive_ptr<c10d::Work> WindowUCX::flush(int64_t peerRank, bool asyncOp,
   work->setPeer(dst);
   group_->launch(work, std::make_shared<engine::WindowGetOp>(
                            peer.route, static_cast<std::uint32_t>(group_->rank_),
-                           static_cast<std::uint32_t>(dst), context_, nullptr, 0,
-                           UCS_MEMORY_TYPE_HOST, 0, nullptr, work->parts(), work->completer()));
+                           static_cast<std::uint32_t>(dst), context_, nullptr, 0, std::nullopt, 0,
+                           nullptr, work->parts(), work->completer()));
   return finishCall(lock, work, asyncOp);
 }
 

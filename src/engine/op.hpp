@@ -61,6 +61,10 @@ class Op : public std::enable_shared_from_this<Op> {
   const std::optional<c10::Stream>& userStream() const noexcept { return userStream_; }
   /// The GPU its buffers are on; empty for host memory.
   const std::optional<c10::Device>& cudaDevice() const noexcept { return cudaDevice_; }
+  /// True when its caller already waited for the CUDA stream that produced its buffers
+  /// (a window call): it starts at once instead of behind that stream, so it keeps its
+  /// place among the caller's operations.
+  bool callerSynchronised() const noexcept { return callerSynchronised_; }
   bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
 
   /// Worker-lock holder: post the first requests.
@@ -118,6 +122,7 @@ class Op : public std::enable_shared_from_this<Op> {
 
  protected:
   std::optional<c10::Device> cudaDevice_;
+  bool callerSynchronised_ = false;
 
  private:
   Engine* engine_ = nullptr;  // set by Engine before start()

@@ -32,15 +32,18 @@ constexpr std::uint32_t kControlSlot = 0;
 }  // namespace
 
 WindowInbox::WindowInbox(std::uint32_t context, int rank, int groupSize, char* base,
-                         std::size_t bytes, ucs_memory_type_t memory, Description description)
+                         std::size_t bytes, std::optional<c10::Device> device,
+                         Description description)
     : Op(std::move(description), nullptr),
       context_(context),
       rank_(static_cast<std::uint32_t>(rank)),
       base_(base),
       bytes_(bytes),
-      memory_(memory),
+      memory_(device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST),
       control_(sizeof(window::Header) + window::kEagerBytes),
-      sources_(static_cast<std::size_t>(groupSize)) {}
+      sources_(static_cast<std::size_t>(groupSize)) {
+  cudaDevice_ = device;  // its receives into device memory may start on the progress thread
+}
 
 void WindowInbox::start(Engine& engine) {
   startedOn_ = &engine;
@@ -228,7 +231,7 @@ void WindowInbox::onFailed() {
 }
 
 WindowPutOp::WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source, const void* data,
-                         std::size_t bytes, ucs_memory_type_t memory, bool eager,
+                         std::size_t bytes, std::optional<c10::Device> device,
                          std::size_t offsetBytes, std::shared_ptr<void> keepAlive, bool signal,
                          Description description, Done done)
     : Op(std::move(description), std::move(done)),
@@ -236,9 +239,10 @@ WindowPutOp::WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t sourc
       source_(source),
       data_(data),
       bytes_(bytes),
-      memory_(memory),
-      large_(bytes != 0 &&
-             !(eager && memory == UCS_MEMORY_TYPE_HOST && bytes <= window::kEagerBytes)) {
+      memory_(device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST),
+      large_(bytes != 0 && (device || bytes > window::kEagerBytes)) {
+  cudaDevice_ = device;
+  callerSynchronised_ = true;
   window::Header header;
   header.offset = offsetBytes;
   header.bytes = bytes;
@@ -290,7 +294,7 @@ void WindowSignalOp::onComplete(Engine& engine, std::uint32_t slot, const RecvIn
 
 WindowGetOp::WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t source,
                          std::uint32_t target, std::uint32_t context, void* data, std::size_t bytes,
-                         ucs_memory_type_t memory, std::size_t offsetBytes,
+                         std::optional<c10::Device> device, std::size_t offsetBytes,
                          std::shared_ptr<void> keepAlive, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       route_(std::move(route)),
@@ -299,8 +303,10 @@ WindowGetOp::WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t sourc
       context_(context),
       data_(data),
       bytes_(bytes),
-      memory_(memory),
+      memory_(device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST),
       keepAlive_(std::move(keepAlive)) {
+  cudaDevice_ = device;
+  callerSynchronised_ = true;
   header_.type = window::Type::Get;
   header_.offset = offsetBytes;
   header_.bytes = bytes;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/op.hpp"
@@ -64,9 +65,9 @@ class CloseWindowOp;
 /// (CloseWindowOp) or the engine stops. Worker lock for everything.
 class WindowInbox final : public Op {
  public:
-  /// `memory`: where [base, base + bytes) lives (host or CUDA).
+  /// `device`: the GPU [base, base + bytes) lives on; empty for host memory.
   WindowInbox(std::uint32_t context, int rank, int groupSize, char* base, std::size_t bytes,
-              ucs_memory_type_t memory, Description description);
+              std::optional<c10::Device> device, Description description);
 
   void start(Engine& engine) override;
   /// The peers' windows, once the registration read them: gets are answered from then on
@@ -141,12 +142,12 @@ class WindowInbox final : public Op {
 /// A put to a peer's window through UCX messages. The data is copied at the call when it
 /// travels eagerly (the caller may reuse the tensor at once); a large put reads `data` until
 /// it completes, which is when the target has received it. With `signal`, a signal follows
-/// (put_signal): in the same message when the data travels eagerly. `eager`: the data may
-/// travel inside the control message (both the data and the target's window in host memory).
+/// (put_signal): in the same message when the data travels eagerly. `device`: the GPU of
+/// `data` (and of the target's window), whose stream the caller already waited for.
 class WindowPutOp final : public Op {
  public:
   WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source, const void* data,
-              std::size_t bytes, ucs_memory_type_t memory, bool eager, std::size_t offsetBytes,
+              std::size_t bytes, std::optional<c10::Device> device, std::size_t offsetBytes,
               std::shared_ptr<void> keepAlive, bool signal, Description description, Done done);
   void start(Engine& engine) override;
 
@@ -188,9 +189,9 @@ class WindowGetOp final : public Op {
  public:
   /// `source`: this rank; `target`: the peer's rank; `context`: this rank's window context.
   WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t source, std::uint32_t target,
-              std::uint32_t context, void* data, std::size_t bytes, ucs_memory_type_t memory,
-              std::size_t offsetBytes, std::shared_ptr<void> keepAlive, Description description,
-              Done done);
+              std::uint32_t context, void* data, std::size_t bytes,
+              std::optional<c10::Device> device, std::size_t offsetBytes,
+              std::shared_ptr<void> keepAlive, Description description, Done done);
   void start(Engine& engine) override;
 
  protected:
