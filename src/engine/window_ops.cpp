@@ -1,5 +1,6 @@
 #include "engine/window_ops.hpp"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
 #include <cstring>
@@ -94,6 +95,7 @@ void WindowInbox::answer(Engine& engine, const Get& get) {
   }
   const auto& route = routes_.at(static_cast<std::size_t>(get.source));
   const std::uint32_t slot = takeSlot(DataSlot{true, get.source, 0});
+  const c10::OptionalDeviceGuard onDevice(cudaDevice_);
   postSend(engine, engine.endpoint(*route), get.bytes == 0 ? nullptr : base_ + get.offset,
            get.bytes, window::replyTag(route->context, rank_), slot, memory_);
 }
@@ -128,6 +130,8 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
                   " does not fit the window");
       const std::uint32_t slot = takeSlot(DataSlot{false, source, from.posted++});
       from.landed.push_back(false);
+      // Whichever thread drives the worker posts it: UCX needs the window's GPU current.
+      const c10::OptionalDeviceGuard onDevice(cudaDevice_);
       postRecv(engine, base_ + header.offset, header.bytes,
                window::dataTag(context_, static_cast<std::uint32_t>(source)), wire::kExactMask,
                slot, memory_);
