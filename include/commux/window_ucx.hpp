@@ -134,8 +134,6 @@ class WindowUCX final : public c10d::Window {
   at::Tensor owned_;  // the registered tensor, when the window owns it
   char* base_ = nullptr;
   c10::Device device_{c10::kCPU};
-  std::uint64_t elements_ = 0;
-  c10::ScalarType dtype_ = c10::ScalarType::Undefined;
   std::uint32_t context_ = 0;
   std::shared_ptr<engine::WindowInbox> inbox_;
   std::vector<Peer> peers_;

@@ -296,8 +296,6 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   if (owning) owned_ = tensor;
   base_ = base;
   device_ = tensor.device();
-  elements_ = mine.elements;
-  dtype_ = tensor.scalar_type();
   context_ = mine.context;
   inbox_ = std::move(inbox);
   registered_ = true;
@@ -382,7 +380,9 @@ void WindowUCX::checkAlive(const char* what, int rank) const {
 
 at::Tensor WindowUCX::ownSlice(std::size_t offsetBytes, std::int64_t count) const {
   return at::from_blob(base_ + offsetBytes, {count},
-                       at::TensorOptions().dtype(dtype_).device(device_));
+                       at::TensorOptions()
+                           .dtype(peers_[static_cast<std::size_t>(group_->rank_)].dtype)
+                           .device(device_));
 }
 
 c10::intrusive_ptr<c10d::Work> WindowUCX::finishCall(std::unique_lock<std::mutex>& lock,

@@ -37,11 +37,12 @@ import argparse
 import json
 import os
 import shutil
-import socket
-import statistics
 import subprocess
 import sys
-import time
+
+from .measure import TorchSync, measure_point
+from .runner import free_port
+from .sizes import format_size
 
 DEFAULT_SIZES = "8,1024,65536,1048576,16777216,67108864"
 BURST_BYTES = 16 << 20  # a bandwidth burst moves about this much (1..16 puts)
@@ -51,10 +52,16 @@ def burst_of(nbytes: int) -> int:
     return max(1, min(16, BURST_BYTES // max(nbytes, 1)))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class _WorldSync(TorchSync):
+    """measure.py's barriers and max on the default group (its 'groups' are the kinds)."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def barrier(self, group) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
 
 
 def _measure(rank, sizes, blocks, block_seconds):
@@ -65,33 +72,15 @@ def _measure(rank, sizes, blocks, block_seconds):
     pg = dist.group.WORLD
     peer = 1 - rank if rank < 2 else None
     rows = []
-
-    def timed(fn, k):
-        """Seconds for k calls of fn, the slowest rank's, after a barrier."""
-        dist.barrier()
-        t0 = time.perf_counter()
-        if peer is not None:
-            for _ in range(k):
-                fn()
-        took = torch.tensor([time.perf_counter() - t0])
-        dist.all_reduce(took, op=dist.ReduceOp.MAX)
-        return took.item()
+    # commux.bench's timing (measure.py): each kind calibrated, then blocks of the kinds
+    # alternating, max over ranks per block, median over blocks. Ranks past 1 idle.
+    call = (lambda kind: kind()) if peer is not None else (lambda kind: None)
+    sync = _WorldSync()
 
     def run_kinds(kinds, per_call):
-        """{name: seconds per unit} for each of kinds (name -> fn), k calibrated on the first."""
-        first = next(iter(kinds.values()))
-        k = 1
-        while (took := timed(first, k)) <= block_seconds / 4 and k < 1 << 16:
-            k *= 4
-        k = max(1, int(k * block_seconds / max(took, 1e-6)))
-        times = {name: [] for name in kinds}
-        for _ in range(blocks):
-            for name, fn in kinds.items():
-                for _ in range(2):
-                    if peer is not None:
-                        fn()
-                times[name].append(timed(fn, k) / k / per_call)
-        return {name: statistics.median(v) for name, v in times.items()}
+        """{name: seconds per unit} for each of kinds (name -> fn)."""
+        got = measure_point(call, kinds, None, blocks, block_seconds, 1 << 16, sync=sync)
+        return {name: v["median_s"] / per_call for name, v in got.items()}
 
     empty = torch.empty(0)
     ack = torch.zeros(1)
@@ -193,7 +182,7 @@ def spawn_pair(target, args, timeout=1800):
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=target, args=(r, port, *args, out)) for r in range(2)]
     for p in procs:
         p.start()
@@ -241,13 +230,6 @@ def _mpi_rows(sizes, blocks, block_seconds, extra=()):
     return [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("mpi ")]
 
 
-def _fmt_size(n: int) -> str:
-    for unit, shift in (("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
-
-
 def table(rows, mpi=None) -> str:
     """Markdown: one table per kind; ratios against send/recv and, when given, MPI."""
     mpi = {(r["kind"], r["bytes"]): r["seconds"] for r in (mpi or [])}
@@ -270,7 +252,7 @@ def table(rows, mpi=None) -> str:
             else:
                 pts = c["put+signal"] * 1e6
                 ps = c["put_signal"] * 1e6
-                line = (f"| {r['path']} | put+signal latency | {_fmt_size(r['bytes'])} | {sr:.2f} | "
+                line = (f"| {r['path']} | put+signal latency | {format_size(r['bytes'])} | {sr:.2f} | "
                         f"{pts:.2f} | {pts / sr:.2f} | {ps:.2f} | {ps / sr:.2f} |")
             if mpi:
                 m = mpi.get((r["kind"], r["bytes"]))
@@ -287,7 +269,7 @@ def table(rows, mpi=None) -> str:
         out += [head, sep]
         for r in bw:
             c = r["columns"]
-            line = (f"| {r['path']} | {_fmt_size(r['bytes'])} | {r['burst']} | {c['send/recv']:.3g} | "
+            line = (f"| {r['path']} | {format_size(r['bytes'])} | {r['burst']} | {c['send/recv']:.3g} | "
                     f"{c['put']:.3g} | {c['put'] / c['send/recv']:.2f} |")
             if mpi:
                 m = mpi.get(("bandwidth", r["bytes"]))

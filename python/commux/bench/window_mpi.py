@@ -14,19 +14,19 @@ the peer's flag word and ``Flush``; the waiter polls its flag with ``Win.Sync`` 
              rank 1 waits and signals back; seconds per put.
   signal     a flag ping-pong; half the round trip.
 
-Median over blocks. Rank 0 prints one line per measurement: ``mpi {"kind", "bytes",
-"seconds"}`` (JSON).
+Timed as commux.bench times everything (measure.py): median over blocks. Rank 0 prints one
+line per measurement: ``mpi {"kind", "bytes", "seconds"}`` (JSON).
 """
 
 import json
-import statistics
 import sys
-import time
 
 import numpy as np
 import torch
 from mpi4py import MPI
 
+from commux.bench._mpi_worker import MpiSync
+from commux.bench.measure import measure_point
 from commux.bench.window import burst_of
 
 
@@ -85,28 +85,15 @@ def main():
                 else:
                     put_signal(1)
 
-        def timed(k):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(k):
-                one()
-            return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-
-        k = 1
-        while (took := timed(k)) <= block_seconds / 4 and k < 1 << 16:
-            k *= 4
-        k = max(1, int(k * block_seconds / max(took, 1e-6)))
+        # commux.bench's timing, as commux's side of the table uses it (measure.py).
+        got = measure_point(lambda _: one(), {kind: None}, None, blocks, block_seconds, 1 << 16,
+                            sync=MpiSync(comm))
         per = burst if kind == "bandwidth" else 2
-        times = []
-        for _ in range(blocks):
-            for _ in range(2):
-                one()
-            times.append(timed(k) / k / per)
         win.Unlock_all()
         comm.Barrier()
         win.Free()
         if rank == 0:
-            row = dict(kind=kind, bytes=nbytes, seconds=statistics.median(times))
+            row = dict(kind=kind, bytes=nbytes, seconds=got[kind]["median_s"] / per)
             print("mpi " + json.dumps(row), flush=True)
 
     measure("signal", 0)
