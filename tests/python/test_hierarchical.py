@@ -324,9 +324,11 @@ def _late_rank(rank, world_size, scratch, labels):
         # waits for it in shared memory, the first host waits between hosts.
         work = dist.all_reduce(t, async_op=True)
         # Gloo's words, which scripts match on, on the last rank's host too, whose leader gives
-        # up in the collective's first part (the reduce to it). On the first host, rank 1 may
-        # hear first that its leader gave up between hosts.
-        words = ["Timed out after"] if rank == 2 else ["Timed out after", "rank 0 left"]
+        # up in the collective's first part (the reduce to it). On the first host the two
+        # 3 s timeouts race: rank 1 may hear first that its leader gave up between hosts, and
+        # the leader may hear first that rank 1 gave up waiting for the broadcast.
+        words = {2: ["Timed out after"], 1: ["Timed out after", "rank 0 left"],
+                 0: ["Timed out after", "rank 1 left"]}[rank]
         expect_error(lambda: work.wait(timeout=datetime.timedelta(seconds=3)), words,
                      "allreduce without the last rank")
     elapsed = time.monotonic() - started
