@@ -94,6 +94,13 @@ struct Config {
   /// instead of two through the slots; 0 turns it off. Used only when every rank could
   /// read its neighbour when the group set shared memory up.
   std::size_t shmCmaBytes = 0;
+  /// COMMUX_CHECK_COLLECTIVES: every rank of a shared-memory collective meets every other
+  /// at its first step and compares what they called, so that mismatched calls fail every
+  /// rank alike and the group goes on. Off: rooted collectives do not wait for ranks they
+  /// need nothing from, and a mismatch is found by the ranks that read from another (the
+  /// debugging aid costs a round trip). Default: on when TORCH_DISTRIBUTED_DEBUG=DETAIL.
+  /// The host's leader decides for its channel.
+  bool checkCollectives = false;
   /// COMMUX_SHM_SPIN_US: how long a shared-memory wait polls before it sleeps (futex).
   std::chrono::microseconds shmSpin{50};
   /// COMMUX_HOST: ranks share memory only if this is equal on them too (empty by default).

@@ -172,6 +172,7 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
     shape.slotBytes = slotBytesFor(count);
     shape.smallBytes = std::min(config.shmSmallBytes, shape.slotBytes);
     shape.cmaBytes = allSay(store, "cma-ok", local) ? config.shmCmaBytes : 0;
+    shape.checkAll = config.checkCollectives;
     std::string description;
     try {
       channel = std::make_shared<shm::Channel>(
@@ -179,7 +180,8 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
           local);
       // The sizes that pick the algorithms: every rank must use the same.
       description = std::to_string(shape.slotBytes) + " " + std::to_string(shape.smallBytes) +
-                    " " + std::to_string(shape.cmaBytes) + " " + channel->segment().name();
+                    " " + std::to_string(shape.cmaBytes) + " " + (shape.checkAll ? "1" : "0") +
+                    " " + channel->segment().name();
     } catch (const std::exception& e) {
       problem = e.what();
     }
@@ -187,7 +189,9 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   } else {
     std::istringstream in(take(store, key("segment", host)));
     std::string name;
-    if (in >> shape.slotBytes >> shape.smallBytes >> shape.cmaBytes >> name) {
+    int checkAll = 0;
+    if (in >> shape.slotBytes >> shape.smallBytes >> shape.cmaBytes >> checkAll >> name) {
+      shape.checkAll = checkAll != 0;
       try {
         channel = std::make_shared<shm::Channel>(
             shm::Segment::open(name, shm::Channel::segmentBytes(shape)), index, shape, false,

@@ -103,6 +103,10 @@ Config Config::fromEnvironment() {
   readUnsigned("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes);
   readUnsigned("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes);
   readMicros("COMMUX_SHM_SPIN_US", c.shmSpin);
+  if (const char* debug = std::getenv("TORCH_DISTRIBUTED_DEBUG"); debug != nullptr) {
+    c.checkCollectives = std::strcmp(debug, "DETAIL") == 0;
+  }
+  readBool("COMMUX_CHECK_COLLECTIVES", c.checkCollectives);
   if (const char* raw = std::getenv("COMMUX_HOST"); raw != nullptr) c.host = raw;
   readChoice("COMMUX_HIERARCHY", c.hierarchy,
              {{"auto", Hierarchy::Auto}, {"leader", Hierarchy::Leader},

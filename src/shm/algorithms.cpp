@@ -40,6 +40,11 @@ std::size_t alltoallHeader(int size) {
   return layout::roundUp(2 * static_cast<std::size_t>(size) * sizeof(std::uint64_t), layout::kLine);
 }
 
+/// Steps of `total` bytes moved `per` bytes a step (an empty collective takes one).
+std::uint32_t stepsFor(std::size_t total, std::size_t per) {
+  return static_cast<std::uint32_t>(std::max<std::size_t>(1, (total + per - 1) / per));
+}
+
 void allreduceSmall(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
   const at::Tensor& work = job.buffer;
@@ -47,6 +52,12 @@ void allreduceSmall(Steps& steps, const Turn& turn) {
   const bool keeps = job.kind == Kind::Allreduce || steps.rank() == job.root;
   const std::uint32_t s = steps.beginStep(turn);
   if (count != 0) std::memcpy(steps.slot(s, steps.rank()), work.data_ptr(), work.nbytes());
+  if (!keeps) {
+    // A reduce's other ranks leave their data and go: only the root reads.
+    steps.lead(s, turn, true, 1);
+    steps.mark(Phase::Departed, s);
+    return;
+  }
   steps.meet(s, turn, true);
   if (count != 0 && keeps) {
     // Every rank folds in rank order: the results agree bit for bit.
@@ -91,22 +102,31 @@ void broadcast(Steps& steps, const Turn& turn) {
   const std::size_t area = steps.shape().slotBytes * static_cast<std::size_t>(steps.shape().size);
   const bool root = steps.rank() == job.root;
   char* const base = total ? bytes(job.buffer) : nullptr;
+  // The root fills and goes on; the others wait for the root alone.
+  const auto arrive = [&](std::uint32_t s, bool first, std::uint32_t count) {
+    if (root) {
+      steps.lead(s, turn, first, count);
+    } else {
+      steps.follow(s, turn, job.root, first, count);
+    }
+  };
   if (steps.cmaFor(total)) {
     const std::uint32_t s = steps.beginStep(turn);
     if (root) steps.publish(s, base);
-    steps.meet(s, turn, true);
+    arrive(s, true, 1);
     if (!root) steps.readFrom(s, job.root, 0, base, total, turn);
     steps.mark(Phase::Departed, s);
     // The root's buffer is the caller's again once every reader is done with it.
     if (root) steps.waitAll(Phase::Departed, s, turn);
     return;
   }
+  const std::uint32_t count = stepsFor(total, area);
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(area, total - offset);
     const std::uint32_t s = steps.beginStep(turn);
     if (root && len) std::memcpy(steps.slot(s, 0), base + offset, len);
-    steps.meet(s, turn, offset == 0);
+    arrive(s, offset == 0, count);
     if (!root && len) std::memcpy(base + offset, steps.slot(s, 0), len);
     steps.mark(Phase::Departed, s);
     offset += len;
@@ -119,10 +139,19 @@ void allgather(Steps& steps, const Turn& turn) {
   const bool reads = job.kind == Kind::Allgather || steps.rank() == job.root;
   const char* const in = block ? bytes(job.input) : nullptr;
   char* const out = reads && block ? bytes(job.output) : nullptr;
+  // A gather's other ranks leave their part and go on (with single copy, once the root
+  // read it); an allgather's every rank reads every slot.
+  const auto arrive = [&](std::uint32_t s, bool first, std::uint32_t count) {
+    if (reads) {
+      steps.meet(s, turn, first);
+    } else {
+      steps.lead(s, turn, first, count);
+    }
+  };
   if (steps.cmaFor(block)) {
     const std::uint32_t s = steps.beginStep(turn);
     steps.publish(s, in);
-    steps.meet(s, turn, true);
+    arrive(s, true, 1);
     if (out) {
       for (int q = 0; q < steps.shape().size; ++q) {
         char* to = out + static_cast<std::size_t>(q) * block;
@@ -134,12 +163,13 @@ void allgather(Steps& steps, const Turn& turn) {
     steps.waitAll(Phase::Departed, s, turn);  // every reader is done with this rank's input
     return;
   }
+  const std::uint32_t count = stepsFor(block, steps.shape().slotBytes);
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
     const std::uint32_t s = steps.beginStep(turn);
     if (len) std::memcpy(steps.slot(s, steps.rank()), in + offset, len);
-    steps.meet(s, turn, offset == 0);
+    arrive(s, offset == 0, count);
     if (out) {
       for (int q = 0; q < steps.shape().size; ++q) {
         std::memcpy(out + static_cast<std::size_t>(q) * block + offset, steps.slot(s, q), len);
@@ -156,15 +186,24 @@ void scatter(Steps& steps, const Turn& turn) {
   const bool root = steps.rank() == job.root;
   const char* const in = root && block ? bytes(job.input) : nullptr;
   char* const out = block ? bytes(job.output) : nullptr;
+  // The root fills and goes on; the others wait for the root alone.
+  const auto arrive = [&](std::uint32_t s, bool first, std::uint32_t count) {
+    if (root) {
+      steps.lead(s, turn, first, count);
+    } else {
+      steps.follow(s, turn, job.root, first, count);
+    }
+  };
   if (steps.cmaFor(block)) {
     const std::uint32_t s = steps.beginStep(turn);
     if (root) steps.publish(s, in);
-    steps.meet(s, turn, true);
+    arrive(s, true, 1);
     steps.readFrom(s, job.root, static_cast<std::size_t>(steps.rank()) * block, out, block, turn);
     steps.mark(Phase::Departed, s);
     if (root) steps.waitAll(Phase::Departed, s, turn);
     return;
   }
+  const std::uint32_t count = stepsFor(block, steps.shape().slotBytes);
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
@@ -174,7 +213,7 @@ void scatter(Steps& steps, const Turn& turn) {
         std::memcpy(steps.slot(s, q), in + static_cast<std::size_t>(q) * block + offset, len);
       }
     }
-    steps.meet(s, turn, offset == 0);
+    arrive(s, offset == 0, count);
     if (len) std::memcpy(out + offset, steps.slot(s, steps.rank()), len);
     steps.mark(Phase::Departed, s);
     offset += len;

@@ -42,11 +42,13 @@ Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const 
     header_->size = static_cast<std::uint32_t>(shape.size);
     header_->slotBytes = shape.slotBytes;
     header_->cmaBytes = shape.cmaBytes;
+    header_->checkAll = shape.checkAll ? 1 : 0;
     __atomic_store_n(&header_->magic, layout::kMagic, __ATOMIC_RELEASE);
   } else {
     TORCH_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == layout::kMagic &&
                     header_->size == static_cast<std::uint32_t>(shape.size) &&
-                    header_->slotBytes == shape.slotBytes && header_->cmaBytes == shape.cmaBytes,
+                    header_->slotBytes == shape.slotBytes && header_->cmaBytes == shape.cmaBytes &&
+                    header_->checkAll == (shape.checkAll ? 1u : 0u),
                 "commux: shared-memory segment ", name_, " does not match this rank's layout (",
                 shape.size, " ranks, ", shape.slotBytes, "-byte slots, CMA from ", shape.cmaBytes,
                 " bytes); do all ranks run the same commux with the same COMMUX_SHM_* settings?");
@@ -66,7 +68,18 @@ std::string Steps::brokenReason() const {
   }
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
   if (by == 0) return "";
-  return "rank " + std::to_string(by - 1) +
+  return brokenBecause(static_cast<int>(by) - 1);
+}
+
+std::string Steps::brokenBecause(int by) const {
+  if (__atomic_load_n(&header_->mismatchBy, __ATOMIC_ACQUIRE) == static_cast<std::uint32_t>(by) + 1) {
+    return "rank " + std::to_string(by) +
+           " found that the ranks called different collectives or passed different tensors, "
+           "where the steps the ranks take differ, so the group's collectives are out of step "
+           "(COMMUX_CHECK_COLLECTIVES=1 makes every rank check every collective, so that such "
+           "a mismatch fails every rank alike and the group goes on)";
+  }
+  return "rank " + std::to_string(by) +
          " left a shared-memory collective half way (timed out, aborted or group destroyed), so "
          "the group's collectives are out of step";
 }
@@ -125,9 +138,28 @@ std::uint32_t Steps::beginStep(const Turn& turn) {
 }
 
 void Steps::meet(std::uint32_t s, const Turn& turn, bool first) {
-  arrive(s, turn);
+  arrive(s, turn, true, 0);
   waitAll(Phase::Arrived, s, turn);
-  if (first) checkAgreement(s, turn);
+  if (first) checkAgreement(s, turn, -1);
+}
+
+void Steps::lead(std::uint32_t s, const Turn& turn, bool first, std::uint32_t steps) {
+  if (first && shape_.checkAll) {
+    meet(s, turn, first);
+    return;
+  }
+  arrive(s, turn, false, steps);
+}
+
+void Steps::follow(std::uint32_t s, const Turn& turn, int from, bool first,
+                   std::uint32_t steps) {
+  if (first && shape_.checkAll) {
+    meet(s, turn, first);
+    return;
+  }
+  arrive(s, turn, false, steps);
+  waitOne(Phase::Arrived, s, from, turn);
+  if (first) checkAgreement(s, turn, from);
 }
 
 void Steps::mark(Phase phase, std::uint32_t s) {
@@ -135,10 +167,12 @@ void Steps::mark(Phase phase, std::uint32_t s) {
   signal_->ring();
 }
 
-void Steps::arrive(std::uint32_t s, const Turn& turn) {
+void Steps::arrive(std::uint32_t s, const Turn& turn, bool meets, std::uint32_t steps) {
   Control& mine = controls_[rank_];
   const unsigned parity = s & 1u;
   const Job& job = turn.job;
+  mine.meets[parity] = meets ? 1 : 0;
+  mine.steps[parity] = steps;
   mine.kind[parity] = static_cast<std::uint32_t>(job.kind);
   mine.reduce[parity] = reduces(job.kind) ? static_cast<std::uint32_t>(job.reduce) : 0;
   mine.root[parity] = hasRoot(job.kind) ? job.root : 0;
@@ -169,6 +203,17 @@ void Steps::waitAll(Phase phase, std::uint32_t s, const Turn& turn) {
   if (!ok) leave(turn);
 }
 
+void Steps::waitOne(Phase phase, std::uint32_t s, int index, const Turn& turn) {
+  const auto reachedBy = field(phase);
+  const bool ok = signal_->waitFor(
+      [&] {
+        return layout::reached(
+            __atomic_load_n(&(controls_[index].*reachedBy), __ATOMIC_ACQUIRE), s);
+      },
+      [&] { return interrupted(turn); });
+  if (!ok) leave(turn);
+}
+
 void Steps::leave(const Turn& turn) {
   const std::string what = turn.op.description();
   if (const int dead = deadRank(); dead >= 0) {
@@ -177,6 +222,11 @@ void Steps::leave(const Turn& turn) {
   }
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
   if (by != 0 && by != static_cast<std::uint32_t>(groupRank(rank_)) + 1) {
+    if (__atomic_load_n(&header_->mismatchBy, __ATOMIC_ACQUIRE) == by) {
+      C10_THROW_ERROR(DistBackendError, "commux: " + what + ": " +
+                                            brokenBecause(static_cast<int>(by) - 1) +
+                                            "; create a new group to go on");
+    }
     C10_THROW_ERROR(DistBackendError,
                     "commux: " + what + ": rank " + std::to_string(by - 1) +
                         " left the shared-memory channel half way (its operation timed out or "
@@ -231,24 +281,26 @@ void Steps::readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, st
                       "; set COMMUX_SHM_CMA_BYTES=0 to copy through the shared segment instead");
 }
 
-void Steps::checkAgreement(std::uint32_t s, const Turn& turn) {
+void Steps::checkAgreement(std::uint32_t s, const Turn& turn, int from) {
   const unsigned parity = s & 1u;
-  const Control& first = controls_[0];
+  const auto same = [&](const Control& a, const Control& b) {
+    return a.kind[parity] == b.kind[parity] && a.root[parity] == b.root[parity] &&
+           a.count[parity] == b.count[parity] && a.dtype[parity] == b.dtype[parity] &&
+           a.reduce[parity] == b.reduce[parity];
+  };
+  const Control& mine = controls_[rank_];
   bool agree = true;
-  for (int r = 1; r < shape_.size && agree; ++r) {
-    const Control& c = controls_[r];
-    agree = c.kind[parity] == first.kind[parity] && c.root[parity] == first.root[parity] &&
-            c.count[parity] == first.count[parity] && c.dtype[parity] == first.dtype[parity] &&
-            c.reduce[parity] == first.reduce[parity];
+  for (int r = 0; r < shape_.size && agree; ++r) {
+    if (from < 0 || r == from) agree = same(controls_[r], mine);
   }
   if (agree) return;
-  // Every rank sees the same descriptors and fails the same step, so the channel stays in
-  // step and the group keeps working.
   std::string ranks;
   for (int r = 0; r < shape_.size; ++r) {
+    if (from >= 0 && r != from && r != rank_) continue;
     const Control& c = controls_[r];
     const auto kind = static_cast<Kind>(c.kind[parity]);
-    ranks += (r ? "; rank " : "rank ") + std::to_string(groupRank(r)) + ": " + kindName(kind);
+    ranks += (ranks.empty() ? "rank " : "; rank ") + std::to_string(groupRank(r)) + ": " +
+             kindName(kind);
     if (hasRoot(kind)) {
       ranks += " root " + std::to_string(c.root[parity]);
     }
@@ -259,14 +311,50 @@ void Steps::checkAgreement(std::uint32_t s, const Turn& turn) {
                engine::reduceKindName(static_cast<engine::ReduceKind>(c.reduce[parity]));
     }
   }
-  mark(Phase::Reduced, s);
-  mark(Phase::Departed, s);
+  // Where this rank's part of the collective ends so that the channel stays in step: a rank
+  // that waits for every rank and checks them all ("meets") fails at this step, as this
+  // one does; a rank that does not ("leads": a broadcast's root, a reduce's other ranks)
+  // goes on to the end of its own collective. So when every rank meets, all fail here (what
+  // COMMUX_CHECK_COLLECTIVES makes sure of). A follower (it checked only the rank it reads
+  // from) ends where that rank ends if that rank leads. A rank that met them all ends where
+  // the leading ranks end if they all end at the same step. Otherwise the ranks end at
+  // different steps and the channel breaks, naming this rank and why.
+  std::uint32_t steps = 1;
+  bool inStep = true;
+  if (from >= 0) {
+    const Control& other = controls_[from];
+    if (!other.meets[parity]) steps = other.steps[parity];
+  } else {
+    std::uint32_t leaders = 0;
+    for (int r = 0; r < shape_.size && inStep; ++r) {
+      const Control& c = controls_[r];
+      if (c.meets[parity]) continue;
+      if (leaders != 0 && c.steps[parity] != leaders) inStep = false;
+      leaders = c.steps[parity];
+    }
+    if (leaders != 0) steps = leaders;
+  }
+  if (steps == 0) inStep = false;  // all_to_all does not know its steps before it meets
+  if (!inStep) {
+    const std::uint32_t me = static_cast<std::uint32_t>(groupRank(rank_)) + 1;
+    std::uint32_t none = 0;
+    __atomic_compare_exchange_n(&header_->mismatchBy, &none, me, false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+    none = 0;
+    __atomic_compare_exchange_n(&header_->brokenBy, &none, me, false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+    steps = 1;
+  }
+  step_ = s + steps - 1;
+  mark(Phase::Reduced, step_);
+  mark(Phase::Departed, step_);
   C10_THROW_ERROR(ValueError, "commux: " + turn.op.description() +
                                   ": the ranks called different collectives or passed different "
                                   "tensors (" +
                                   ranks +
                                   "); every rank must call the same collective, with the same "
-                                  "root, op, dtype and number of elements per rank");
+                                  "root, op, dtype and number of elements per rank" +
+                                  (inStep ? "" : "; " + brokenBecause(groupRank(rank_))));
 }
 
 }  // namespace commux::shm

@@ -6,10 +6,17 @@
 // Every collective is a sequence of steps, numbered alike on every rank. In a step each rank
 // fills its part of the parity's slots, arrives, waits until every rank arrived, reads what
 // it needs from the others' slots, and departs. A rank refills a parity only after every
-// rank has left the step that last used it (beginStep). The first step of a collective also
-// compares what each rank brought (kind, root, dtype, op, count), so mismatched calls fail
-// on every rank alike and the channel stays in step. The collectives themselves are built
-// from these steps in shm/algorithms.cpp; who runs them, and when, is shm/channel.hpp's.
+// rank has left the step that last used it (beginStep). A rank waits only for the ranks it
+// reads from: in a broadcast or scatter the root fills the slots and leaves, the others wait
+// for the root alone; in a reduce or gather the others fill their slots and leave, the root
+// waits for them (as MPI's rooted collectives do: nobody waits for a rank it needs nothing
+// from). A rank compares what it brought (kind, root, dtype, op, count) with what the ranks
+// it waited for brought, at the first step of each collective. With `checkAll` (the debug
+// setting COMMUX_CHECK_COLLECTIVES) every rank meets every other at the first step, so a
+// mismatch fails every rank alike; without it, the ranks that see a mismatch fail, and the
+// channel stays in step where the steps the others take allow it, else it breaks (see
+// checkAgreement). The collectives themselves are built from these steps in
+// shm/algorithms.cpp; who runs them, and when, is shm/channel.hpp's.
 //
 // Only one thread of a rank runs the steps at a time (the channel's lane holder); the
 // health calls (abandon, peerDied, stop, broken...) are for any thread. If a rank abandons
@@ -39,6 +46,8 @@ struct ChannelShape {
   std::size_t smallBytes = 0;  // one-step algorithm up to here
   std::chrono::microseconds spin{0};
   std::size_t cmaBytes = 0;  // single-copy reads (shm/cma.hpp) from here; 0: never
+  /// Every rank meets every other at each collective's first step and checks them all.
+  bool checkAll = false;
 };
 
 /// Thrown out of a wait when the deadline of the thread running the steps passed: a waiter
@@ -101,6 +110,13 @@ class Steps {
   /// Arrives at step `s` and waits for every rank; the first step of a collective checks
   /// that the ranks agree.
   void meet(std::uint32_t s, const Turn& turn, bool first);
+  /// Arrives at step `s` and goes on at once: this rank reads nothing in it (a broadcast's
+  /// or scatter's root, a reduce's or gather's other ranks). `steps` is how many steps this
+  /// rank's collective takes, which a rank that finds a mismatch needs to stay in step.
+  void lead(std::uint32_t s, const Turn& turn, bool first, std::uint32_t steps);
+  /// Arrives at step `s` and waits for rank `from` alone, whose slots this rank reads; the
+  /// first step of a collective checks that `from` called the same one.
+  void follow(std::uint32_t s, const Turn& turn, int from, bool first, std::uint32_t steps);
   /// This rank reached `phase` of step `s`.
   void mark(Phase phase, std::uint32_t s);
   /// Waits until every rank reached `phase` of step `s`; throws when interrupted.
@@ -129,9 +145,17 @@ class Steps {
   static std::size_t controlsOffset();
   static std::size_t slotsOffset(int size);
   std::uint32_t Control::*field(Phase phase) const noexcept;
-  void arrive(std::uint32_t s, const Turn& turn);
-  /// Throws (on every rank alike) when the ranks' descriptors of step `s` differ.
-  void checkAgreement(std::uint32_t s, const Turn& turn);
+  /// Publishes this rank's descriptor for step `s` and marks it Arrived. `meets`: it waits
+  /// for every rank and checks them all in this step.
+  void arrive(std::uint32_t s, const Turn& turn, bool meets, std::uint32_t steps);
+  /// Waits until rank `index` reached `phase` of step `s`; throws when interrupted.
+  void waitOne(Phase phase, std::uint32_t s, int index, const Turn& turn);
+  /// Throws when this rank's descriptor of step `s` differs from those of the ranks it
+  /// waited for (`from`, or every rank when `from` is -1), ending its part of the
+  /// collective where the ranks that do not check end theirs, or breaking the channel.
+  void checkAgreement(std::uint32_t s, const Turn& turn, int from);
+  /// The reason the channel is broken when rank `by` broke it (group ranks).
+  std::string brokenBecause(int by) const;
 
   const std::string name_;
   const int rank_;

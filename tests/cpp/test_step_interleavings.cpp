@@ -17,8 +17,10 @@
 // protocol deadlock: the run stops and the test prints the schedule); results exact on
 // every participant that succeeds; after a fault, every other participant either finished
 // with exact results or failed naming the participant that left, and later collectives fail
-// at once; ranks that pass different collectives all fail with a ValueError and the next
-// collective works.
+// at once; ranks that pass different sizes fail with a ValueError where the protocol checks
+// (every rank when every rank meets, COMMUX_CHECK_COLLECTIVES or an allreduce; the readers
+// of a rooted collective otherwise) and the next collective works, or, where the ranks'
+// steps differ, the channel breaks naming the rank that found it.
 //
 // What it cannot show: interleavings inside a copy or a fold between two points (a
 // participant's plain memory accesses between points run without a switch), reorderings
@@ -38,6 +40,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -243,7 +246,12 @@ struct Case {
   int root = 0;
   int64_t count = 0;         // elements per rank (all_to_all: a scale for the counts)
   std::size_t cmaBytes = 0;  // single-copy reads from here (0: never)
-  bool mismatch = false;     // the last rank passes one element more
+  bool mismatch = false;     // the last rank passes one element more in the first round
+  bool checkAll = false;     // ChannelShape::checkAll (COMMUX_CHECK_COLLECTIVES)
+  /// With `mismatch`: who fails the first round (-1: every rank), and whether the
+  /// channel breaks (the second round may fail, naming the rank that found it).
+  int mismatchFails = -1;
+  bool mismatchBreaks = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -351,6 +359,7 @@ RunResult runOnce(const Case& c, Chooser& chooser, Fault fault, int faulty) {
   shape.slotBytes = 4096;  // small slots: the larger cases take several steps
   shape.smallBytes = 256;
   shape.cmaBytes = c.cmaBytes;
+  shape.checkAll = c.checkAll;
   const std::size_t bytes = Steps::bytesFor(shape);
   std::unique_ptr<char, decltype(&std::free)> memory(
       static_cast<char*>(std::aligned_alloc(4096, bytes)), &std::free);
@@ -428,7 +437,19 @@ std::string judge(const Case& c, const RunResult& run, Fault fault, int faulty) 
       const std::string where = "rank " + std::to_string(r) + " round " + std::to_string(round);
       if (run.wrong[r][round]) return where + ": wrong result";
       if (c.mismatch) {
-        if (round == 0 && o.rfind("ValueError", 0) != 0) return where + ": no ValueError: " + o;
+        const bool fails = c.mismatchFails < 0 || c.mismatchFails == r;
+        if (round == 0 && fails && o.rfind("ValueError", 0) != 0) {
+          return where + ": no ValueError: " + o;
+        }
+        if (c.mismatchBreaks && !(round == 0 && fails)) {
+          // The rank that found it fails its next collective at once; the others may have
+          // gone on before it broke the channel, else they fail naming it.
+          const std::string named = "rank " + std::to_string(c.mismatchFails) + " found";
+          if (o.empty() && r != c.mismatchFails) continue;
+          if (o.find(named) == std::string::npos) return where + ": not refused naming it: " + o;
+          continue;
+        }
+        if (round == 0 && !fails && !o.empty()) return where + ": failed: " + o;
         if (round == 1 && !o.empty()) return where + ": the channel did not stay usable: " + o;
         continue;
       }
@@ -586,6 +607,16 @@ std::vector<Case> shapes() {
     add("alltoall_steps", Kind::Alltoall, 211);       // uneven, several steps
     add("alltoall_cma", Kind::Alltoall, 211, 0, 1);   // first step in slots, then direct
     add("barrier", Kind::Barrier, 0);
+    // The rooted ones again with COMMUX_CHECK_COLLECTIVES: every rank meets at the first step.
+    for (const auto& [name, kind, count, cma] :
+         {std::tuple{"broadcast_checked", Kind::Broadcast, 2500, std::size_t{0}},
+          std::tuple{"broadcast_cma_checked", Kind::Broadcast, 700, std::size_t{1}},
+          std::tuple{"reduce_small_checked", Kind::Reduce, 16, std::size_t{0}},
+          std::tuple{"gather_checked", Kind::Gather, 1500, std::size_t{0}},
+          std::tuple{"scatter_checked", Kind::Scatter, 1500, std::size_t{0}}}) {
+      add(name, kind, count, 1, cma);
+      cases.back().checkAll = true;
+    }
   }
   return cases;
 }
@@ -607,19 +638,55 @@ TEST_P(StepInterleavings, AnAbortHalfWayFailsTheOthersNamingIt) {
 INSTANTIATE_TEST_SUITE_P(Shapes, StepInterleavings, ::testing::ValuesIn(shapes()),
                          [](const auto& info) { return info.param.name; });
 
-// Ranks that pass different sizes fail alike, and the channel stays in step.
-TEST(StepInterleavingsMismatch, DifferentSizesFailEveryRankAndTheChannelGoesOn) {
-  for (Kind kind : {Kind::Allreduce, Kind::Broadcast, Kind::Allgather, Kind::ReduceScatter}) {
-    for (int ranks : {2, 3}) {
-      Case c;
-      c.name = std::string("mismatch_") + commux::shm::kindName(kind) + "_" + std::to_string(ranks);
-      c.ranks = ranks;
-      c.kind = kind;
-      c.count = 40;
-      c.mismatch = true;
+Case mismatched(Kind kind, int ranks, bool checkAll, int64_t count = 40) {
+  Case c;
+  c.name = std::string("mismatch_") + commux::shm::kindName(kind) + "_" + std::to_string(ranks) +
+           (checkAll ? "_checked" : "");
+  c.ranks = ranks;
+  c.kind = kind;
+  c.count = count;
+  c.mismatch = true;
+  c.checkAll = checkAll;
+  return c;
+}
+
+// With COMMUX_CHECK_COLLECTIVES, ranks that pass different sizes fail alike, and the
+// channel stays in step.
+TEST(StepInterleavingsMismatch, CheckedDifferentSizesFailEveryRankAndTheChannelGoesOn) {
+  for (Kind kind : {Kind::Allreduce, Kind::Broadcast, Kind::Allgather, Kind::ReduceScatter,
+                    Kind::Reduce, Kind::Gather, Kind::Scatter}) {
+    for (int ranks : {2, 3}) explore(mismatched(kind, ranks, true), Fault::None, 0);
+  }
+}
+
+// Without it, the collectives in which every rank reads every other still fail alike; in
+// the rooted ones the ranks that read find it (a broadcast's or scatter's mismatched
+// reader, a reduce's or gather's root), and the channel stays in step.
+TEST(StepInterleavingsMismatch, DifferentSizesFailWhereTheyAreReadAndTheChannelGoesOn) {
+  for (int ranks : {2, 3}) {
+    for (Kind kind : {Kind::Allreduce, Kind::Allgather, Kind::ReduceScatter}) {
+      explore(mismatched(kind, ranks, false), Fault::None, 0);
+    }
+    for (Kind kind : {Kind::Broadcast, Kind::Scatter, Kind::Reduce, Kind::Gather}) {
+      Case c = mismatched(kind, ranks, false);
+      // The root is 0, the mismatched rank the last one.
+      c.mismatchFails = kind == Kind::Broadcast || kind == Kind::Scatter ? ranks - 1 : 0;
       explore(c, Fault::None, 0);
     }
   }
+}
+
+// A gather whose ranks take different numbers of steps (4096 bytes fill one slot, one
+// more element takes two): at 3 ranks the root sees two leaders that end at different
+// steps and breaks the channel, naming itself; at 2 ranks it ends where the other does.
+TEST(StepInterleavingsMismatch, DifferentStepCountsBreakTheChannelNamingWhoFoundIt) {
+  Case two = mismatched(Kind::Gather, 2, false, 1024);
+  two.mismatchFails = 0;
+  explore(two, Fault::None, 0);
+  Case three = mismatched(Kind::Gather, 3, false, 1024);
+  three.mismatchFails = 0;
+  three.mismatchBreaks = true;
+  explore(three, Fault::None, 0);
 }
 
 }  // namespace

@@ -5,6 +5,9 @@ non-contiguous tensors; mismatched calls fail on every rank with the same clear 
 the channel stays in step; a timeout breaks the channel for every collective alike."""
 
 import datetime
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -197,7 +200,8 @@ def test_shm_every_collective_results_single_copy(world_size):
 def _mismatch(rank, ws):
     same = ("different collectives",)
     # Each of these is a disagreement only the shared-memory path's step check can see
-    # (every rank's call is valid on its own); every rank gets the error, at the same step.
+    # (every rank's call is valid on its own); with COMMUX_CHECK_COLLECTIVES every rank
+    # meets every other at the first step, gets the error, at the same step.
     expect_error(lambda: dist.broadcast(torch.ones(8), src=rank % 2), same, "broadcast, roots differ")
     expect_error(lambda: dist.reduce(torch.ones(8), dst=0,
                                      op=dist.ReduceOp.SUM if rank else dist.ReduceOp.MAX),
@@ -230,8 +234,72 @@ def _mismatch(rank, ws):
     return True
 
 
-def test_shm_mismatched_collectives_fail_alike_and_group_goes_on():
-    assert all(run_ranks(_mismatch, 3, timeout=120, env=SMALL_SLOTS))
+def test_shm_mismatched_collectives_fail_alike_and_group_goes_on_when_checked():
+    env = dict(SMALL_SLOTS, COMMUX_CHECK_COLLECTIVES="1")
+    assert all(run_ranks(_mismatch, 3, timeout=120, env=env))
+
+
+def _mismatch_unchecked(rank, ws):
+    same = ("different collectives",)
+    # The default: a rooted collective's root does not wait for ranks it needs nothing
+    # from, so a mismatch fails the ranks that read what another rank brought.
+    # A broadcast reader with a different size: it fails, the root and the other reader
+    # have their data, and the group goes on.
+    x = torch.full((8 + (rank == 2),), float(rank))
+    if rank == 2:
+        expect_error(lambda: dist.broadcast(x, src=0), same, "broadcast, a reader's size differs")
+    else:
+        dist.broadcast(x, src=0)
+        assert torch.equal(x, torch.zeros(8)), x
+    # A reduce whose ops differ: the root, which reads them all, fails; the others are done.
+    y = torch.ones(8)
+    call = lambda: dist.reduce(y, dst=0, op=dist.ReduceOp.SUM if rank else dist.ReduceOp.MAX)
+    if rank == 0:
+        expect_error(call, same, "reduce, ops differ")
+    else:
+        call()
+    # Where every rank reads every other, every rank still fails alike.
+    n = 10 + rank
+    expect_error(lambda: dist.all_gather_into_tensor(torch.empty(n * ws), torch.ones(n)), same,
+                 "allgather, sizes differ")
+    expect_error(lambda: dist.barrier() if rank == 0 else dist.all_reduce(torch.ones(3)), same,
+                 "barrier against all_reduce")
+    assert_group_works(ws)
+    # A gather whose ranks would take different numbers of steps (8 KiB slots: 2048 floats
+    # fill one, one more takes two): the root cannot keep the channel in step, so it breaks
+    # it, saying so, and every rank's later collectives are refused naming it.
+    block = torch.ones(2048 + (rank == 2))
+    out = [torch.empty(2048) for _ in range(ws)] if rank == 0 else None
+    if rank == 0:
+        msg = expect_error(lambda: dist.gather(block, out, dst=0), same, "gather, steps differ")
+        assert "COMMUX_CHECK_COLLECTIVES" in msg, msg
+    else:
+        try:
+            dist.gather(block, out, dst=0)
+        except (RuntimeError, ValueError) as e:  # it may hear of the break first
+            assert "rank 0 found" in str(e), e
+    expect_error(lambda: dist.all_reduce(torch.ones(4)), ("rank 0 found",),
+                 "allreduce after the channel broke", exc_types=(dist.DistBackendError,))
+    side_barrier("done", 60)
+    return True
+
+
+def test_shm_mismatched_collectives_fail_where_they_are_read():
+    assert all(run_ranks(_mismatch_unchecked, 3, timeout=120, env=SMALL_SLOTS))
+
+
+def test_torch_detail_debug_turns_the_check_on():
+    code = "import commux; print(commux.load_extension().config()['COMMUX_CHECK_COLLECTIVES'])"
+    for env, expected in [({}, "False"), ({"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, "True"),
+                          ({"TORCH_DISTRIBUTED_DEBUG": "INFO"}, "False"),
+                          ({"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "COMMUX_CHECK_COLLECTIVES": "0"},
+                           "False"),
+                          ({"COMMUX_CHECK_COLLECTIVES": "1"}, "True")]:
+        full = {k: v for k, v in os.environ.items()
+                if k not in ("TORCH_DISTRIBUTED_DEBUG", "COMMUX_CHECK_COLLECTIVES")}
+        out = subprocess.run([sys.executable, "-c", code], env=dict(full, **env), timeout=60,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == expected, (env, out)
 
 
 def _timeout(rank, ws):
