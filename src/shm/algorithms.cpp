@@ -222,31 +222,46 @@ void scatter(Steps& steps, const Turn& turn) {
 
 void reduceScatter(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
+  const int size = steps.shape().size;
+  const int rank = steps.rank();
   const std::size_t n = static_cast<std::size_t>(job.output.numel());
   const std::size_t es = job.output.element_size();
-  // Each slot holds one piece per destination; a step moves `piece` elements of each.
-  const std::size_t piece =
-      steps.shape().slotBytes / static_cast<std::size_t>(steps.shape().size) / es;
-  TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", steps.shape().size,
+  // Each slot holds one piece per other rank (a rank folds its own contribution straight
+  // from its input); a step moves `piece` elements of each.
+  const std::size_t others = static_cast<std::size_t>(std::max(size - 1, 1));
+  const std::size_t piece = steps.shape().slotBytes / others / es;
+  TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", size,
               " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
               steps.shape().slotBytes, ")");
   const char* const in = n ? bytes(job.input) : nullptr;
   char* const out = n ? bytes(job.output) : nullptr;
+  // Position of rank `to`'s piece in rank `owner`'s slot.
+  const auto at = [](int owner, int to) { return static_cast<std::size_t>(to < owner ? to : to - 1); };
+  // An output inside the input (FSDP passes its own shard of the input) is written before
+  // this rank's contribution is read: keep that piece aside first.
+  const bool aliased = n && out < in + job.input.nbytes() && in < out + job.output.nbytes();
+  std::vector<char> own(aliased ? piece * es : 0);
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(piece, n - offset);
     const std::size_t lenBytes = len * es;
     const std::uint32_t s = steps.beginStep(turn);
-    for (int q = 0; q < steps.shape().size && len; ++q) {
-      std::memcpy(steps.slot(s, steps.rank()) + q * lenBytes, in + (q * n + offset) * es, lenBytes);
+    if (aliased) std::memcpy(own.data(), in + (rank * n + offset) * es, lenBytes);
+    for (int q = 0; q < size && len; ++q) {
+      if (q == rank) continue;
+      std::memcpy(steps.slot(s, rank) + at(rank, q) * lenBytes, in + (q * n + offset) * es,
+                  lenBytes);
     }
     steps.meet(s, turn, offset == 0);
     if (len) {
       // Folded in rank order, whoever folds.
-      std::memcpy(out + offset * es, steps.slot(s, 0) + steps.rank() * lenBytes, lenBytes);
-      for (int p = 1; p < steps.shape().size; ++p) {
-        foldInto(out + offset * es, steps.slot(s, p) + steps.rank() * lenBytes, len, job.output,
-                 job.reduce);
+      const auto from = [&](int q) {
+        if (q != rank) return steps.slot(s, q) + at(q, rank) * lenBytes;
+        return aliased ? own.data() : const_cast<char*>(in) + (rank * n + offset) * es;
+      };
+      std::memcpy(out + offset * es, from(0), lenBytes);
+      for (int q = 1; q < size; ++q) {
+        foldInto(out + offset * es, from(q), len, job.output, job.reduce);
       }
     }
     steps.mark(Phase::Departed, s);
@@ -283,23 +298,37 @@ void checkAlltoallCounts(Steps& steps, std::uint32_t s, const Turn& turn) {
 
 void alltoall(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
+  const int rank = steps.rank();
   const std::size_t p = static_cast<std::size_t>(steps.shape().size);
   const std::size_t es = c10::elementSize(job.dtype());
   const std::size_t header = alltoallHeader(steps.shape().size);
+  // A slot holds one piece per other rank: the block a rank keeps for itself is copied
+  // straight from its input to its output, never through the slots.
+  const std::size_t others = std::max<std::size_t>(p - 1, 1);
   const std::size_t piece =
-      steps.shape().slotBytes > header ? (steps.shape().slotBytes - header) / p / es : 0;
+      steps.shape().slotBytes > header ? (steps.shape().slotBytes - header) / others / es : 0;
   TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", steps.shape().size,
               " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
               steps.shape().slotBytes, ")");
+  // Where rank `from`'s slot holds its piece for rank `to`.
+  const auto pieceAt = [&](std::size_t from, std::size_t to) {
+    return header + (to < from ? to : to - 1) * piece * es;
+  };
   std::vector<std::size_t> sendAt(p), recvAt(p);
   std::exclusive_scan(job.sendCounts.begin(), job.sendCounts.end(), sendAt.begin(), std::size_t{0});
   std::exclusive_scan(job.recvCounts.begin(), job.recvCounts.end(), recvAt.begin(), std::size_t{0});
   const char* const in = job.input.numel() ? bytes(job.input) : nullptr;
   char* const out = job.output.numel() ? bytes(job.output) : nullptr;
+  const std::size_t me = static_cast<std::size_t>(rank);
+  // The caller checked that this rank sends itself what it expects from itself; the input
+  // and the output never overlap here (c10d/alltoall_api.cpp stages one that would).
+  if (job.sendCounts[me] != 0) {
+    std::memcpy(out + recvAt[me] * es, in + sendAt[me] * es, job.sendCounts[me] * es);
+  }
   std::size_t stepCount = 1;
   for (std::size_t i = 0; i < stepCount; ++i) {
     const std::uint32_t s = steps.beginStep(turn);
-    char* const mine = steps.slot(s, steps.rank());
+    char* const mine = steps.slot(s, rank);
     if (i == 0) {
       auto* counts = reinterpret_cast<std::uint64_t*>(mine);
       for (std::size_t q = 0; q < p; ++q) {
@@ -310,18 +339,21 @@ void alltoall(Steps& steps, const Turn& turn) {
     }
     const std::size_t lo = i * piece;
     for (std::size_t q = 0; q < p; ++q) {
-      if (lo >= job.sendCounts[q]) continue;
+      if (q == me || lo >= job.sendCounts[q]) continue;
       const std::size_t len = std::min(piece, job.sendCounts[q] - lo);
-      std::memcpy(mine + header + q * piece * es, in + (sendAt[q] + lo) * es, len * es);
+      std::memcpy(mine + pieceAt(me, q), in + (sendAt[q] + lo) * es, len * es);
     }
     steps.meet(s, turn, i == 0);
     if (i == 0) {
       checkAlltoallCounts(steps, s, turn);
-      // Every rank derives the same number of steps from the same counts.
+      // Every rank derives the same number of steps from the same counts: the largest
+      // piece between two different ranks.
       std::uint64_t largest = 0;
-      for (int r = 0; r < steps.shape().size; ++r) {
-        const auto* counts = alltoallCounts(steps.slot(s, r));
-        largest = std::max(largest, *std::max_element(counts, counts + p));
+      for (std::size_t r = 0; r < p; ++r) {
+        const auto* counts = alltoallCounts(steps.slot(s, static_cast<int>(r)));
+        for (std::size_t q = 0; q < p; ++q) {
+          if (q != r) largest = std::max(largest, counts[q]);
+        }
       }
       stepCount = std::max<std::size_t>(1, (largest + piece - 1) / piece);
       if (stepCount > 1 && steps.cmaFor(largest * es)) {
@@ -330,14 +362,13 @@ void alltoall(Steps& steps, const Turn& turn) {
         // for the ranks before.
         for (std::size_t from = 0; from < p; ++from) {
           const std::size_t n = job.recvCounts[from];
-          if (n == 0) continue;
+          if (from == me || n == 0) continue;
           const std::size_t first = std::min(piece, n);
           std::memcpy(out + recvAt[from] * es,
-                      steps.slot(s, static_cast<int>(from)) + header + steps.rank() * piece * es,
-                      first * es);
+                      steps.slot(s, static_cast<int>(from)) + pieceAt(from, me), first * es);
           if (n == first) continue;
           const auto* theirs = alltoallCounts(steps.slot(s, static_cast<int>(from)));
-          const std::size_t at = std::accumulate(theirs, theirs + steps.rank(), std::uint64_t{0});
+          const std::size_t at = std::accumulate(theirs, theirs + rank, std::uint64_t{0});
           steps.readFrom(s, static_cast<int>(from), (at + first) * es,
                          out + (recvAt[from] + first) * es, (n - first) * es, turn);
         }
@@ -347,11 +378,10 @@ void alltoall(Steps& steps, const Turn& turn) {
       }
     }
     for (std::size_t from = 0; from < p; ++from) {
-      if (lo >= job.recvCounts[from]) continue;
+      if (from == me || lo >= job.recvCounts[from]) continue;
       const std::size_t len = std::min(piece, job.recvCounts[from] - lo);
       std::memcpy(out + (recvAt[from] + lo) * es,
-                  steps.slot(s, static_cast<int>(from)) + header + steps.rank() * piece * es,
-                  len * es);
+                  steps.slot(s, static_cast<int>(from)) + pieceAt(from, me), len * es);
     }
     steps.mark(Phase::Departed, s);
   }

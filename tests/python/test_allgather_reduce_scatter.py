@@ -54,6 +54,17 @@ def _gather_family(rank, ws):
             stacked = torch.stack([_data(r, ws * n, dtype, salt=n + 2) for r in range(ws)])
             want = stacked.max(dim=0).values[rank * n:(rank + 1) * n]
             assert torch.equal(got, want), f"reduce_scatter MAX n={n} {dtype}"
+            # In place: the output is this rank's own block of the input (as FSDP's shards
+            # are), which must be read before it is written over.
+            big = _data(rank, ws * n, dtype, salt=n + 3)
+            mine_in = big.view(ws, n)[rank] if n else big[:0]
+            dist.reduce_scatter_tensor(mine_in, big, op=R.SUM)
+            total = sum(_data(r, ws * n, dtype, salt=n + 3) for r in range(ws))
+            want = total[rank * n:(rank + 1) * n]
+            if dtype.is_floating_point:
+                torch.testing.assert_close(mine_in, want, rtol=1e-5, atol=1e-5)
+            else:
+                assert torch.equal(mine_in, want), f"in-place reduce_scatter_tensor n={n}"
     # AVG (what FSDP2 uses), async
     x = torch.arange(ws * 6, dtype=torch.float64) * (rank + 1)
     out = torch.empty(6, dtype=torch.float64)
