@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "numpy, plus commux's C++ p2p (commux_bench) against Open MPI's; needs mpirun, "
                    "mpicc and mpi4py (scripts/install.sh --mpi)")
     p.add_argument("--no-raw-ucx", action="store_true", help="skip ucx_perftest")
-    p.add_argument("--no-plot", action="store_true", help="skip results.png")
+    p.add_argument("--no-plot", action="store_true", help="skip results.png and the <op>.png files")
     p.add_argument("--quiet", action="store_true", help="no line per point while measuring")
     return p
 
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"plot skipped: {why}")
     else:
-        written.append("results.png")
+        written.append("results.png, <op>.png")
     print(f"wrote {', '.join(written)} to {out}; total {time.monotonic() - t_start:.1f} s")
     for error in failures:
         print(f"ERROR (details above): {error}", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""What a run leaves behind: the printed table, results.csv, raw_ucx.csv, summary.json
-and results.png.
+"""What a run leaves behind: the printed table, results.csv, raw_ucx.csv, summary.json,
+results.png and one <op>.png per op.
 
 GB/s is decimal (10**9 B/s) and "algorithm bandwidth": bytes / time, with bytes as
 defined per op in sizes.py and, for p2p, the one-way time. It is a speed per size, not
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 from .sizes import OPS, SIZE_CONVENTION, format_size
 
@@ -94,9 +95,35 @@ def write_json(path: str, data: dict) -> None:
         json.dump(data, f, indent=1, sort_keys=True)
 
 
+# Every column of the table, in the order it is read: commux first, then what it is held
+# against. The MPI ones are there after a --mpi run.
+PLOT_BACKENDS = [("ucx", "commux"), ("gloo", "gloo"), ("mpi-c", "Open MPI C"),
+                 ("mpi4py-torch", "mpi4py, torch"), ("mpi4py-numpy", "mpi4py, numpy")]
+_RANK_STYLES = ["-o", "--s", ":^", "-.v", "-x", "--d"]
+
+
+def _draw(ax, op: str, points: list[dict], colors: list[str]) -> None:
+    all_ranks = sorted({p["ranks"] for p in points if p["op"] == op})
+    for b, (backend, label) in enumerate(PLOT_BACKENDS):
+        for i, ranks in enumerate(all_ranks):
+            sel = sorted((p["bytes"], p["median_us"]) for p in points
+                         if p["op"] == op and p["ranks"] == ranks and p["backend"] == backend)
+            if sel:
+                ax.loglog(*zip(*sel), _RANK_STYLES[i % len(_RANK_STYLES)],
+                          color=colors[b % len(colors)], markersize=3,
+                          linewidth=2.2 if backend == "ucx" else 1.0,
+                          label=f"{label}, {ranks} ranks")
+    ax.set_title(f"{op} ({SIZE_CONVENTION[op]})", fontsize=9)
+    ax.set_xlabel("bytes")
+    ax.set_ylabel("us (one way)" if op == "p2p" else "us")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=6)
+
+
 def plot(path: str, points: list[dict]) -> str | None:
-    """results.png: one subplot per op, time vs bytes (log-log), a line per backend and
-    world size. Returns why it was skipped, or None."""
+    """results.png (one subplot per op) and, next to it, <op>.png for each op: time vs
+    bytes (log-log), a line per backend (commux, gloo, and Open MPI C and mpi4py on torch
+    tensors and numpy after --mpi) and world size. Returns why it was skipped, or None."""
     try:
         import matplotlib
 
@@ -107,28 +134,25 @@ def plot(path: str, points: list[dict]) -> str | None:
     ops = [op for op in OPS if any(p["op"] == op for p in points)]
     if not ops:
         return "no results to plot"
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    title = "median time per operation (lower is better)"
     cols = min(3, len(ops))
     rows = -(-len(ops) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False)
-    all_ranks = sorted({p["ranks"] for p in points})
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, op in zip(axes.flat, ops):
-        for i, ranks in enumerate(all_ranks):
-            for backend, style in (("ucx", "-o"), ("gloo", "--x")):
-                sel = sorted((p["bytes"], p["median_us"]) for p in points
-                             if p["op"] == op and p["ranks"] == ranks and p["backend"] == backend)
-                if sel:
-                    ax.loglog(*zip(*sel), style, color=colors[i % len(colors)], markersize=3,
-                              label=f"{backend} {ranks} ranks")
-        ax.set_title(f"{op} ({SIZE_CONVENTION[op]})", fontsize=9)
-        ax.set_xlabel("bytes")
-        ax.set_ylabel("us (one way)" if op == "p2p" else "us")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=7)
+        _draw(ax, op, points, colors)
     for ax in list(axes.flat)[len(ops):]:
         ax.set_visible(False)
-    fig.suptitle("commux (ucx) vs gloo, median time per operation")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    folder = os.path.dirname(path)
+    for op in ops:
+        fig, ax = plt.subplots(figsize=(7, 5))
+        _draw(ax, op, points, colors)
+        fig.suptitle(f"{op}: {title}", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(os.path.join(folder, f"{op}.png"), dpi=110)
+        plt.close(fig)
     return None
