@@ -179,9 +179,9 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
           shm::Segment::create(shm::Channel::segmentBytes(shape)), index, shape, true, engine,
           local);
       // The sizes that pick the algorithms: every rank must use the same.
-      description = std::to_string(shape.slotBytes) + " " + std::to_string(shape.smallBytes) +
-                    " " + std::to_string(shape.cmaBytes) + " " + (shape.checkAll ? "1" : "0") +
-                    " " + channel->segment().name();
+      description = std::to_string(shape.slotBytes) + " " + std::to_string(shape.smallBytes) + " " +
+                    std::to_string(shape.cmaBytes) + " " + (shape.checkAll ? "1" : "0") + " " +
+                    channel->segment().name();
     } catch (const std::exception& e) {
       problem = e.what();
     }

@@ -236,7 +236,9 @@ void reduceScatter(Steps& steps, const Turn& turn) {
   const char* const in = n ? bytes(job.input) : nullptr;
   char* const out = n ? bytes(job.output) : nullptr;
   // Position of rank `to`'s piece in rank `owner`'s slot.
-  const auto at = [](int owner, int to) { return static_cast<std::size_t>(to < owner ? to : to - 1); };
+  const auto at = [](int owner, int to) {
+    return static_cast<std::size_t>(to < owner ? to : to - 1);
+  };
   // An output inside the input (FSDP passes its own shard of the input) is written before
   // this rank's contribution is read: keep that piece aside first.
   const bool aliased = n && out < in + job.input.nbytes() && in < out + job.output.nbytes();

@@ -72,7 +72,8 @@ std::string Steps::brokenReason() const {
 }
 
 std::string Steps::brokenBecause(int by) const {
-  if (__atomic_load_n(&header_->mismatchBy, __ATOMIC_ACQUIRE) == static_cast<std::uint32_t>(by) + 1) {
+  if (__atomic_load_n(&header_->mismatchBy, __ATOMIC_ACQUIRE) ==
+      static_cast<std::uint32_t>(by) + 1) {
     return "rank " + std::to_string(by) +
            " found that the ranks called different collectives or passed different tensors, "
            "where the steps the ranks take differ, so the group's collectives are out of step "
@@ -151,8 +152,7 @@ void Steps::lead(std::uint32_t s, const Turn& turn, bool first, std::uint32_t st
   arrive(s, turn, false, steps);
 }
 
-void Steps::follow(std::uint32_t s, const Turn& turn, int from, bool first,
-                   std::uint32_t steps) {
+void Steps::follow(std::uint32_t s, const Turn& turn, int from, bool first, std::uint32_t steps) {
   if (first && shape_.checkAll) {
     meet(s, turn, first);
     return;
@@ -207,8 +207,8 @@ void Steps::waitOne(Phase phase, std::uint32_t s, int index, const Turn& turn) {
   const auto reachedBy = field(phase);
   const bool ok = signal_->waitFor(
       [&] {
-        return layout::reached(
-            __atomic_load_n(&(controls_[index].*reachedBy), __ATOMIC_ACQUIRE), s);
+        return layout::reached(__atomic_load_n(&(controls_[index].*reachedBy), __ATOMIC_ACQUIRE),
+                               s);
       },
       [&] { return interrupted(turn); });
   if (!ok) leave(turn);

@@ -29,8 +29,8 @@ struct alignas(layout::kLine) Steps::Header {
   std::uint32_t size;
   std::uint64_t slotBytes;
   std::uint64_t cmaBytes;
-  std::uint32_t brokenBy;  // 0, or 1 + the rank that abandoned a collective
-  std::uint32_t deadRank;  // 0, or 1 + a rank some survivor found dead
+  std::uint32_t brokenBy;    // 0, or 1 + the rank that abandoned a collective
+  std::uint32_t deadRank;    // 0, or 1 + a rank some survivor found dead
   std::uint32_t mismatchBy;  // 0, or 1 + the rank that broke the channel over a mismatch
   std::uint32_t checkAll;    // ChannelShape::checkAll
   alignas(layout::kLine) BellWords bell;
@@ -47,9 +47,9 @@ struct alignas(layout::kLine) Steps::Control {
   std::uint32_t reduce[2];  // engine::ReduceKind, for the reducing kinds
   std::int32_t root[2];     // for the rooted kinds
   std::uint32_t dtype[2];
-  std::uint64_t count[2];  // Job::blockCount()
-  std::uint32_t meets[2];  // 1: in its first step the rank waits for and checks every rank
-  std::uint32_t steps[2];  // how many steps its collective takes (for ranks that lead)
+  std::uint64_t count[2];    // Job::blockCount()
+  std::uint32_t meets[2];    // 1: in its first step the rank waits for and checks every rank
+  std::uint32_t steps[2];    // how many steps its collective takes (for ranks that lead)
   std::uint64_t address[2];  // the buffer the others read with CMA
   std::int32_t pid;          // of the rank's process, for CMA
 };

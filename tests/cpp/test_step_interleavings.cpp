@@ -40,7 +40,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <tuple>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -49,6 +48,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/description.hpp"
