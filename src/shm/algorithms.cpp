@@ -40,6 +40,24 @@ std::size_t alltoallHeader(int size) {
   return layout::roundUp(2 * static_cast<std::size_t>(size) * sizeof(std::uint64_t), layout::kLine);
 }
 
+/// A slot that holds one piece per rank other than its owner: where rank `to`'s piece is
+/// in rank `owner`'s slot, and how many pieces there are.
+std::size_t otherIndex(int owner, int to) {
+  return static_cast<std::size_t>(to < owner ? to : to - 1);
+}
+std::size_t othersOf(int size) { return static_cast<std::size_t>(std::max(size - 1, 1)); }
+
+/// Arrives at step `s` of a collective whose root fills the slots and goes on, while the
+/// others wait for the root alone (broadcast, scatter).
+void arriveFromRoot(Steps& steps, const Turn& turn, std::uint32_t s, bool first,
+                    std::uint32_t count) {
+  if (steps.rank() == turn.job.root) {
+    steps.lead(s, turn, first, count);
+  } else {
+    steps.follow(s, turn, turn.job.root, first, count);
+  }
+}
+
 /// Steps of `total` bytes moved `per` bytes a step (an empty collective takes one).
 std::uint32_t stepsFor(std::size_t total, std::size_t per) {
   return static_cast<std::uint32_t>(std::max<std::size_t>(1, (total + per - 1) / per));
@@ -102,18 +120,10 @@ void broadcast(Steps& steps, const Turn& turn) {
   const std::size_t area = steps.shape().slotBytes * static_cast<std::size_t>(steps.shape().size);
   const bool root = steps.rank() == job.root;
   char* const base = total ? bytes(job.buffer) : nullptr;
-  // The root fills and goes on; the others wait for the root alone.
-  const auto arrive = [&](std::uint32_t s, bool first, std::uint32_t count) {
-    if (root) {
-      steps.lead(s, turn, first, count);
-    } else {
-      steps.follow(s, turn, job.root, first, count);
-    }
-  };
   if (steps.cmaFor(total)) {
     const std::uint32_t s = steps.beginStep(turn);
     if (root) steps.publish(s, base);
-    arrive(s, true, 1);
+    arriveFromRoot(steps, turn, s, true, 1);
     if (!root) steps.readFrom(s, job.root, 0, base, total, turn);
     steps.mark(Phase::Departed, s);
     // The root's buffer is the caller's again once every reader is done with it.
@@ -126,7 +136,7 @@ void broadcast(Steps& steps, const Turn& turn) {
     const std::size_t len = std::min(area, total - offset);
     const std::uint32_t s = steps.beginStep(turn);
     if (root && len) std::memcpy(steps.slot(s, 0), base + offset, len);
-    arrive(s, offset == 0, count);
+    arriveFromRoot(steps, turn, s, offset == 0, count);
     if (!root && len) std::memcpy(base + offset, steps.slot(s, 0), len);
     steps.mark(Phase::Departed, s);
     offset += len;
@@ -186,18 +196,10 @@ void scatter(Steps& steps, const Turn& turn) {
   const bool root = steps.rank() == job.root;
   const char* const in = root && block ? bytes(job.input) : nullptr;
   char* const out = block ? bytes(job.output) : nullptr;
-  // The root fills and goes on; the others wait for the root alone.
-  const auto arrive = [&](std::uint32_t s, bool first, std::uint32_t count) {
-    if (root) {
-      steps.lead(s, turn, first, count);
-    } else {
-      steps.follow(s, turn, job.root, first, count);
-    }
-  };
   if (steps.cmaFor(block)) {
     const std::uint32_t s = steps.beginStep(turn);
     if (root) steps.publish(s, in);
-    arrive(s, true, 1);
+    arriveFromRoot(steps, turn, s, true, 1);
     steps.readFrom(s, job.root, static_cast<std::size_t>(steps.rank()) * block, out, block, turn);
     steps.mark(Phase::Departed, s);
     if (root) steps.waitAll(Phase::Departed, s, turn);
@@ -213,7 +215,7 @@ void scatter(Steps& steps, const Turn& turn) {
         std::memcpy(steps.slot(s, q), in + static_cast<std::size_t>(q) * block + offset, len);
       }
     }
-    arrive(s, offset == 0, count);
+    arriveFromRoot(steps, turn, s, offset == 0, count);
     if (len) std::memcpy(out + offset, steps.slot(s, steps.rank()), len);
     steps.mark(Phase::Departed, s);
     offset += len;
@@ -228,17 +230,12 @@ void reduceScatter(Steps& steps, const Turn& turn) {
   const std::size_t es = job.output.element_size();
   // Each slot holds one piece per other rank (a rank folds its own contribution straight
   // from its input); a step moves `piece` elements of each.
-  const std::size_t others = static_cast<std::size_t>(std::max(size - 1, 1));
-  const std::size_t piece = steps.shape().slotBytes / others / es;
+  const std::size_t piece = steps.shape().slotBytes / othersOf(size) / es;
   TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", size,
               " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
               steps.shape().slotBytes, ")");
   const char* const in = n ? bytes(job.input) : nullptr;
   char* const out = n ? bytes(job.output) : nullptr;
-  // Position of rank `to`'s piece in rank `owner`'s slot.
-  const auto at = [](int owner, int to) {
-    return static_cast<std::size_t>(to < owner ? to : to - 1);
-  };
   // An output inside the input (FSDP passes its own shard of the input) is written before
   // this rank's contribution is read: keep that piece aside first.
   const bool aliased = n && out < in + job.input.nbytes() && in < out + job.output.nbytes();
@@ -251,14 +248,14 @@ void reduceScatter(Steps& steps, const Turn& turn) {
     if (aliased) std::memcpy(own.data(), in + (rank * n + offset) * es, lenBytes);
     for (int q = 0; q < size && len; ++q) {
       if (q == rank) continue;
-      std::memcpy(steps.slot(s, rank) + at(rank, q) * lenBytes, in + (q * n + offset) * es,
+      std::memcpy(steps.slot(s, rank) + otherIndex(rank, q) * lenBytes, in + (q * n + offset) * es,
                   lenBytes);
     }
     steps.meet(s, turn, offset == 0);
     if (len) {
       // Folded in rank order, whoever folds.
       const auto from = [&](int q) {
-        if (q != rank) return steps.slot(s, q) + at(q, rank) * lenBytes;
+        if (q != rank) return steps.slot(s, q) + otherIndex(q, rank) * lenBytes;
         return aliased ? own.data() : const_cast<char*>(in) + (rank * n + offset) * es;
       };
       std::memcpy(out + offset * es, from(0), lenBytes);
@@ -306,7 +303,7 @@ void alltoall(Steps& steps, const Turn& turn) {
   const std::size_t header = alltoallHeader(steps.shape().size);
   // A slot holds one piece per other rank: the block a rank keeps for itself is copied
   // straight from its input to its output, never through the slots.
-  const std::size_t others = std::max<std::size_t>(p - 1, 1);
+  const std::size_t others = othersOf(steps.shape().size);
   const std::size_t piece =
       steps.shape().slotBytes > header ? (steps.shape().slotBytes - header) / others / es : 0;
   TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", steps.shape().size,
@@ -314,7 +311,7 @@ void alltoall(Steps& steps, const Turn& turn) {
               steps.shape().slotBytes, ")");
   // Where rank `from`'s slot holds its piece for rank `to`.
   const auto pieceAt = [&](std::size_t from, std::size_t to) {
-    return header + (to < from ? to : to - 1) * piece * es;
+    return header + otherIndex(static_cast<int>(from), static_cast<int>(to)) * piece * es;
   };
   std::vector<std::size_t> sendAt(p), recvAt(p);
   std::exclusive_scan(job.sendCounts.begin(), job.sendCounts.end(), sendAt.begin(), std::size_t{0});

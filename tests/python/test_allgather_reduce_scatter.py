@@ -18,6 +18,16 @@ def _data(rank, n, dtype, salt=0):
     return torch.randint(-50, 50, (n,), generator=g, dtype=dtype)
 
 
+def _check_summed_block(got, rank, ws, n, dtype, salt, what):
+    """``got`` must be this rank's block of the sum over ranks of _data(r, ws * n, salt)."""
+    total = sum(_data(r, ws * n, dtype, salt=salt) for r in range(ws))
+    want = total[rank * n:(rank + 1) * n]
+    if dtype.is_floating_point:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        assert torch.equal(got, want), f"{what} n={n}"
+
+
 def _gather_family(rank, ws):
     for n in (0, 1, 7, 300_001):
         for dtype in (torch.float32, torch.int64):
@@ -39,12 +49,7 @@ def _gather_family(rank, ws):
             before = big.clone()
             got = torch.empty(n, dtype=dtype)
             dist.reduce_scatter_tensor(got, big, op=R.SUM)
-            total = sum(_data(r, ws * n, dtype, salt=n + 1) for r in range(ws))
-            want = total[rank * n:(rank + 1) * n]
-            if dtype.is_floating_point:
-                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-            else:
-                assert torch.equal(got, want), f"reduce_scatter_tensor n={n}"
+            _check_summed_block(got, rank, ws, n, dtype, n + 1, "reduce_scatter_tensor")
             assert torch.equal(big, before), "reduce_scatter_tensor changed its input"
             # reduce_scatter with a list input, MAX
             pieces = list(_data(rank, ws * n, dtype, salt=n + 2).chunk(ws)) if n else [
@@ -59,12 +64,7 @@ def _gather_family(rank, ws):
             big = _data(rank, ws * n, dtype, salt=n + 3)
             mine_in = big.view(ws, n)[rank] if n else big[:0]
             dist.reduce_scatter_tensor(mine_in, big, op=R.SUM)
-            total = sum(_data(r, ws * n, dtype, salt=n + 3) for r in range(ws))
-            want = total[rank * n:(rank + 1) * n]
-            if dtype.is_floating_point:
-                torch.testing.assert_close(mine_in, want, rtol=1e-5, atol=1e-5)
-            else:
-                assert torch.equal(mine_in, want), f"in-place reduce_scatter_tensor n={n}"
+            _check_summed_block(mine_in, rank, ws, n, dtype, n + 3, "in-place reduce_scatter_tensor")
     # AVG (what FSDP2 uses), async
     x = torch.arange(ws * 6, dtype=torch.float64) * (rank + 1)
     out = torch.empty(6, dtype=torch.float64)
