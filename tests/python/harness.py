@@ -48,6 +48,7 @@ import datetime
 import faulthandler
 import os
 import pickle
+import re
 import shutil
 import signal
 import socket
@@ -341,7 +342,7 @@ def _dump_and_kill(procs, ranks, tmpdir):
         if native:
             txt += "\n--- native stacks (gdb) ---\n" + native
         if txt:
-            stacks[r] = txt[-12000:]
+            stacks[r] = txt
     _kill_all(procs)
     return stacks
 
@@ -373,13 +374,51 @@ def _kill_all(procs):
         p.join(5)
 
 
+def _bare(frame):
+    """A gdb frame's function without its arguments, template arguments and lambdas' types."""
+    name = re.sub(r" at \S+:\d+$", "", frame).replace("(anonymous namespace)", "{anon}")
+    while True:
+        shorter = re.sub(r"<[^<>]*>", "", name)
+        if shorter == name:
+            return re.sub(r" ?\(.*", "", name)
+        name = shorter
+
+
+def _summary(text):
+    """A few lines of one rank's dump: the innermost Python frames of each thread, and each
+    native thread's name with its innermost commux frame (else its innermost frame). CI keeps
+    only part of a long failure, so this goes first."""
+    native_at = text.find("--- native stacks (gdb) ---")
+    py, native = (text, "") if native_at < 0 else (text[:native_at], text[native_at:])
+    out = []
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", py):
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)
+        if frames:
+            out.append("  py: " + " <- ".join(f"{os.path.basename(f)}:{n} {fn}"
+                                               for f, n, fn in frames[:3]))
+    for block in re.split(r"\n(?=Thread \d+ )", native):
+        name = re.search(r'Thread \d+ \(Thread \S+ \(LWP \d+\) "([^"]*)"\)', block)
+        frames = [re.sub(r"^#\d+\s+(0x[0-9a-f]+ in )?", "", l) for l in block.splitlines()
+                  if l.startswith("#")]
+        if not name or not frames:
+            continue
+        ours = [f for f in frames if "commux::" in f]
+        pick = [_bare(f) for f in (ours[:2] or frames[:1])]
+        out.append(f"  thread {name.group(1)}: " + " <- ".join(pick))
+    return "\n".join(out)
+
+
 def _format_stacks(stacks):
     if not stacks:
         return ""
-    out = ["", "Python stacks of the ranks that were still running:"]
+    out = ["", "Where each rank was (full stacks below):"]
+    for r in sorted(stacks):
+        out.append(f"rank {r}:")
+        out.append(_summary(stacks[r]))
+    out += ["", "Python stacks of the ranks that were still running:"]
     for r in sorted(stacks):
         out.append(f"--- rank {r} ---")
-        out.append(stacks[r])
+        out.append(stacks[r][-12000:])
     return "\n".join(out)
 
 

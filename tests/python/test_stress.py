@@ -64,8 +64,11 @@ def test_stress(ws, env, hog, seed, tmp_path):
         results = run_ranks(stress_job.run_rank, ws, timeout=RUN_TIMEOUT_S, env=env,
                             seed=seed, n_ops=N_OPS, progress_dir=str(tmp_path), replay=replay)
     except pytest.fail.Exception as e:
-        pytest.fail(f"stress seed={seed} world_size={ws} env={env} hog={hog} failed\n"
-                    f"  replay: {replay}\n{_progress(tmp_path, ws)}\n\n{e}", pytrace=False)
+        # Not chained: pytest would print the long harness message (stacks) first, and CI
+        # keeps only part of a long failure; the progress lines must come first.
+        raise pytest.fail.Exception(
+            f"stress seed={seed} world_size={ws} env={env} hog={hog} failed\n"
+            f"  replay: {replay}\n{_progress(tmp_path, ws)}\n\n{e}", pytrace=False) from None
     finally:
         if hog_proc is not None:
             hog_proc.kill()
