@@ -718,6 +718,8 @@ def replay_command(seed, world_size, n_ops, env=None, hog=False, backend="ucx"):
         parts += ["--hosts", ",".join(hosts) if isinstance(hosts, (list, tuple)) else hosts]
     if hog:
         parts.append("--hog")
+    if os.environ.get("COMMUX_STRESS_JITTER_MS"):
+        parts += ["--jitter-ms", os.environ["COMMUX_STRESS_JITTER_MS"]]
     if backend not in ("ucx", "commux"):
         parts += ["--backend", backend]
     return " ".join(shlex.quote(x) for x in parts)
@@ -735,6 +737,14 @@ def run_rank(rank, world_size, seed, n_ops, progress_dir=None, replay="", probe_
     caps = default_caps(backend)
     plan = build_plan(seed, world_size, n_ops, probe_every, caps)
     progress = _Progress(progress_dir, rank)
+    # Timing variety: each rank sleeps now and then (its own seeded draws) before issuing or
+    # waiting, so the ranks reach each operation in other orders than the machine's habit.
+    jitter_ms = float(os.environ.get("COMMUX_STRESS_JITTER_MS", "0") or 0)
+    jitter_rng = random.Random(f"commux-stress-jitter/{seed}/{rank}")
+
+    def jitter():
+        if jitter_ms > 0 and jitter_rng.random() < 0.3:
+            time.sleep(jitter_rng.random() * jitter_ms / 1000)
     where = f"seed={seed} world_size={world_size} rank={rank} n_ops={n_ops}"
     progress("new_group")
     sub = dist.new_group(plan.members)
@@ -752,6 +762,7 @@ def run_rank(rank, world_size, seed, n_ops, progress_dir=None, replay="", probe_
                 if inject_hang is not None and op.index >= inject_hang and rank == 0:
                     progress(f"inject-hang {op.describe()}")
                     time.sleep(10**6)
+                jitter()
                 progress(f"issue {op.describe()}")
                 works, check = _issue(op, ctx)
                 checks.append((op, check))
@@ -765,6 +776,7 @@ def run_rank(rank, world_size, seed, n_ops, progress_dir=None, replay="", probe_
             for j in wait_order:
                 cur = ops[j]
                 if cur.index in pending:
+                    jitter()
                     progress(f"wait {cur.describe()}")
                     for w in pending.pop(cur.index):
                         w.wait()
@@ -1048,6 +1060,9 @@ def main(argv=None):
     ap.add_argument("--backend", default=os.environ.get("COMMUX_TEST_BACKEND", "ucx"))
     ap.add_argument("--probe-every", type=int, default=40)
     ap.add_argument("--progress-every", type=int, default=100)
+    ap.add_argument("--jitter-ms", type=float, default=None,
+                    help="each rank sleeps up to this long before some issues and waits "
+                         "(COMMUX_STRESS_JITTER_MS; seeded per rank, so it replays)")
     ap.add_argument("--inject-hang", type=int, default=None,
                     help="rank 0 sleeps at this op: checks the hang reporting itself")
     # Internal: one rank, started by run_once.
@@ -1061,6 +1076,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.worker:
         return _worker_main(args)
+    if args.jitter_ms is not None:
+        os.environ["COMMUX_STRESS_JITTER_MS"] = str(args.jitter_ms)  # the ranks inherit it
 
     ranks = _list(args.ranks)
     if min(ranks) < 2:
