@@ -13,6 +13,10 @@
 namespace commux {
 namespace {
 
+// How long a timed-out wait waits for its cancellation to be run (at once, unless another
+// thread drives the worker and was preempted).
+constexpr std::chrono::seconds kCancelWait{10};
+
 // Built once: creating the type per Work was a measurable part of a small send.
 const c10::TypePtr& tensorListType() {
   static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());
@@ -66,10 +70,8 @@ std::shared_ptr<engine::Op> WorkUCX::op() const {
 }
 
 engine::Op::Done WorkUCX::completer() {
-  return [self = c10::intrusive_ptr<WorkUCX>::reclaim_copy(this)](std::exception_ptr error,
-                                                                   int source) {
-    self->complete(std::move(error), source);
-  };
+  return [self = c10::intrusive_ptr<WorkUCX>::reclaim_copy(this)](
+             std::exception_ptr error, int source) { self->complete(std::move(error), source); };
 }
 
 bool WorkUCX::collective() const noexcept {
@@ -188,7 +190,15 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
       op->withdraw();
       engine_->cancel(std::move(op), error);
     }
-    C10_THROW_ERROR(DistBackendError, message);
+    // The cancellation takes effect when the thread that drives the worker runs it; until
+    // then a message that arrives still lands in this receive. The caller may tell the
+    // sender that the receive is gone and have the same (peer, tag) sent again for a new
+    // receive (the stress test's timeout probe does, and hung when the driver was
+    // preempted between two rounds): that message must not land here. So the timeout is
+    // reported once the operation has ended, which is at once unless another thread holds
+    // the worker. A receive that completed meanwhile did get its message: it succeeded.
+    const bool ended = waitUntil(std::chrono::steady_clock::now() + kCancelWait);
+    if (!ended || collective() || !isSuccess()) C10_THROW_ERROR(DistBackendError, message);
   }
   // The future completes just after, when the thread that completed us lets go of the
   // worker; whoever reads it after wait() must find it complete. (Not when this thread
