@@ -394,6 +394,7 @@ void runCollective(Steps& steps, const Turn& turn) {
                     "commux: " + turn.op.description() + ": " + steps.brokenReason());
   }
   const Job& job = turn.job;
+  if (job.kind != Kind::Hold) steps.beginCollective();
   switch (job.kind) {
     case Kind::Allreduce:
     case Kind::Reduce:

@@ -139,8 +139,9 @@ std::uint32_t Steps::beginStep(const Turn& turn) {
 }
 
 void Steps::meet(std::uint32_t s, const Turn& turn, bool first) {
-  arrive(s, turn, true, 0);
+  arrive(s, turn, Role::Meet, -1, 0);
   waitAll(Phase::Arrived, s, turn);
+  for (int r = 0; r < shape_.size; ++r) checkInStep(s, r, turn);
   if (first) checkAgreement(s, turn, -1);
 }
 
@@ -149,7 +150,7 @@ void Steps::lead(std::uint32_t s, const Turn& turn, bool first, std::uint32_t st
     meet(s, turn, first);
     return;
   }
-  arrive(s, turn, false, steps);
+  arrive(s, turn, Role::Lead, -1, steps);
 }
 
 void Steps::follow(std::uint32_t s, const Turn& turn, int from, bool first, std::uint32_t steps) {
@@ -157,8 +158,9 @@ void Steps::follow(std::uint32_t s, const Turn& turn, int from, bool first, std:
     meet(s, turn, first);
     return;
   }
-  arrive(s, turn, false, steps);
+  arrive(s, turn, Role::Follow, from, steps);
   waitOne(Phase::Arrived, s, from, turn);
+  checkInStep(s, from, turn);
   if (first) checkAgreement(s, turn, from);
 }
 
@@ -167,12 +169,14 @@ void Steps::mark(Phase phase, std::uint32_t s) {
   signal_->ring();
 }
 
-void Steps::arrive(std::uint32_t s, const Turn& turn, bool meets, std::uint32_t steps) {
+void Steps::arrive(std::uint32_t s, const Turn& turn, Role role, int from, std::uint32_t steps) {
   Control& mine = controls_[rank_];
   const unsigned parity = s & 1u;
   const Job& job = turn.job;
-  mine.meets[parity] = meets ? 1 : 0;
+  mine.role[parity] = static_cast<std::uint32_t>(role);
+  mine.from[parity] = from;
   mine.steps[parity] = steps;
+  mine.seq[parity] = seq_;
   mine.kind[parity] = static_cast<std::uint32_t>(job.kind);
   mine.reduce[parity] = reduces(job.kind) ? static_cast<std::uint32_t>(job.reduce) : 0;
   mine.root[parity] = hasRoot(job.kind) ? job.root : 0;
@@ -281,6 +285,30 @@ void Steps::readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, st
                       "; set COMMUX_SHM_CMA_BYTES=0 to copy through the shared segment instead");
 }
 
+void Steps::checkInStep(std::uint32_t s, int index, const Turn& turn) {
+  if (controls_[index].seq[s & 1u] == seq_) return;
+  const std::string why = breakOverMismatch();
+  C10_THROW_ERROR(DistBackendError,
+                  "commux: " + turn.op.description() + ": rank " +
+                      std::to_string(groupRank(index)) +
+                      " reached this step in another collective than this rank: an earlier "
+                      "collective was called differently on the ranks (a mismatch that no rank "
+                      "could see then, e.g. two ranks that both took themselves for the root); " +
+                      why);
+}
+
+std::string Steps::breakOverMismatch() {
+  const std::uint32_t me = static_cast<std::uint32_t>(groupRank(rank_)) + 1;
+  std::uint32_t none = 0;
+  __atomic_compare_exchange_n(&header_->mismatchBy, &none, me, false, __ATOMIC_SEQ_CST,
+                              __ATOMIC_SEQ_CST);
+  none = 0;
+  __atomic_compare_exchange_n(&header_->brokenBy, &none, me, false, __ATOMIC_SEQ_CST,
+                              __ATOMIC_SEQ_CST);
+  signal_->ring();
+  return brokenBecause(groupRank(rank_));
+}
+
 void Steps::checkAgreement(std::uint32_t s, const Turn& turn, int from) {
   const unsigned parity = s & 1u;
   const auto same = [&](const Control& a, const Control& b) {
@@ -311,38 +339,52 @@ void Steps::checkAgreement(std::uint32_t s, const Turn& turn, int from) {
                engine::reduceKindName(static_cast<engine::ReduceKind>(c.reduce[parity]));
     }
   }
-  // Where this rank's part of the collective ends so that the channel stays in step: a rank
-  // that waits for every rank and checks them all ("meets") fails at this step, as this
-  // one does; a rank that does not ("leads": a broadcast's root, a reduce's other ranks)
-  // goes on to the end of its own collective. So when every rank meets, all fail here (what
-  // COMMUX_CHECK_COLLECTIVES makes sure of). A follower (it checked only the rank it reads
-  // from) ends where that rank ends if that rank leads. A rank that met them all ends where
-  // the leading ranks end if they all end at the same step. Otherwise the ranks end at
-  // different steps and the channel breaks, naming this rank and why.
+  // Where this rank's part of the collective ends so that the channel stays in step. A
+  // rank that meets (waits for every rank and checks them all) fails at this step, as this
+  // one does; one that leads (a broadcast's root, a reduce's other ranks) goes on to the
+  // end of its own collective; one that follows goes on to its end if it agrees with the
+  // rank it follows, else ends where that one ends. So when every rank meets, all fail here
+  // (what COMMUX_CHECK_COLLECTIVES makes sure of). A follower that found the mismatch ends
+  // where the rank it follows ends. A rank that met them all ends where every rank that
+  // does not meet ends, if they all end at the same step. Otherwise the ranks end at
+  // different steps (or this rank cannot tell where) and the channel breaks, naming this
+  // rank and why.
+  const auto role = [&](const Control& c) { return static_cast<Role>(c.role[parity]); };
+  const auto stepsOf = [&](int r) -> std::uint32_t {  // 0: cannot tell
+    const Control& c = controls_[r];
+    switch (role(c)) {
+      case Role::Meet:
+        return 1;
+      case Role::Lead:
+        return c.steps[parity];
+      case Role::Follow: {
+        const int f = c.from[parity];
+        if (f < 0 || f >= shape_.size || f == r) return 0;
+        const Control& followed = controls_[f];
+        if (same(c, followed)) return c.steps[parity];
+        if (role(followed) == Role::Lead) return followed.steps[parity];
+        return role(followed) == Role::Meet ? 1 : 0;
+      }
+    }
+    return 0;
+  };
   std::uint32_t steps = 1;
   bool inStep = true;
   if (from >= 0) {
-    const Control& other = controls_[from];
-    if (!other.meets[parity]) steps = other.steps[parity];
+    steps = stepsOf(rank_);
   } else {
-    std::uint32_t leaders = 0;
+    std::uint32_t others = 0;  // where the ranks that do not meet end
     for (int r = 0; r < shape_.size && inStep; ++r) {
-      const Control& c = controls_[r];
-      if (c.meets[parity]) continue;
-      if (leaders != 0 && c.steps[parity] != leaders) inStep = false;
-      leaders = c.steps[parity];
+      if (role(controls_[r]) == Role::Meet) continue;
+      const std::uint32_t end = stepsOf(r);
+      if (end == 0 || (others != 0 && end != others)) inStep = false;
+      others = end;
     }
-    if (leaders != 0) steps = leaders;
+    if (others != 0) steps = others;
   }
   if (steps == 0) inStep = false;  // all_to_all does not know its steps before it meets
   if (!inStep) {
-    const std::uint32_t me = static_cast<std::uint32_t>(groupRank(rank_)) + 1;
-    std::uint32_t none = 0;
-    __atomic_compare_exchange_n(&header_->mismatchBy, &none, me, false, __ATOMIC_SEQ_CST,
-                                __ATOMIC_SEQ_CST);
-    none = 0;
-    __atomic_compare_exchange_n(&header_->brokenBy, &none, me, false, __ATOMIC_SEQ_CST,
-                                __ATOMIC_SEQ_CST);
+    breakOverMismatch();
     steps = 1;
   }
   step_ = s + steps - 1;

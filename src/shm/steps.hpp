@@ -67,6 +67,10 @@ struct Turn {
 /// What a rank marks, per step, for the others to wait on.
 enum class Phase { Arrived, Reduced, Departed };
 
+/// How a rank arrives at a collective's first step: it waits for every rank and checks
+/// them all, goes on at once, or waits for (and checks) one rank.
+enum class Role : std::uint32_t { Meet = 0, Lead = 1, Follow = 2 };
+
 class Steps {
  public:
   /// Makes the signal the ranks ring and wait on (default: the futex Bell over `words`).
@@ -105,6 +109,12 @@ class Steps {
   bool stopped() const noexcept { return stopped_.load(); }
 
   // The steps, for the one thread that runs them.
+  /// A collective with steps begins. Every rank counts them, so a rank that waits for
+  /// another at some step can tell whether it reached that step in the same collective:
+  /// after a mismatch that nobody saw (two ranks that both led) their step numbers may
+  /// have parted, and the first wait between them then breaks the channel instead of
+  /// reading the other's slots of another collective.
+  void beginCollective() noexcept { ++seq_; }
   /// Next step: waits until every rank left the step that last used its parity.
   std::uint32_t beginStep(const Turn& turn);
   /// Arrives at step `s` and waits for every rank; the first step of a collective checks
@@ -145,9 +155,14 @@ class Steps {
   static std::size_t controlsOffset();
   static std::size_t slotsOffset(int size);
   std::uint32_t Control::*field(Phase phase) const noexcept;
-  /// Publishes this rank's descriptor for step `s` and marks it Arrived. `meets`: it waits
-  /// for every rank and checks them all in this step.
-  void arrive(std::uint32_t s, const Turn& turn, bool meets, std::uint32_t steps);
+  /// Publishes this rank's descriptor for step `s` and marks it Arrived.
+  void arrive(std::uint32_t s, const Turn& turn, Role role, int from, std::uint32_t steps);
+  /// Throws, breaking the channel, unless rank `index` arrived at step `s` in this rank's
+  /// collective (see beginCollective).
+  void checkInStep(std::uint32_t s, int index, const Turn& turn);
+  /// Breaks the channel because this rank found a mismatch whose ranks end at different
+  /// steps, and returns why (for the error message).
+  std::string breakOverMismatch();
   /// Waits until rank `index` reached `phase` of step `s`; throws when interrupted.
   void waitOne(Phase phase, std::uint32_t s, int index, const Turn& turn);
   /// Throws when this rank's descriptor of step `s` differs from those of the ranks it
@@ -166,6 +181,7 @@ class Steps {
   char* slots_;
   std::unique_ptr<Signal> signal_;
   std::uint32_t step_ = 0;  // the runner's
+  std::uint64_t seq_ = 0;   // the runner's: collectives with steps so far
   std::atomic<bool> stopped_{false};
   std::atomic<int> dead_{-1};  // a rank found dead, or -1
 };

@@ -11,7 +11,7 @@ namespace commux::shm {
 namespace layout {
 
 // Changes whenever the layout does: ranks of different commux builds refuse each other.
-constexpr std::uint32_t kMagic = 0x344d4853;  // "SHM4"
+constexpr std::uint32_t kMagic = 0x354d4853;  // "SHM5"
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kPage = 4096;
 
@@ -48,8 +48,10 @@ struct alignas(layout::kLine) Steps::Control {
   std::int32_t root[2];     // for the rooted kinds
   std::uint32_t dtype[2];
   std::uint64_t count[2];    // Job::blockCount()
-  std::uint32_t meets[2];    // 1: in its first step the rank waits for and checks every rank
-  std::uint32_t steps[2];    // how many steps its collective takes (for ranks that lead)
+  std::uint32_t role[2];     // Steps::Role of its first step
+  std::int32_t from[2];      // the rank it follows (Role::Follow)
+  std::uint32_t steps[2];    // how many steps its collective takes
+  std::uint64_t seq[2];      // its collectives on this channel so far, this one included
   std::uint64_t address[2];  // the buffer the others read with CMA
   std::int32_t pid;          // of the rank's process, for CMA
 };
