@@ -194,11 +194,14 @@ bool WorkUCX::wait(std::chrono::milliseconds timeout) {
     // then a message that arrives still lands in this receive. The caller may tell the
     // sender that the receive is gone and have the same (peer, tag) sent again for a new
     // receive (the stress test's timeout probe does, and hung when the driver was
-    // preempted between two rounds): that message must not land here. So the timeout is
-    // reported once the operation has ended, which is at once unless another thread holds
-    // the worker. A receive that completed meanwhile did get its message: it succeeded.
-    const bool ended = waitUntil(std::chrono::steady_clock::now() + kCancelWait);
-    if (!ended || collective() || !isSuccess()) C10_THROW_ERROR(DistBackendError, message);
+    // preempted between two rounds): that message must not land here. So a point-to-point
+    // timeout is reported once the operation has ended, which is at once unless another
+    // thread holds the worker; one that completed meanwhile did get its message and
+    // succeeds. (A collective's tags are never reused: the group refuses collectives now.)
+    if (collective() || !waitUntil(std::chrono::steady_clock::now() + kCancelWait) ||
+        !isSuccess()) {
+      C10_THROW_ERROR(DistBackendError, message);
+    }
   }
   // The future completes just after, when the thread that completed us lets go of the
   // worker; whoever reads it after wait() must find it complete. (Not when this thread
