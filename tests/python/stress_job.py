@@ -718,8 +718,9 @@ def replay_command(seed, world_size, n_ops, env=None, hog=False, backend="ucx"):
         parts += ["--hosts", ",".join(hosts) if isinstance(hosts, (list, tuple)) else hosts]
     if hog:
         parts.append("--hog")
-    if os.environ.get("COMMUX_STRESS_JITTER_MS"):
-        parts += ["--jitter-ms", os.environ["COMMUX_STRESS_JITTER_MS"]]
+    jitter = env.get("COMMUX_STRESS_JITTER_MS") or os.environ.get("COMMUX_STRESS_JITTER_MS")
+    if jitter:
+        parts += ["--jitter-ms", str(jitter)]
     if backend not in ("ucx", "commux"):
         parts += ["--backend", backend]
     return " ".join(shlex.quote(x) for x in parts)
