@@ -717,19 +717,28 @@ TEST(StepInterleavingsMismatch, DifferentStepCountsBreakTheChannelNamingWhoFound
   explore(three, Fault::None, 0);
 }
 
+/// Two ranks that call the collectives of `firstRound` in the first round, then an
+/// allreduce of 40 elements; `expect` per rank and round (see Case::expect).
+void exploreMixed(std::string name, std::vector<std::tuple<Kind, int, int64_t>> firstRound,
+                  std::vector<std::array<std::string, 2>> expect) {
+  Case c;
+  c.name = std::move(name);
+  c.kind = Kind::Allreduce;
+  c.count = 40;
+  c.firstRound = std::move(firstRound);
+  c.expect = std::move(expect);
+  explore(c, Fault::None, 0);
+}
+
 // Ranks that call different collectives. A reduce's root (it meets: one step) beside a
 // rank that takes it for a two-step broadcast from that root (it follows the root): the
 // follower ends where the rank it follows ends, as the root counts it, so both fail at
 // that step and the channel goes on (the root once counted the follower as a leader of
 // two steps, and the channel hung after: found by review).
 TEST(StepInterleavingsMismatch, AReduceRootAndABroadcastReaderBothFailAndTheChannelGoesOn) {
-  Case c;
-  c.name = "mismatch_reduce_root_vs_broadcast_reader";
-  c.kind = Kind::Allreduce;
-  c.count = 40;
-  c.firstRound = {{Kind::Reduce, 0, 40}, {Kind::Broadcast, 0, 3000}};
-  c.expect = {{"ValueError", "ok"}, {"ValueError", "ok"}};
-  explore(c, Fault::None, 0);
+  exploreMixed("mismatch_reduce_root_vs_broadcast_reader",
+               {{Kind::Reduce, 0, 40}, {Kind::Broadcast, 0, 3000}},
+               {{"ValueError", "ok"}, {"ValueError", "ok"}});
 }
 
 // Two ranks that both lead (a gather's other rank, two steps; a broadcast's root, one step)
@@ -738,13 +747,8 @@ TEST(StepInterleavingsMismatch, AReduceRootAndABroadcastReaderBothFailAndTheChan
 // channel (it used to read the other's slots of the old collective), naming the rank that
 // found it.
 TEST(StepInterleavingsMismatch, RanksOutOfStepAfterTwoLeadersBreakTheChannelAtTheNextWait) {
-  Case c;
-  c.name = "mismatch_two_leaders";
-  c.kind = Kind::Allreduce;
-  c.count = 40;
-  c.firstRound = {{Kind::Gather, 1, 1500}, {Kind::Broadcast, 1, 40}};
-  c.expect = {{"ok", "rank 1 found"}, {"ok", "rank 1 found"}};
-  explore(c, Fault::None, 0);
+  exploreMixed("mismatch_two_leaders", {{Kind::Gather, 1, 1500}, {Kind::Broadcast, 1, 40}},
+               {{"ok", "rank 1 found"}, {"ok", "rank 1 found"}});
 }
 
 }  // namespace
