@@ -3,7 +3,10 @@
 // dispatch in the way. Its numbers sit next to `ucx_perftest -t tag_lat / tag_bw` on the
 // same UCX, so what commux itself adds over raw UCX is visible.
 //
-//   commux_bench [--sizes 8,4096,67108864] [--iters N] [--window W]
+//   commux_bench [--sizes 8,4096,67108864] [--iters N] [--window W] [--blocking]
+//
+// --blocking: the ping-pong goes through ProcessGroupUCX::sendBlocking/recvBlocking (no
+// Work, completed on the calling thread) instead of send/recv + wait.
 //
 // Forks two ranks that meet through a FileStore. For each size, rank 0 and rank 1 play
 // ping-pong (one way = round trip / 2, averaged like ucx_perftest's "average" column after
@@ -33,6 +36,7 @@ struct Args {
   std::vector<std::size_t> sizes{8, 4096, 65536, 1 << 20, 64 << 20};
   long iters = 0;  // 0: chosen per size
   int window = 8;
+  bool blocking = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -58,8 +62,12 @@ Args parse(int argc, char** argv) {
       args.iters = std::stol(value());
     } else if (a == "--window") {
       args.window = std::max(1, std::stoi(value()));
+    } else if (a == "--blocking") {
+      args.blocking = true;
     } else {
-      std::fprintf(stderr, "usage: commux_bench [--sizes 8,4096,...] [--iters N] [--window W]\n");
+      std::fprintf(stderr,
+                   "usage: commux_bench [--sizes 8,4096,...] [--iters N] [--window W] "
+                   "[--blocking]\n");
       std::exit(2);
     }
   }
@@ -79,14 +87,23 @@ void waitAll(std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
 }
 
 // Round trips of `bytes`; returns one-way times in microseconds (rank 0 only).
-std::vector<double> pingPong(commux::ProcessGroupUCX& pg, int rank, at::Tensor& buf, long iters) {
+std::vector<double> pingPong(commux::ProcessGroupUCX& pg, int rank, at::Tensor& buf, long iters,
+                             bool blocking) {
   std::vector<at::Tensor> t{buf};
   std::vector<double> oneWay;
   oneWay.reserve(static_cast<std::size_t>(iters));
   const int peer = 1 - rank;
   for (long i = 0; i < iters; ++i) {
     const auto start = Clock::now();
-    if (rank == 0) {
+    if (blocking) {
+      if (rank == 0) {
+        pg.sendBlocking(buf, peer, 0);
+        pg.recvBlocking(buf, peer, 0);
+      } else {
+        pg.recvBlocking(buf, peer, 0);
+        pg.sendBlocking(buf, peer, 0);
+      }
+    } else if (rank == 0) {
       pg.send(t, peer, 0)->wait();
       pg.recv(t, peer, 0)->wait();
     } else {
@@ -127,8 +144,9 @@ int runRank(int rank, const std::string& storePath, const Args& args) {
   for (std::size_t bytes : args.sizes) {
     at::Tensor buf = at::zeros({static_cast<long>(std::max<std::size_t>(bytes, 1))}, at::kByte);
     const long iters = itersFor(bytes, args.iters);
-    pingPong(pg, rank, buf, std::max<long>(10, iters / 10));  // warm-up: endpoints, caches
-    auto oneWay = pingPong(pg, rank, buf, iters);
+    // Warm-up: endpoints, caches.
+    pingPong(pg, rank, buf, std::max<long>(10, iters / 10), args.blocking);
+    auto oneWay = pingPong(pg, rank, buf, iters, args.blocking);
     double bandwidth = 0;
     if (bytes >= 65536) {
       stream(pg, rank, buf, std::max<long>(args.window, iters / 10), args.window);
@@ -137,6 +155,10 @@ int runRank(int rank, const std::string& storePath, const Args& args) {
     if (rank == 0) {
       double sum = 0;
       for (double v : oneWay) sum += v;
+      const auto worst = std::max_element(oneWay.begin(), oneWay.end());
+      if (std::getenv("COMMUX_BENCH_WORST") != nullptr)
+        std::fprintf(stderr, "worst one-way %.1f us at iteration %ld\n", *worst,
+                     static_cast<long>(worst - oneWay.begin()));
       std::nth_element(oneWay.begin(), oneWay.begin() + oneWay.size() / 2, oneWay.end());
       std::printf("size=%zu iters=%ld lat_us=%.3f lat_median_us=%.3f bw_GBps=%.3f\n", bytes, iters,
                   sum / static_cast<double>(oneWay.size()), oneWay[oneWay.size() / 2],

@@ -20,6 +20,7 @@ namespace commux {
 
 namespace engine {
 class Engine;
+class BlockingTransfer;
 class Op;
 class Description;
 enum class ReduceKind : std::uint8_t;
@@ -100,6 +101,14 @@ class ProcessGroupUCX : public c10d::Backend {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                       int tag) override;
+  /// Blocking point-to-point for callers that wait at once, as MPI_Send / MPI_Recv do:
+  /// the same matching, order, errors, timeout (the group's) and dead-peer handling as
+  /// send(...)->wait(), without the Work. A contiguous CPU tensor is posted and completed
+  /// on the calling thread when no other thread drives the worker; anything else (a CUDA
+  /// or strided tensor, another thread driving, inside a coalescing window) takes the
+  /// ordinary path. A receive that times out is cancelled before it raises.
+  void sendBlocking(const at::Tensor& tensor, int dstRank, int tag);
+  void recvBlocking(const at::Tensor& tensor, int srcRank, int tag);
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                int tag) override;
 
@@ -223,6 +232,9 @@ class ProcessGroupUCX : public c10d::Backend {
                                            std::chrono::milliseconds timeout);
   /// Raises once the group was aborted or shut down.
   void checkUsable() const;
+  /// sendBlocking/recvBlocking's wait for a transfer posted on this thread, and its outcome.
+  void finishBlocking(engine::BlockingTransfer& transfer, bool isSend, int peer, int tag,
+                      std::size_t bytes);
   /// Raises when `work` cannot run: a send to a dead peer, a collective after an earlier
   /// one failed. Returns the error for an operation that involves a dead peer but may
   /// still complete from what already arrived (receives, collectives): it is posted, then

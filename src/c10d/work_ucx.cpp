@@ -13,10 +13,6 @@
 namespace commux {
 namespace {
 
-// How long a timed-out wait waits for its cancellation to be run (at once, unless another
-// thread drives the worker and was preempted).
-constexpr std::chrono::seconds kCancelWait{10};
-
 // Built once: creating the type per Work was a measurable part of a small send.
 const c10::TypePtr& tensorListType() {
   static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());

@@ -19,6 +19,10 @@
 
 namespace commux {
 
+/// How long a timed-out or failed wait waits for its cancellation to be run (at once, unless
+/// another thread drives the worker and was preempted).
+inline constexpr std::chrono::seconds kCancelWait{10};
+
 namespace engine {
 class Engine;
 }

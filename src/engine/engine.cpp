@@ -262,6 +262,40 @@ bool Engine::tryProgress() {
   return driveIfFree([this] { progressOnce(); });
 }
 
+bool Engine::runIfFree(void (*fn)(Engine&, void*), void* arg) {
+  bool othersInFlight = false;
+  const bool ran = driveIfFree([&] {
+    if (stopping_.load())
+      throw std::runtime_error("commux: the communication engine has shut down");
+    drainSubmissions();
+    fn(*this, arg);
+    releaseQueuedRequests();
+    othersInFlight = activeCount_ != 0 || inflightRequests_ != 0;
+  });
+  if (!ran) return false;
+  // As after submit(): operations still in flight are the progress thread's after the
+  // delay. The caller's own transfer is not: it waits for it right away. With nothing
+  // else in flight, that spares the hand-off timer's clock read and system call.
+  if (othersInFlight) {
+    waker_.driverLeft();
+  } else {
+    waker_.wakeParked();
+  }
+  return true;
+}
+
+void Engine::runDriving(void (*fn)(Engine&, void*), void* arg) {
+  Driving driving(workerMutex_, driver_, /*locked=*/false);
+  fn(*this, arg);
+  releaseQueuedRequests();
+}
+
+void Engine::releaseQueuedRequests() {
+  if (releaseLater_.empty()) return;
+  for (void* request : releaseLater_) ucp_request_free(request);
+  releaseLater_.clear();
+}
+
 void Engine::failStranded() {
   auto stranded = streamWaits_.close();
   Driving driving(workerMutex_, driver_, /*locked=*/false);
@@ -668,6 +702,7 @@ bool Engine::progressRound() {
     while (worker_.progress() != 0) {
     }
   }
+  releaseQueuedRequests();
   return active;
 }
 
@@ -829,7 +864,9 @@ void Engine::teardown() {
     }
     drainCompletions();
   }
+  releaseQueuedRequests();
   flushEndpoints(std::chrono::milliseconds(500));
+  releaseQueuedRequests();
   endpoints_.clear();
   purgeSinks_.clear();
 }

@@ -182,6 +182,13 @@ class Engine {
   bool onProgressThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
   /// Drives the worker once if its lock is free; false if another thread holds it.
   bool tryProgress();
+  /// Runs `fn(*this, arg)` on this thread holding the worker lock, commands queued before it
+  /// going first, as submit() starts an operation: the blocking point-to-point path posts
+  /// its message here (blocking_transfer.hpp). False, with nothing run, when another thread
+  /// holds the worker lock or this thread never drives.
+  bool runIfFree(void (*fn)(Engine&, void*), void* arg);
+  /// As runIfFree, but waits for the worker lock (holders never block under it).
+  void runDriving(void (*fn)(Engine&, void*), void* arg);
   /// True inside a completion callback (this thread drives the worker): a wait() there must
   /// progress inline, since nobody else can.
   bool drivenByThisThread() const noexcept;
@@ -199,6 +206,10 @@ class Engine {
   ucp_worker_h worker() noexcept { return worker_.get(); }
   ucp_ep_h endpoint(const Route& route) { return endpoints_.get(route); }
   void queueCompletion(Pending* pending, ucs_status_t status, const RecvInfo& info);
+  /// Inside a UCX callback on the driving thread: gives `request` back to UCX once the
+  /// progress call that runs the callback has returned (freed inside its own callback, a
+  /// request can go back to UCX's pool twice).
+  void releaseAfterProgress(void* request) { releaseLater_.push_back(request); }
   // The started, unfinished operations: an intrusive list (no allocation per operation),
   // failed at teardown and counted in stats().
   void opStarted(Op* op);
@@ -225,6 +236,8 @@ class Engine {
   /// unless that peer is watched through UCX's peer error handling).
   ucx::Endpoint::OnError endpointErrorHandler(const std::string& address);
   bool progressRound();
+  /// Worker-lock holders: frees what releaseAfterProgress queued.
+  void releaseQueuedRequests();
   bool drainSubmissions();
   bool drainCompletions();
   /// Runs every hand-off hook now: the progress thread does it when it takes over, and a
@@ -299,6 +312,7 @@ class Engine {
   std::vector<std::unique_ptr<char[]>> purgeSinks_;  // purged messages UCX may still write
   std::size_t purged_ = 0;
   std::size_t inflightRequests_ = 0;  // posted and not yet handled
+  std::vector<void*> releaseLater_;     // releaseAfterProgress's requests
   StreamWaits streamWaits_;
   friend class Op;
   std::thread thread_;

@@ -63,16 +63,6 @@ void P2POp::start(Engine& engine) {
   if (buffers_.empty()) succeed();
 }
 
-std::string P2POp::formatMismatch(const RecvInfo& info) const {
-  if (wire::isPacked(info.senderTag) == pack_) return {};
-  const char* packed = "one coalesced (IOV-packed) message";
-  const char* separate = "its tensors as separate messages";
-  return "commux: " + description() + ": rank " + std::to_string(wire::sourceOf(info.senderTag)) +
-         " sent " + (pack_ ? separate : packed) + " but this rank expects " +
-         (pack_ ? packed : "separate messages") +
-         "; set COMMUX_COALESCE the same way on every rank";
-}
-
 void P2POp::finishRecv(const Buffer& b) {
   if (!b.staged.is_same(b.target)) {
     const at::NoGradGuard noGrad;  // the target may require grad; the copy is not autograd's
@@ -83,20 +73,18 @@ void P2POp::finishRecv(const Buffer& b) {
 
 void P2POp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
   if (kind_ == Kind::Recv) {
-    const std::string mismatch = formatMismatch(info);
-    TORCH_CHECK_VALUE(mismatch.empty(), mismatch);
-    const int source = static_cast<int>(wire::sourceOf(info.senderTag));
     const std::size_t expected = pack_ ? packedBytes_ : buffers_[slot].bytes;
-    TORCH_CHECK_VALUE(info.length == expected, "commux: ", description(),
-                      ": message size mismatch: the matching message from rank ", source,
-                      " has ", info.length, " bytes but the receive ",
-                      pack_ ? "tensors hold " : "tensor holds ", expected, " bytes");
+    if (info.length != expected || wire::isPacked(info.senderTag) != pack_) {
+      std::string mismatch = packingMismatch(description(), pack_, info);
+      if (mismatch.empty()) mismatch = sizeMismatch(description(), pack_, expected, info);
+      TORCH_CHECK_VALUE(false, mismatch);
+    }
     if (pack_) {
       for (const auto& b : buffers_) finishRecv(b);
     } else {
       finishRecv(buffers_[slot]);
     }
-    sourceRank_ = source;
+    sourceRank_ = static_cast<int>(wire::sourceOf(info.senderTag));
   }
   if (outstanding() == 0) succeed(sourceRank_);
 }
@@ -104,21 +92,45 @@ void P2POp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info)
 std::string P2POp::describeFailure(std::uint32_t slot, ucs_status_t status,
                                    const RecvInfo& info) const {
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-    // UCX reports the sender's tag with a truncated message, so a format mismatch (the
-    // likely cause when a packed message meets a single tensor) is named as such.
-    if (info.senderTag != 0) {
-      std::string mismatch = formatMismatch(info);
-      if (!mismatch.empty()) return mismatch;
-    }
-    const std::size_t capacity = pack_ ? packedBytes_ : buffers_[slot].bytes;
-    // UCX reports the incoming message's whole length with the truncation.
-    const std::string sent =
-        info.length > capacity ? " (" + std::to_string(info.length) + " bytes)" : "";
-    return "commux: " + description() + ": message size mismatch: the matching message" +
-           sent + " is larger than the receive " + (pack_ ? "tensors (" : "tensor (") +
-           std::to_string(capacity) + " bytes); it was truncated and dropped";
+    return truncatedMessage(description(), pack_, pack_ ? packedBytes_ : buffers_[slot].bytes,
+                            info);
   }
   return Op::describeFailure(slot, status, info);
+}
+
+std::string packingMismatch(const std::string& description, bool expectPacked,
+                            const RecvInfo& info) {
+  if (wire::isPacked(info.senderTag) == expectPacked) return {};
+  const char* packed = "one coalesced (IOV-packed) message";
+  const char* separate = "its tensors as separate messages";
+  return "commux: " + description + ": rank " + std::to_string(wire::sourceOf(info.senderTag)) +
+         " sent " + (expectPacked ? separate : packed) + " but this rank expects " +
+         (expectPacked ? packed : "separate messages") +
+         "; set COMMUX_COALESCE the same way on every rank";
+}
+
+std::string sizeMismatch(const std::string& description, bool expectPacked, std::size_t capacity,
+                         const RecvInfo& info) {
+  return "commux: " + description + ": message size mismatch: the matching message from rank " +
+         std::to_string(wire::sourceOf(info.senderTag)) + " has " + std::to_string(info.length) +
+         " bytes but the receive " + (expectPacked ? "tensors hold " : "tensor holds ") +
+         std::to_string(capacity) + " bytes";
+}
+
+std::string truncatedMessage(const std::string& description, bool expectPacked,
+                             std::size_t capacity, const RecvInfo& info) {
+  // UCX reports the sender's tag with a truncated message, so a format mismatch (the likely
+  // cause when a packed message meets a single tensor) is named as such.
+  if (info.senderTag != 0) {
+    std::string mismatch = packingMismatch(description, expectPacked, info);
+    if (!mismatch.empty()) return mismatch;
+  }
+  // UCX reports the incoming message's whole length with the truncation.
+  const std::string sent =
+      info.length > capacity ? " (" + std::to_string(info.length) + " bytes)" : "";
+  return "commux: " + description + ": message size mismatch: the matching message" + sent +
+         " is larger than the receive " + (expectPacked ? "tensors (" : "tensor (") +
+         std::to_string(capacity) + " bytes); it was truncated and dropped";
 }
 
 }  // namespace commux::engine

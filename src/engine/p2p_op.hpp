@@ -15,6 +15,19 @@
 
 namespace commux::engine {
 
+/// What a receive says when the matching message does not fit it, shared by P2POp and the
+/// blocking path (ProcessGroupUCX::recvBlocking). `expectPacked`: the receive wants one
+/// IOV-packed message; `capacity`: the bytes it holds.
+/// Empty when the message's packing matches the receive, else the error.
+std::string packingMismatch(const std::string& description, bool expectPacked,
+                            const RecvInfo& info);
+/// A message that arrived whole but is not `capacity` bytes long.
+std::string sizeMismatch(const std::string& description, bool expectPacked, std::size_t capacity,
+                         const RecvInfo& info);
+/// A message UCX truncated (UCS_ERR_MESSAGE_TRUNCATED): larger than the receive.
+std::string truncatedMessage(const std::string& description, bool expectPacked,
+                             std::size_t capacity, const RecvInfo& info);
+
 class P2POp final : public Op {
  public:
   enum class Kind { Send, Recv };
@@ -42,8 +55,6 @@ class P2POp final : public Op {
   };
 
   static void* address(const Buffer& b);
-  /// Empty when the message's packing matches this receive, else the error to raise.
-  std::string formatMismatch(const RecvInfo& info) const;
   void finishRecv(const Buffer& b);
 
   Kind kind_;

@@ -1,0 +1,133 @@
+#include "engine/blocking_transfer.hpp"
+
+#include "engine/engine.hpp"
+
+namespace commux::engine {
+
+BlockingTransfer::~BlockingTransfer() {
+  // The owner waits for the end or cancels; this covers an exception in between, since
+  // UCX must never call back into a dead object.
+  if (posted_ && !ended()) cancel(std::chrono::seconds(10));
+  if (request_ != nullptr) engine_.runDriving(releaseRequest, this);
+}
+
+bool BlockingTransfer::sendIfFree(const Route& route, const void* data, std::size_t bytes,
+                                  wire::Tag tag) {
+  Post post{this, &route, const_cast<void*>(data), bytes, tag, 0};
+  return engine_.runIfFree(postSend, &post);
+}
+
+bool BlockingTransfer::recvIfFree(void* data, std::size_t bytes, wire::Tag tag, wire::Tag mask) {
+  Post post{this, nullptr, data, bytes, tag, mask};
+  return engine_.runIfFree(postRecv, &post);
+}
+
+void BlockingTransfer::postSend(Engine& engine, void* arg) {
+  const auto& post = *static_cast<Post*>(arg);
+  ucp_request_param_t params{};
+  // As Op::postSend: FAST_CMPL picks the protocol that completes soonest.
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
+                        UCP_OP_ATTR_FLAG_FAST_CMPL;
+  params.cb.send = onSend;
+  params.user_data = post.self;
+  params.datatype = ucp_dt_make_contig(1);
+  params.memory_type = UCS_MEMORY_TYPE_HOST;
+  ucp_ep_h ep = engine.endpoint(*post.route);
+  post.self->posting_ = true;
+  void* request =
+      ucp_tag_send_nbx(ep, post.bytes == 0 ? nullptr : post.data, post.bytes, post.tag, &params);
+  post.self->posting_ = false;
+  post.self->posted(request);
+}
+
+void BlockingTransfer::postRecv(Engine& engine, void* arg) {
+  const auto& post = *static_cast<Post*>(arg);
+  ucp_request_param_t params{};
+  // As Op::postRecv: through the callback always, since UCX 1.13 reports no length for a
+  // receive that completes at once.
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  params.cb.recv = onRecv;
+  params.user_data = post.self;
+  params.datatype = ucp_dt_make_contig(1);
+  params.memory_type = UCS_MEMORY_TYPE_HOST;
+  post.self->posting_ = true;
+  void* request = ucp_tag_recv_nbx(engine.worker(), post.bytes == 0 ? nullptr : post.data,
+                                   post.bytes, post.tag, post.mask, &params);
+  post.self->posting_ = false;
+  post.self->posted(request);
+}
+
+void BlockingTransfer::posted(void* request) {
+  posted_ = true;
+  if (UCS_PTR_IS_PTR(request)) {
+    // A message already here may have called back inside the post; UCX still returns the
+    // request then, and it is ours to give back.
+    if (flag_.done()) {
+      ucp_request_free(request);
+    } else {
+      request_ = request;
+    }
+    return;
+  }
+  // Completed (or failed) at once: no callback comes.
+  status_ = UCS_PTR_STATUS(request);
+  engine_.setDone(flag_);
+}
+
+void BlockingTransfer::onSend(void* request, ucs_status_t status, void* user) {
+  static_cast<BlockingTransfer*>(user)->end(request, status, RecvInfo{});
+}
+
+void BlockingTransfer::onRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                              void* user) {
+  RecvInfo r;
+  if (info != nullptr) r = RecvInfo{info->length, info->sender_tag};
+  static_cast<BlockingTransfer*>(user)->end(request, status, r);
+}
+
+void BlockingTransfer::end(void* request, ucs_status_t status, const RecvInfo& info) {
+  status_ = status;
+  info_ = info;
+  // Called back by whichever thread drives the worker: the engine gives the request back
+  // once the progress call returns. Inside the post, posted() does; on UCX's own async
+  // thread (no worker lock) the owner does, under the lock.
+  if (!posting_ && engine_.drivenByThisThread()) {
+    engine_.releaseAfterProgress(request);
+    request_ = nullptr;
+  }
+  engine_.setDone(flag_);
+}
+
+bool BlockingTransfer::waitUntil(std::chrono::steady_clock::time_point deadline) {
+  return engine_.wait(flag_, deadline);
+}
+
+void BlockingTransfer::cancelRequest(Engine& engine, void* arg) {
+  auto* self = static_cast<BlockingTransfer*>(arg);
+  // A message that already arrived (a dead peer's last one, say) still completes it.
+  engine.progressOnce();
+  if (!self->flag_.done() && self->request_ != nullptr) {
+    ucp_request_cancel(engine.worker(), self->request_);
+  }
+}
+
+void BlockingTransfer::releaseRequest(Engine&, void* arg) {
+  auto* self = static_cast<BlockingTransfer*>(arg);
+  if (self->request_ != nullptr) ucp_request_free(self->request_);
+  self->request_ = nullptr;
+}
+
+bool BlockingTransfer::cancel(std::chrono::milliseconds limit) {
+  if (ended()) return true;
+  engine_.runDriving(cancelRequest, this);
+  if (waitUntil(std::chrono::steady_clock::now() + limit)) return true;
+  // Still not ended (a rendezvous UCX cannot stop): after ucp_request_free UCX calls
+  // nothing back, so this object may go.
+  engine_.runDriving(releaseRequest, this);
+  return ended();
+}
+
+}  // namespace commux::engine
