@@ -153,7 +153,7 @@ def test_mpi_peer_beside_commux(tmp_path):
     assert all(float(row["median_us"]) > 0 for row in rows)
     assert "mpiC_us" in r.stdout and "m4py-t_us" in r.stdout, r.stdout[-3000:]
     assert "ucx <= mpi4py on torch tensors" in r.stdout
-    assert "commux_bench / Open MPI C" in r.stdout
+    assert "commux_bench --blocking / Open MPI C" in r.stdout
     summary = json.load(open(tmp_path / "summary.json"))
     assert summary["commux_cpp_p2p"]["lat_us"] > 0
 

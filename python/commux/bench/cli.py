@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  mpi-c: {why}", flush=True)
         cpp_p2p, why = mpi_peer.commux_cpp_p2p()
         if cpp_p2p:
-            print(f"commux C++ p2p 8 B (commux_bench, median of 3 runs): {cpp_p2p['lat_us']:.2f} us mean, "
+            print(f"commux C++ p2p 8 B (commux_bench --blocking, median of 3 runs): {cpp_p2p['lat_us']:.2f} us mean, "
                   f"{cpp_p2p['lat_median_us']:.2f} us median one way", flush=True)
         else:
             print(f"  commux_bench: {why}", flush=True)

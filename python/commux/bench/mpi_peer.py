@@ -108,15 +108,16 @@ def run_mpi4py(ranks: int, spec: dict, workdir: str, timeout: float) -> tuple[li
 
 
 def commux_cpp_p2p(repeats: int = 3) -> tuple[dict | None, str | None]:
-    """commux_bench (commux's C++ API, two forked ranks) at 8 B: median over ``repeats``
-    runs of its mean and median one-way latency, or (None, why not)."""
+    """commux_bench --blocking (commux's C++ API, sendBlocking/recvBlocking, two forked
+    ranks) at 8 B: median over ``repeats`` runs of its mean and median one-way latency, or
+    (None, why not)."""
     exe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin", "commux_bench")
     if not os.path.exists(exe):
         return None, f"{exe} not found (built with COMMUX_BUILD_BENCH)"
     means, medians = [], []
     for _ in range(repeats):
         try:
-            r = subprocess.run([exe, "--sizes", "8"], capture_output=True, text=True, timeout=120)
+            r = subprocess.run([exe, "--sizes", "8", "--blocking"], capture_output=True, text=True, timeout=120)
         except subprocess.TimeoutExpired:
             return None, "commux_bench timed out"
         fields = dict(kv.split("=", 1) for line in r.stdout.splitlines() if line.startswith("size=")
