@@ -1,5 +1,7 @@
 #include "engine/blocking_transfer.hpp"
 
+#include <thread>
+
 #include "engine/engine.hpp"
 
 namespace commux::engine {
@@ -9,6 +11,9 @@ BlockingTransfer::~BlockingTransfer() {
   // UCX must never call back into a dead object.
   if (posted_ && !ended()) cancel(std::chrono::seconds(10));
   if (request_ != nullptr) engine_.runDriving(releaseRequest, this);
+  if (!ended()) return;  // released by a cancel that did not take: nobody calls back
+  // Usually set already: the owner's own thread ended it.
+  while (!released_.load(std::memory_order_acquire)) std::this_thread::yield();
 }
 
 bool BlockingTransfer::sendIfFree(const Route& route, const void* data, std::size_t bytes,
@@ -75,6 +80,7 @@ void BlockingTransfer::posted(void* request) {
   // Completed (or failed) at once: no callback comes.
   status_ = UCS_PTR_STATUS(request);
   engine_.setDone(flag_);
+  released_.store(true, std::memory_order_release);
 }
 
 void BlockingTransfer::onSend(void* request, ucs_status_t status, void* user) {
@@ -99,6 +105,7 @@ void BlockingTransfer::end(void* request, ucs_status_t status, const RecvInfo& i
     request_ = nullptr;
   }
   engine_.setDone(flag_);
+  released_.store(true, std::memory_order_release);
 }
 
 bool BlockingTransfer::waitUntil(std::chrono::steady_clock::time_point deadline) {

@@ -13,6 +13,7 @@
 // the worker lock.
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 
@@ -77,6 +78,10 @@ class BlockingTransfer {
   void* request_ = nullptr;
   bool posting_ = false;  // inside ucp_tag_*_nbx, which may call back before it returns
   bool posted_ = false;   // a ...IfFree call found the worker free
+  // Set by whoever ended it, as its last touch of this object: setDone still wakes the
+  // flag's waiters after the owner may have seen it set, and the flag lives on the owner's
+  // stack, so the owner may not go before this is set.
+  std::atomic<bool> released_{false};
   ucs_status_t status_ = UCS_INPROGRESS;
   RecvInfo info_;
 };
