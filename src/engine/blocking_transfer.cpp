@@ -10,10 +10,13 @@ BlockingTransfer::~BlockingTransfer() {
   // The owner waits for the end or cancels; this covers an exception in between, since
   // UCX must never call back into a dead object.
   if (posted_ && !ended()) cancel(std::chrono::seconds(10));
+  // The thread that ended it must be out of this object before it goes. Usually it is
+  // already: the owner's own thread ended it. A cancel that did not take released the
+  // request, and nobody calls back.
+  if (ended()) {
+    while (!released_.load(std::memory_order_acquire)) std::this_thread::yield();
+  }
   if (request_ != nullptr) engine_.runDriving(releaseRequest, this);
-  if (!ended()) return;  // released by a cancel that did not take: nobody calls back
-  // Usually set already: the owner's own thread ended it.
-  while (!released_.load(std::memory_order_acquire)) std::this_thread::yield();
 }
 
 bool BlockingTransfer::sendIfFree(const Route& route, const void* data, std::size_t bytes,
