@@ -7,6 +7,8 @@
 //
 // --blocking: the ping-pong goes through ProcessGroupUCX::sendBlocking/recvBlocking (no
 // Work, completed on the calling thread) instead of send/recv + wait.
+// COMMUX_BENCH_WORST=1: also print each size's slowest one-way time and its iteration
+// (to find rare stalls).
 //
 // Forks two ranks that meet through a FileStore. For each size, rank 0 and rank 1 play
 // ping-pong (one way = round trip / 2, averaged like ucx_perftest's "average" column after

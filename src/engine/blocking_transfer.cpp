@@ -30,40 +30,42 @@ bool BlockingTransfer::recvIfFree(void* data, std::size_t bytes, wire::Tag tag, 
   return engine_.runIfFree(postRecv, &post);
 }
 
-void BlockingTransfer::postSend(Engine& engine, void* arg) {
-  const auto& post = *static_cast<Post*>(arg);
+namespace {
+
+// What a send and a receive post alike: contiguous host bytes, completion through `self`.
+ucp_request_param_t hostParams(void* self, std::uint32_t flag) {
   ucp_request_param_t params{};
-  // As Op::postSend: FAST_CMPL picks the protocol that completes soonest.
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
-                        UCP_OP_ATTR_FLAG_FAST_CMPL;
-  params.cb.send = onSend;
-  params.user_data = post.self;
+                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE | flag;
+  params.user_data = self;
   params.datatype = ucp_dt_make_contig(1);
   params.memory_type = UCS_MEMORY_TYPE_HOST;
+  return params;
+}
+
+}  // namespace
+
+void BlockingTransfer::postSend(Engine& engine, void* arg) {
+  const auto& post = *static_cast<Post*>(arg);
+  // As Op::postSend: FAST_CMPL picks the protocol that completes soonest.
+  ucp_request_param_t params = hostParams(post.self, UCP_OP_ATTR_FLAG_FAST_CMPL);
+  params.cb.send = onSend;
   ucp_ep_h ep = engine.endpoint(*post.route);
   post.self->posting_ = true;
-  void* request =
-      ucp_tag_send_nbx(ep, post.bytes == 0 ? nullptr : post.data, post.bytes, post.tag, &params);
+  void* request = ucp_tag_send_nbx(ep, post.data, post.bytes, post.tag, &params);
   post.self->posting_ = false;
   post.self->posted(request);
 }
 
 void BlockingTransfer::postRecv(Engine& engine, void* arg) {
   const auto& post = *static_cast<Post*>(arg);
-  ucp_request_param_t params{};
   // As Op::postRecv: through the callback always, since UCX 1.13 reports no length for a
   // receive that completes at once.
-  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
-                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  ucp_request_param_t params = hostParams(post.self, UCP_OP_ATTR_FLAG_NO_IMM_CMPL);
   params.cb.recv = onRecv;
-  params.user_data = post.self;
-  params.datatype = ucp_dt_make_contig(1);
-  params.memory_type = UCS_MEMORY_TYPE_HOST;
   post.self->posting_ = true;
-  void* request = ucp_tag_recv_nbx(engine.worker(), post.bytes == 0 ? nullptr : post.data,
-                                   post.bytes, post.tag, post.mask, &params);
+  void* request =
+      ucp_tag_recv_nbx(engine.worker(), post.data, post.bytes, post.tag, post.mask, &params);
   post.self->posting_ = false;
   post.self->posted(request);
 }

@@ -34,8 +34,9 @@ class BlockingTransfer {
   BlockingTransfer(const BlockingTransfer&) = delete;
   BlockingTransfer& operator=(const BlockingTransfer&) = delete;
 
-  /// Posts the send of `bytes` at `data` to `route` on this thread when the worker lock is
-  /// free; false when another thread holds it (nothing posted). Call once.
+  /// Posts the send of `bytes` at `data` (null when `bytes` is 0) to `route` on this thread
+  /// when the worker lock is free; false when another thread holds it (nothing posted).
+  /// Call once.
   bool sendIfFree(const Route& route, const void* data, std::size_t bytes, wire::Tag tag);
   /// Posts the receive into `data` (room for `bytes`) the same way.
   bool recvIfFree(void* data, std::size_t bytes, wire::Tag tag, wire::Tag mask);
