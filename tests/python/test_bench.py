@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from commux.bench import cli, raw_ucx, sizes
+from commux.bench import cli, floor_model, raw_ucx, sizes
 
 OPS = ("p2p", "allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
 QUICK_HARD_TIMEOUT_S = 300
@@ -57,6 +57,30 @@ def test_plan_measures_each_size_once_and_skips_what_does_not_fit():
     assert [(s["op"], s["bytes"]) for s in skipped] == [("allgather", 256 << 20)]
 
 
+def test_floor_model():
+    floor = {"fake_send_us": 3.0, "fake_recv_us": 2.0, "fake_allreduce_us": 4.0,
+             "fake_broadcast_us": 4.0, "memcpy_gbps_65536": 20.0, "memcpy_gbps_67108864": 10.0}
+    # The memcpy rate is the one measured nearest below the size (else the smallest).
+    assert floor_model.memcpy_rate(floor, 8) == 20.0
+    assert floor_model.memcpy_rate(floor, 1 << 20) == 20.0
+    assert floor_model.memcpy_rate(floor, 64 << 20) == 10.0
+    assert floor_model.memcpy_rate({}, 8) is None
+    # p2p one way: half of rank 0's send + recv, the tag latency, one copy.
+    assert floor_model.floor_us("p2p", 20_000, 2, floor, cores=2, tag_lat_us=0.5) == \
+        pytest.approx(2.5 + 0.5 + 1.0)
+    # 2 ranks on 2 cores: the call plus 3(p-1)/p N at the rate; 4 ranks: twice the CPU.
+    two = floor_model.floor_us("allreduce", 40_000, 2, floor, cores=2)
+    assert two == pytest.approx(4.0 + 3 * 0.5 * 40_000 / 20e3)
+    four = floor_model.floor_us("allreduce", 40_000, 4, floor, cores=2)
+    assert four == pytest.approx(2 * (4.0 + 3 * 0.75 * 40_000 / 20e3))
+    assert floor_model.floor_us("alltoall", 8, 2, floor, cores=2) is None  # not measured
+    points = [{"op": "allreduce", "ranks": 2, "bytes": 8, "backend": b, "median_us": 9.0}
+              for b in ("ucx", "gloo")]
+    got = floor_model.floor_points(points, {2: floor}, cores=2)
+    assert [(p["op"], p["backend"]) for p in got] == [("allreduce", "floor")]
+    assert got[0]["median_us"] == pytest.approx(4.0 + 3 * 0.5 * 8 / 20e3)
+
+
 def test_parse_perftest_final_line():
     out = (
         "|    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |\n"
@@ -80,9 +104,12 @@ def test_quick_run(tmp_path):
     with open(tmp_path / "results.csv") as f:
         rows = list(csv.DictReader(f))
     seen = {(row["op"], row["backend"]) for row in rows if row["ranks"] == "2"}
-    missing = {(op, b) for op in OPS for b in ("ucx", "gloo")} - seen
+    missing = {(op, b) for op in OPS for b in ("ucx", "gloo", "floor")} - seen
     assert not missing, f"results.csv lacks {sorted(missing)}"
     for row in rows:
+        if row["backend"] == "floor":  # computed, not timed
+            assert float(row["median_us"]) > 0, row
+            continue
         assert float(row["median_us"]) > 0 and float(row["min_us"]) > 0, row
         assert float(row["min_us"]) <= float(row["median_us"]), row
         assert int(row["iterations"]) >= 1, row
@@ -93,13 +120,14 @@ def test_quick_run(tmp_path):
     floor = summary["floor"]["2"]
     assert floor["fake_send_us"] > 0 and floor["fake_recv_us"] > 0, floor
     assert floor[f"memcpy_gbps_{64 << 20}"] > 0, floor
+    assert all(floor[f"fake_{op}_us"] > 0 for op in OPS if op != "p2p"), floor
     if raw_ucx.find_perftest() is not None:
         raw = summary["raw_ucx"]
         assert raw["error"] is None, raw
         assert raw["tag_lat_us"]["8"] > 0 and raw["tag_bw_gbps"][str(64 << 20)] > 0, raw
     statuses = {t["status"] for t in summary["targets"]}
     assert statuses <= {"PASS", "MISS", "N/A"}, statuses
-    assert "targets" in r.stdout and "gloo/ucx" in r.stdout
+    assert "targets" in r.stdout and "gloo/ucx" in r.stdout and "floor_us" in r.stdout
 
 
 def _processes_mentioning(text):

@@ -7,9 +7,10 @@ their ratio survives the shared machine's noise. Modules, one idea each:
 
 * cli: options, plan, order of a run;            * runner: rank processes, hard timeouts;
 * _worker: one rank (groups, floors, points);    * measure: the timed, interleaved blocks;
-* floor: fake-backend p2p cost, memcpy rate;     * raw_ucx: ucx_perftest tag_lat / tag_bw;
-* sizes: byte sizes and what "bytes" means per op; * targets: PASS/MISS goals;
-* report: table, results.csv, raw_ucx.csv, summary.json, results.png.
+* floor: fake-backend call costs, memcpy rate;    * raw_ucx: ucx_perftest tag_lat / tag_bw;
+* floor_model: the table's floor per point;      * targets: PASS/MISS goals;
+* sizes: byte sizes and what "bytes" means per op;
+* report: table, results.csv, raw_ucx.csv, summary.json, results.png and <op>.png.
 
 Only _worker, measure and floor import torch; the parent process stays light.
 """

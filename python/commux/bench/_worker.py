@@ -44,12 +44,13 @@ def _floor(spec: dict, rank: int, ctrl) -> dict:
     if rank == 0:
         if group is not None:
             result.update(floor.fake_p2p_us(group))
+            result.update(floor.fake_ops_us(group))
             result["fake_source"] = "fake subgroup of the ucx world"
         else:
             result["fake_source"] = f"separate fake world (subgroup failed: {fake_error})"
             try:
                 out = subprocess.run(
-                    [sys.executable, "-m", "commux.bench.floor"],
+                    [sys.executable, "-m", "commux.bench.floor", str(dist.get_world_size())],
                     capture_output=True, text=True, timeout=120, check=True,
                 )
                 result.update(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from . import mpi_peer, raw_ucx, report, runner, targets
+from . import floor_model, mpi_peer, raw_ucx, report, runner, targets
 from .sizes import OPS, SIZE_CONVENTION, footprint_bytes, format_size, input_bytes, parse_size, size_list
 
 CORES = os.cpu_count() or 1
@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
 
     memory = _mem_available()
     points, floors, worlds, skipped, failures = [], {}, [], [], []
-    memcpy_sizes = sorted({64 << 20, min(256 << 20, max(64 << 20, sizes[-1]))})
+    # 64 MiB for the allreduce bound; every planned size from 64 KiB for the floor column.
+    memcpy_sizes = sorted({64 << 20, min(256 << 20, max(64 << 20, sizes[-1]))}
+                          | {n for n in sizes if 64 << 10 <= n <= 256 << 20})
     for ranks in world_sizes:
         plan, skip = plan_world(ops, sizes, ranks, memory)
         skipped += skip
@@ -200,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  floor: fake send {f.get('fake_send_us', float('nan')):.2f} us, fake recv "
                   f"{f.get('fake_recv_us', float('nan')):.2f} us; memcpy "
                   + ", ".join(f"{format_size(n)} {f[f'memcpy_gbps_{n}']:.2f} GB/s"
-                              for n in memcpy_sizes if f"memcpy_gbps_{n}" in f))
+                              for n in memcpy_sizes if f"memcpy_gbps_{n}" in f)
+                  + "; fake " + ", ".join(f"{op} {f[f'fake_{op}_us']:.2f} us" for op in OPS
+                                          if f"fake_{op}_us" in f))
         if world.stderr:
             print(world.stderr, file=sys.stderr, flush=True)
         print(f"world of {ranks} ranks: {world.seconds:.1f} s", flush=True)
@@ -226,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(error.splitlines()[0])
                 print(f"ERROR: {error}", file=sys.stderr, flush=True)
 
+    points += floor_model.floor_points(points, floors, CORES, raw["tag_lat_us"].get(8))
     print()
     print(report.format_table(points))
     print()
@@ -243,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         commux_cpp_p2p=cpp_p2p,
         allreduce_bound="3*(p-1)/p*N / memcpy rate (64 MiB copy_): each rank receives "
                         "2(p-1)/p*N and reduces (p-1)/p*N",
+        floor_column="max(1, ranks/cores) * (fake-backend call + least bytes copied per rank / "
+                     "memcpy rate); p2p: fake send + recv + tag_lat + bytes / memcpy rate "
+                     "(commux.bench.floor_model)",
         targets=[t.__dict__ for t in evaluated],
     ))
     written = ["results.csv", "raw_ucx.csv", "summary.json"]

@@ -29,8 +29,9 @@ def gbps(point: dict) -> float:
     return point["bytes"] / (point["median_us"] * 1e3) if point["median_us"] > 0 else 0.0
 
 
-BACKENDS = ("ucx", "gloo", "mpi-c", "mpi4py-torch", "mpi4py-numpy")
-_SHORT = {"ucx": "ucx", "gloo": "gloo", "mpi-c": "mpiC", "mpi4py-torch": "m4py-t", "mpi4py-numpy": "m4py-np"}
+BACKENDS = ("ucx", "gloo", "mpi-c", "mpi4py-torch", "mpi4py-numpy", "floor")
+_SHORT = {"ucx": "ucx", "gloo": "gloo", "mpi-c": "mpiC", "mpi4py-torch": "m4py-t", "mpi4py-numpy": "m4py-np",
+          "floor": "floor"}
 
 
 def format_table(points: list[dict]) -> str:
@@ -48,6 +49,10 @@ def format_table(points: list[dict]) -> str:
         "reduce_scatter output = bytes/ranks; GB/s = bytes / ucx time (10^9 B/s);",
         "X/ucx = X's time / ucx's (above 1: ucx faster).",
     ]
+    if "floor" in present:
+        lines.append("floor = torch.distributed's own cost of the call (fake backend) + the least copying "
+                     "at the memcpy rate (+ UCX tag_lat for p2p), x ranks/cores when oversubscribed "
+                     "(floor_model.py).")
     if any(b.startswith("mpi") for b in present):
         lines.append("MPI columns come from separate mpirun worlds of the same run (mpiC = Open MPI's "
                      "C API; m4py-t/-np = mpi4py on torch tensors / numpy).")
@@ -98,7 +103,8 @@ def write_json(path: str, data: dict) -> None:
 # Every column of the table, in the order it is read: commux first, then what it is held
 # against. The MPI ones are there after a --mpi run.
 PLOT_BACKENDS = [("ucx", "commux"), ("gloo", "gloo"), ("mpi-c", "Open MPI C"),
-                 ("mpi4py-torch", "mpi4py, torch"), ("mpi4py-numpy", "mpi4py, numpy")]
+                 ("mpi4py-torch", "mpi4py, torch"), ("mpi4py-numpy", "mpi4py, numpy"),
+                 ("floor", "floor (torch call + copies)")]
 _RANK_STYLES = ["-o", "--s", ":^", "-.v", "-x", "--d"]
 
 
@@ -110,8 +116,8 @@ def _draw(ax, op: str, points: list[dict], colors: list[str]) -> None:
                          if p["op"] == op and p["ranks"] == ranks and p["backend"] == backend)
             if sel:
                 ax.loglog(*zip(*sel), _RANK_STYLES[i % len(_RANK_STYLES)],
-                          color=colors[b % len(colors)], markersize=3,
-                          linewidth=2.2 if backend == "ucx" else 1.0,
+                          color="black" if backend == "floor" else colors[b % len(colors)],
+                          markersize=3, linewidth=2.2 if backend == "ucx" else 1.0,
                           label=f"{label}, {ranks} ranks")
     ax.set_title(f"{op} ({SIZE_CONVENTION[op]})", fontsize=9)
     ax.set_xlabel("bytes")
@@ -123,7 +129,7 @@ def _draw(ax, op: str, points: list[dict], colors: list[str]) -> None:
 def plot(path: str, points: list[dict]) -> str | None:
     """results.png (one subplot per op) and, next to it, <op>.png for each op: time vs
     bytes (log-log), a line per backend (commux, gloo, and Open MPI C and mpi4py on torch
-    tensors and numpy after --mpi) and world size. Returns why it was skipped, or None."""
+    tensors and numpy after --mpi, and the floor) and world size. Returns why it was skipped, or None."""
     try:
         import matplotlib
 
