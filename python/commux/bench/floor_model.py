@@ -45,7 +45,13 @@ def floor_us(op: str, nbytes: int, ranks: int, floor: dict, cores: int,
     times as long. p2p involves two ranks whatever the world: a round trip costs rank 0
     one send and one recv, so one way is at least half of the fake send + recv, plus
     UCX's own one-way tag latency when known. None when the floors needed were not
-    measured."""
+    measured.
+
+    Beyond the cache (16 MiB and up here) the copy term is one memcpy of the whole size
+    from memory to memory, which a copy in cache-sized pieces through a staging slot can
+    beat: there commux can come out below this "floor" (broadcast and allreduce of 64 MiB
+    did on 2026-12-04). The column is exact about what it adds up, not a proof; it is
+    meant for the sizes where torch's own cost of the call dominates."""
     rate = memcpy_rate(floor, nbytes)
     if op == "p2p":
         if "fake_send_us" not in floor or "fake_recv_us" not in floor or not rate:
