@@ -3,9 +3,9 @@
 // The README's environment table documents each one; UCX's own UCX_* variables pass
 // through to UCX untouched.
 #include <chrono>
-#include <string>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace commux {
 
@@ -86,8 +86,14 @@ struct Config {
   /// [256 KiB, 1 MiB]: fewer, larger steps, since every step waits for every rank and an
   /// oversubscribed rank may be off its core (docs/performance.md).
   std::size_t shmSlotBytes = 0;
+  /// COMMUX_SHM_DEPTH: sets of small slots (COMMUX_SHM_SMALL_BYTES per rank each), i.e. how
+  /// many small collectives a rank may run ahead of the slowest: 2, 4, 8 or 16. 0 (the
+  /// default): 2, or 8 when the group's ranks outnumber its cores, so that a rank that has
+  /// its core runs several small collectives while the others wait for theirs.
+  std::uint32_t shmDepth = 0;
   /// COMMUX_SHM_SMALL_BYTES: up to this size a shared-memory allreduce takes one step, with
-  /// every rank folding the whole buffer; above it, each rank folds its own block.
+  /// every rank folding the whole buffer; above it, each rank folds its own block. Also the
+  /// size of a small slot (COMMUX_SHM_DEPTH).
   std::size_t shmSmallBytes = 16 * 1024;
   /// COMMUX_SHM_CMA_BYTES: from this many bytes per rank, broadcast, (all)gather, scatter
   /// and all-to-all read the other ranks' buffers directly (process_vm_readv), one copy

@@ -89,7 +89,8 @@ HostLayout parseLayout(const std::string& text, int size) {
     TORCH_CHECK(bar == "|" && mode >= 0 && mode <= static_cast<int>(Hierarchy::Off),
                 "commux: unreadable host layout from rank 0");
     layout.hierarchy = static_cast<Hierarchy>(mode);
-    if (layout.hierarchy != config.hierarchy || layout.parallelMinBytes != config.hierarchyParallelMinBytes ||
+    if (layout.hierarchy != config.hierarchy ||
+        layout.parallelMinBytes != config.hierarchyParallelMinBytes ||
         layout.minBytes != config.hierarchyMinBytes) {
       LOG(WARNING) << "commux: this rank's COMMUX_HIERARCHY settings differ from rank 0's; the "
                       "group uses rank 0's";
@@ -135,18 +136,32 @@ bool allSay(c10d::Store& store, const std::string& what, const std::vector<int>&
   return std::all_of(answers.begin(), answers.end(), [](const std::string& a) { return a == "1"; });
 }
 
-// The leader's choice of slot size (COMMUX_SHM_SLOT_BYTES, or by how crowded the host is):
-// one decision, which every rank of the host takes from it, even where the ranks' views of
-// the cores differ (affinity masks).
-std::size_t slotBytesFor(int size) {
-  if (const std::size_t set = Config::get().shmSlotBytes; set != 0) return set;
+// The leader's choice of slot size and depth (COMMUX_SHM_SLOT_BYTES, COMMUX_SHM_DEPTH, or by
+// how crowded the host is): one decision, which every rank of the host takes from it, even
+// where the ranks' views of the cores differ (affinity masks).
+void chooseSlots(shm::ChannelShape& shape) {
+  const Config& config = Config::get();
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  const bool crowded = shape.size > cores;
+  // Oversubscribed, a rank that has a core runs up to `depth` small collectives (a
+  // broadcast's root, a reader draining what is there) before it must yield to one that
+  // has none (docs/performance.md, 2026-12-04 10:40).
+  shape.depth = config.shmDepth != 0 ? config.shmDepth : crowded ? 8u : 2u;
+  if (config.shmSlotBytes != 0) {
+    shape.slotBytes = config.shmSlotBytes;
+    return;
+  }
+  // Fewer, larger steps when crowded, since a large step waits for every rank and an
+  // oversubscribed rank may be off its core.
   constexpr std::size_t kBase = 256 * 1024;
-  if (size <= cores) return kBase;
-  const std::size_t share = (std::size_t{16} << 20) / static_cast<std::size_t>(size);
-  return std::clamp<std::size_t>(share / 4096 * 4096, kBase, std::size_t{1} << 20);
+  if (!crowded) {
+    shape.slotBytes = kBase;
+    return;
+  }
+  const std::size_t share = (std::size_t{16} << 20) / static_cast<std::size_t>(shape.size);
+  shape.slotBytes = std::clamp<std::size_t>(share / 4096 * 4096, kBase, std::size_t{1} << 20);
 }
 
 // This host's channel: the leader creates the segment and says how it is shaped, the
@@ -169,19 +184,19 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   std::shared_ptr<shm::Channel> channel;
   std::string problem;
   if (leader) {
-    shape.slotBytes = slotBytesFor(count);
+    chooseSlots(shape);
     shape.smallBytes = std::min(config.shmSmallBytes, shape.slotBytes);
     shape.cmaBytes = allSay(store, "cma-ok", local) ? config.shmCmaBytes : 0;
     shape.checkAll = config.checkCollectives;
     std::string description;
     try {
-      channel = std::make_shared<shm::Channel>(
-          shm::Segment::create(shm::Channel::segmentBytes(shape)), index, shape, true, engine,
-          local);
+      channel =
+          std::make_shared<shm::Channel>(shm::Segment::create(shm::Channel::segmentBytes(shape)),
+                                         index, shape, true, engine, local);
       // The sizes that pick the algorithms: every rank must use the same.
-      description = std::to_string(shape.slotBytes) + " " + std::to_string(shape.smallBytes) + " " +
-                    std::to_string(shape.cmaBytes) + " " + (shape.checkAll ? "1" : "0") + " " +
-                    channel->segment().name();
+      description = std::to_string(shape.depth) + " " + std::to_string(shape.slotBytes) + " " +
+                    std::to_string(shape.smallBytes) + " " + std::to_string(shape.cmaBytes) + " " +
+                    (shape.checkAll ? "1" : "0") + " " + channel->segment().name();
     } catch (const std::exception& e) {
       problem = e.what();
     }
@@ -190,7 +205,8 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
     std::istringstream in(take(store, key("segment", host)));
     std::string name;
     int checkAll = 0;
-    if (in >> shape.slotBytes >> shape.smallBytes >> shape.cmaBytes >> checkAll >> name) {
+    if (in >> shape.depth >> shape.slotBytes >> shape.smallBytes >> shape.cmaBytes >> checkAll >>
+        name) {
       shape.checkAll = checkAll != 0;
       try {
         channel = std::make_shared<shm::Channel>(
@@ -278,10 +294,9 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
     setup.channel.reset();
     return setup;
   }
-  setup.hierarchical =
-      layout.hostCount() > 1 &&
-      std::any_of(layout.hosts.begin(), layout.hosts.end(),
-                  [](const std::vector<int>& ranks) { return ranks.size() > 1; });
+  setup.hierarchical = layout.hostCount() > 1 &&
+                       std::any_of(layout.hosts.begin(), layout.hosts.end(),
+                                   [](const std::vector<int>& ranks) { return ranks.size() > 1; });
   return setup;
 }
 

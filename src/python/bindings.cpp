@@ -142,6 +142,7 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_SHM"] = c.shm;
     d["COMMUX_WINDOW_SHARE"] = c.windowShare;
     d["COMMUX_SHM_SLOT_BYTES"] = c.shmSlotBytes;
+    d["COMMUX_SHM_DEPTH"] = c.shmDepth;
     d["COMMUX_SHM_SMALL_BYTES"] = c.shmSmallBytes;
     d["COMMUX_SHM_CMA_BYTES"] = c.shmCmaBytes;
     d["COMMUX_SHM_SPIN_US"] = c.shmSpin.count();

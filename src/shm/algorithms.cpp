@@ -68,7 +68,8 @@ void allreduceSmall(Steps& steps, const Turn& turn) {
   const at::Tensor& work = job.buffer;
   const std::size_t count = static_cast<std::size_t>(work.numel());
   const bool keeps = job.kind == Kind::Allreduce || steps.rank() == job.root;
-  const std::uint32_t s = steps.beginStep(turn);
+  const std::uint32_t s =
+      steps.beginStep(turn, static_cast<std::size_t>(work.nbytes()) <= steps.smallSlotBytes());
   if (count != 0) std::memcpy(steps.slot(s, steps.rank()), work.data_ptr(), work.nbytes());
   if (!keeps) {
     // A reduce's other ranks leave their data and go: only the root reads.
@@ -116,8 +117,6 @@ void allreduceChunked(Steps& steps, const Turn& turn) {
 void broadcast(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
   const std::size_t total = job.buffer.nbytes();
-  // The root fills every slot of the parity: one step moves size x slot bytes.
-  const std::size_t area = steps.shape().slotBytes * static_cast<std::size_t>(steps.shape().size);
   const bool root = steps.rank() == job.root;
   char* const base = total ? bytes(job.buffer) : nullptr;
   if (steps.cmaFor(total)) {
@@ -130,11 +129,15 @@ void broadcast(Steps& steps, const Turn& turn) {
     if (root) steps.waitAll(Phase::Departed, s, turn);
     return;
   }
+  // The root fills every slot of the step: one step moves size x slot bytes.
+  const auto size = static_cast<std::size_t>(steps.shape().size);
+  const bool small = total <= steps.smallSlotBytes() * size;
+  const std::size_t area = (small ? steps.smallSlotBytes() : steps.shape().slotBytes) * size;
   const std::uint32_t count = stepsFor(total, area);
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(area, total - offset);
-    const std::uint32_t s = steps.beginStep(turn);
+    const std::uint32_t s = steps.beginStep(turn, small);
     if (root && len) std::memcpy(steps.slot(s, 0), base + offset, len);
     arriveFromRoot(steps, turn, s, offset == 0, count);
     if (!root && len) std::memcpy(base + offset, steps.slot(s, 0), len);
@@ -173,11 +176,12 @@ void allgather(Steps& steps, const Turn& turn) {
     steps.waitAll(Phase::Departed, s, turn);  // every reader is done with this rank's input
     return;
   }
+  const bool small = block <= steps.smallSlotBytes();
   const std::uint32_t count = stepsFor(block, steps.shape().slotBytes);
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
-    const std::uint32_t s = steps.beginStep(turn);
+    const std::uint32_t s = steps.beginStep(turn, small);
     if (len) std::memcpy(steps.slot(s, steps.rank()), in + offset, len);
     arrive(s, offset == 0, count);
     if (out) {
@@ -205,11 +209,12 @@ void scatter(Steps& steps, const Turn& turn) {
     if (root) steps.waitAll(Phase::Departed, s, turn);
     return;
   }
+  const bool small = block <= steps.smallSlotBytes();
   const std::uint32_t count = stepsFor(block, steps.shape().slotBytes);
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
-    const std::uint32_t s = steps.beginStep(turn);
+    const std::uint32_t s = steps.beginStep(turn, small);
     if (in) {
       for (int q = 0; q < steps.shape().size; ++q) {
         std::memcpy(steps.slot(s, q), in + static_cast<std::size_t>(q) * block + offset, len);
@@ -230,7 +235,9 @@ void reduceScatter(Steps& steps, const Turn& turn) {
   const std::size_t es = job.output.element_size();
   // Each slot holds one piece per other rank (a rank folds its own contribution straight
   // from its input); a step moves `piece` elements of each.
-  const std::size_t piece = steps.shape().slotBytes / othersOf(size) / es;
+  const bool small = n != 0 && n * es * othersOf(size) <= steps.smallSlotBytes();
+  const std::size_t piece =
+      (small ? steps.smallSlotBytes() : steps.shape().slotBytes) / othersOf(size) / es;
   TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", size,
               " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
               steps.shape().slotBytes, ")");
@@ -244,7 +251,7 @@ void reduceScatter(Steps& steps, const Turn& turn) {
   do {
     const std::size_t len = std::min(piece, n - offset);
     const std::size_t lenBytes = len * es;
-    const std::uint32_t s = steps.beginStep(turn);
+    const std::uint32_t s = steps.beginStep(turn, small);
     if (aliased) std::memcpy(own.data(), in + (rank * n + offset) * es, lenBytes);
     for (int q = 0; q < size && len; ++q) {
       if (q == rank) continue;
@@ -421,7 +428,7 @@ void runCollective(Steps& steps, const Turn& turn) {
       alltoall(steps, turn);
       return;
     case Kind::Barrier: {
-      const std::uint32_t s = steps.beginStep(turn);
+      const std::uint32_t s = steps.beginStep(turn, true);
       steps.meet(s, turn, true);
       steps.mark(Phase::Departed, s);
       return;

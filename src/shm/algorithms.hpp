@@ -6,7 +6,7 @@
 //  - allreduce, larger ones, in chunks of COMMUX_SHM_SLOT_BYTES: each rank copies its chunk
 //    in; rank r folds block r of every slot into slot 0 and reports; every rank copies slot
 //    0 out. Each byte is reduced once, by one rank, and the copies run in parallel.
-//  - broadcast: the root fills all slots of the parity, the others copy them out.
+//  - broadcast: the root fills all slots of the step, the others copy them out.
 //  - allgather, gather: each rank fills its slot with a chunk of its block; readers copy
 //    every slot out. scatter: the root fills every rank's slot with its block's chunk.
 //  - reduce_scatter, all_to_all: each rank's slot holds one piece per destination rank; the

@@ -20,8 +20,18 @@ std::size_t Steps::slotsOffset(int size) {
                          layout::kPage);
 }
 
+namespace {
+std::size_t smallSlotFor(const ChannelShape& shape) {
+  return layout::roundUp(shape.smallBytes, layout::kLine);
+}
+std::size_t bigSlotsBytes(const ChannelShape& shape) {
+  return 2 * static_cast<std::size_t>(shape.size) * shape.slotBytes;
+}
+}  // namespace
+
 std::size_t Steps::bytesFor(const ChannelShape& shape) {
-  return slotsOffset(shape.size) + 2 * static_cast<std::size_t>(shape.size) * shape.slotBytes;
+  return slotsOffset(shape.size) + bigSlotsBytes(shape) +
+         shape.depth * static_cast<std::size_t>(shape.size) * smallSlotFor(shape);
 }
 
 Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const ChannelShape& shape,
@@ -32,25 +42,33 @@ Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const 
       members_(std::move(members)),
       header_(reinterpret_cast<Header*>(memory)),
       controls_(reinterpret_cast<Control*>(memory + controlsOffset())),
-      slots_(memory + slotsOffset(shape.size)) {
+      slots_(memory + slotsOffset(shape.size)),
+      smallSlot_(smallSlotFor(shape)),
+      small_(slots_ + bigSlotsBytes(shape)) {
   TORCH_CHECK(bytes >= bytesFor(shape), "commux: shared-memory segment ", name_,
               " is too small for ", shape.size, " ranks");
   TORCH_CHECK(
       members_.size() == static_cast<std::size_t>(shape.size) && rank >= 0 && rank < shape.size,
       "commux: internal error: channel index ", rank, " of ", members_.size());
+  TORCH_CHECK(
+      shape.depth >= 2 && shape.depth <= kMaxDepth && (shape.depth & (shape.depth - 1)) == 0,
+      "commux: internal error: shared-memory depth ", shape.depth);
   if (initialise) {
     header_->size = static_cast<std::uint32_t>(shape.size);
     header_->slotBytes = shape.slotBytes;
     header_->cmaBytes = shape.cmaBytes;
     header_->checkAll = shape.checkAll ? 1 : 0;
+    header_->depth = shape.depth;
     __atomic_store_n(&header_->magic, layout::kMagic, __ATOMIC_RELEASE);
   } else {
     TORCH_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == layout::kMagic &&
                     header_->size == static_cast<std::uint32_t>(shape.size) &&
                     header_->slotBytes == shape.slotBytes && header_->cmaBytes == shape.cmaBytes &&
-                    header_->checkAll == (shape.checkAll ? 1u : 0u),
+                    header_->checkAll == (shape.checkAll ? 1u : 0u) &&
+                    header_->depth == shape.depth,
                 "commux: shared-memory segment ", name_, " does not match this rank's layout (",
-                shape.size, " ranks, ", shape.slotBytes, "-byte slots, CMA from ", shape.cmaBytes,
+                shape.size, " ranks, ", shape.depth, " sets of ", shape.slotBytes,
+                "-byte slots, CMA from ", shape.cmaBytes,
                 " bytes); do all ranks run the same commux with the same COMMUX_SHM_* settings?");
   }
   signal_ = signal ? signal(&header_->bell) : std::make_unique<Bell>(&header_->bell, shape.spin);
@@ -129,12 +147,17 @@ std::uint32_t Steps::Control::*Steps::field(Phase phase) const noexcept {
 }
 
 char* Steps::slot(std::uint32_t s, int rank) const noexcept {
-  return slots_ + ((s & 1u) * shape_.size + static_cast<std::size_t>(rank)) * shape_.slotBytes;
+  const auto r = static_cast<std::size_t>(rank);
+  if (stepSmall_[s % kMaxDepth])
+    return small_ + ((s % shape_.depth) * shape_.size + r) * smallSlot_;
+  return slots_ + ((s & 1u) * shape_.size + r) * shape_.slotBytes;
 }
 
-std::uint32_t Steps::beginStep(const Turn& turn) {
+std::uint32_t Steps::beginStep(const Turn& turn, bool small) {
   const std::uint32_t s = ++step_;
-  waitAll(Phase::Departed, s - 2, turn);
+  stepSmall_[s % kMaxDepth] = small;
+  // The last step that used this step's slots, and (depth <= kMaxDepth) its descriptors.
+  waitAll(Phase::Departed, s - (small ? shape_.depth : 2u), turn);
   return s;
 }
 
@@ -171,17 +194,17 @@ void Steps::mark(Phase phase, std::uint32_t s) {
 
 void Steps::arrive(std::uint32_t s, const Turn& turn, Role role, int from, std::uint32_t steps) {
   Control& mine = controls_[rank_];
-  const unsigned parity = s & 1u;
+  const unsigned set = s % kMaxDepth;
   const Job& job = turn.job;
-  mine.role[parity] = static_cast<std::uint32_t>(role);
-  mine.from[parity] = from;
-  mine.steps[parity] = steps;
-  mine.seq[parity] = seq_;
-  mine.kind[parity] = static_cast<std::uint32_t>(job.kind);
-  mine.reduce[parity] = reduces(job.kind) ? static_cast<std::uint32_t>(job.reduce) : 0;
-  mine.root[parity] = hasRoot(job.kind) ? job.root : 0;
-  mine.dtype[parity] = static_cast<std::uint32_t>(job.dtype());
-  mine.count[parity] = job.blockCount();
+  mine.role[set] = static_cast<std::uint32_t>(role);
+  mine.from[set] = from;
+  mine.steps[set] = steps;
+  mine.seq[set] = seq_;
+  mine.kind[set] = static_cast<std::uint32_t>(job.kind);
+  mine.reduce[set] = reduces(job.kind) ? static_cast<std::uint32_t>(job.reduce) : 0;
+  mine.root[set] = hasRoot(job.kind) ? job.root : 0;
+  mine.dtype[set] = static_cast<std::uint32_t>(job.dtype());
+  mine.count[set] = job.blockCount();
   mark(Phase::Arrived, s);
 }
 
@@ -249,14 +272,14 @@ void Steps::leave(const Turn& turn) {
 }
 
 void Steps::publish(std::uint32_t s, const void* buffer) {
-  controls_[rank_].address[s & 1u] = reinterpret_cast<std::uintptr_t>(buffer);
+  controls_[rank_].address[s % kMaxDepth] = reinterpret_cast<std::uintptr_t>(buffer);
 }
 
 void Steps::readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, std::size_t bytes,
                      const Turn& turn) {
   if (bytes == 0) return;
   const Control& owner = controls_[rank];
-  const char* from = reinterpret_cast<const char*>(owner.address[s & 1u]) + offset;
+  const char* from = reinterpret_cast<const char*>(owner.address[s % kMaxDepth]) + offset;
   if (rank == rank_) {
     std::memmove(to, from, bytes);
     return;
@@ -286,7 +309,7 @@ void Steps::readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, st
 }
 
 void Steps::checkInStep(std::uint32_t s, int index, const Turn& turn) {
-  if (controls_[index].seq[s & 1u] == seq_) return;
+  if (controls_[index].seq[s % kMaxDepth] == seq_) return;
   const std::string why = breakOverMismatch();
   C10_THROW_ERROR(DistBackendError,
                   "commux: " + turn.op.description() + ": rank " +
@@ -310,11 +333,11 @@ std::string Steps::breakOverMismatch() {
 }
 
 void Steps::checkAgreement(std::uint32_t s, const Turn& turn, int from) {
-  const unsigned parity = s & 1u;
+  const unsigned set = s % kMaxDepth;
   const auto same = [&](const Control& a, const Control& b) {
-    return a.kind[parity] == b.kind[parity] && a.root[parity] == b.root[parity] &&
-           a.count[parity] == b.count[parity] && a.dtype[parity] == b.dtype[parity] &&
-           a.reduce[parity] == b.reduce[parity];
+    return a.kind[set] == b.kind[set] && a.root[set] == b.root[set] &&
+           a.count[set] == b.count[set] && a.dtype[set] == b.dtype[set] &&
+           a.reduce[set] == b.reduce[set];
   };
   const Control& mine = controls_[rank_];
   bool agree = true;
@@ -326,17 +349,17 @@ void Steps::checkAgreement(std::uint32_t s, const Turn& turn, int from) {
   for (int r = 0; r < shape_.size; ++r) {
     if (from >= 0 && r != from && r != rank_) continue;
     const Control& c = controls_[r];
-    const auto kind = static_cast<Kind>(c.kind[parity]);
+    const auto kind = static_cast<Kind>(c.kind[set]);
     ranks += (ranks.empty() ? "rank " : "; rank ") + std::to_string(groupRank(r)) + ": " +
              kindName(kind);
     if (hasRoot(kind)) {
-      ranks += " root " + std::to_string(c.root[parity]);
+      ranks += " root " + std::to_string(c.root[set]);
     }
-    ranks += ", " + std::to_string(c.count[parity]) + " x " +
-             c10::toString(static_cast<c10::ScalarType>(c.dtype[parity]));
+    ranks += ", " + std::to_string(c.count[set]) + " x " +
+             c10::toString(static_cast<c10::ScalarType>(c.dtype[set]));
     if (reduces(kind)) {
-      ranks += std::string(" ") +
-               engine::reduceKindName(static_cast<engine::ReduceKind>(c.reduce[parity]));
+      ranks +=
+          std::string(" ") + engine::reduceKindName(static_cast<engine::ReduceKind>(c.reduce[set]));
     }
   }
   // Where this rank's part of the collective ends so that the channel stays in step. A
@@ -349,20 +372,20 @@ void Steps::checkAgreement(std::uint32_t s, const Turn& turn, int from) {
   // does not meet ends, if they all end at the same step. Otherwise the ranks end at
   // different steps (or this rank cannot tell where) and the channel breaks, naming this
   // rank and why.
-  const auto role = [&](const Control& c) { return static_cast<Role>(c.role[parity]); };
+  const auto role = [&](const Control& c) { return static_cast<Role>(c.role[set]); };
   const auto stepsOf = [&](int r) -> std::uint32_t {  // 0: cannot tell
     const Control& c = controls_[r];
     switch (role(c)) {
       case Role::Meet:
         return 1;
       case Role::Lead:
-        return c.steps[parity];
+        return c.steps[set];
       case Role::Follow: {
-        const int f = c.from[parity];
+        const int f = c.from[set];
         if (f < 0 || f >= shape_.size || f == r) return 0;
         const Control& followed = controls_[f];
-        if (same(c, followed)) return c.steps[parity];
-        if (role(followed) == Role::Lead) return followed.steps[parity];
+        if (same(c, followed)) return c.steps[set];
+        if (role(followed) == Role::Lead) return followed.steps[set];
         return role(followed) == Role::Meet ? 1 : 0;
       }
     }

@@ -1,16 +1,20 @@
 #pragma once
 // The step protocol of a shared-memory channel, over memory that every rank of the channel
-// maps: a header, one control block per rank, and two sets ("parities") of one slot per
-// rank, so step s+1 can fill slots while slower ranks still read those of step s.
+// maps: a header, one control block per rank, two sets ("parities") of one slot per rank,
+// so step s+1 can fill slots while slower ranks still read those of step s, and `depth` sets
+// of one small slot per rank for the steps whose parts fit one: a rank runs up to `depth`
+// small steps ahead of the slowest (what a broadcast's root or a reader that has its core
+// needs when the ranks outnumber the cores).
 //
 // Every collective is a sequence of steps, numbered alike on every rank. In a step each rank
-// fills its part of the parity's slots, arrives, waits until every rank arrived, reads what
-// it needs from the others' slots, and departs. A rank refills a parity only after every
-// rank has left the step that last used it (beginStep). A rank waits only for the ranks it
-// reads from: in a broadcast or scatter the root fills the slots and leaves, the others wait
-// for the root alone; in a reduce or gather the others fill their slots and leave, the root
-// waits for them (as MPI's rooted collectives do: nobody waits for a rank it needs nothing
-// from). A rank compares what it brought (kind, root, dtype, op, count) with what the ranks
+// fills its part of the step's slots, arrives, waits until every rank arrived, reads what
+// it needs from the others' slots, and departs. A rank refills a slot set only after every
+// rank has left the step that last used it (beginStep). Whether a step is small follows
+// from the collective's sizes, which the ranks compare at its first step before any reads. A rank
+// waits only for the ranks it reads from: in a broadcast or scatter the root fills the slots and
+// leaves, the others wait for the root alone; in a reduce or gather the others fill their slots and
+// leave, the root waits for them (as MPI's rooted collectives do: nobody waits for a rank it needs
+// nothing from). A rank compares what it brought (kind, root, dtype, op, count) with what the ranks
 // it waited for brought, at the first step of each collective. With `checkAll` (the debug
 // setting COMMUX_CHECK_COLLECTIVES) every rank meets every other at the first step, so a
 // mismatch fails every rank alike; without it, the ranks that see a mismatch fail, and the
@@ -43,7 +47,10 @@ namespace commux::shm {
 struct ChannelShape {
   int size = 0;
   std::size_t slotBytes = 0;   // per rank and parity; a multiple of 4096
-  std::size_t smallBytes = 0;  // one-step algorithm up to here
+  std::size_t smallBytes = 0;  // one-step algorithm up to here; the small slots' size
+  /// Sets of small slots: a rank may fill small step s + depth - 1 while the slowest still
+  /// reads step s. A power of two (step numbers wrap), 2 to Steps::kMaxDepth.
+  unsigned depth = 2;
   std::chrono::microseconds spin{0};
   std::size_t cmaBytes = 0;  // single-copy reads (shm/cma.hpp) from here; 0: never
   /// Every rank meets every other at each collective's first step and checks them all.
@@ -73,6 +80,7 @@ enum class Role : std::uint32_t { Meet = 0, Lead = 1, Follow = 2 };
 
 class Steps {
  public:
+  static constexpr unsigned kMaxDepth = 16;
   /// Makes the signal the ranks ring and wait on (default: the futex Bell over `words`).
   using SignalMaker = std::function<std::unique_ptr<Signal>(BellWords* words)>;
 
@@ -115,8 +123,11 @@ class Steps {
   /// have parted, and the first wait between them then breaks the channel instead of
   /// reading the other's slots of another collective.
   void beginCollective() noexcept { ++seq_; }
-  /// Next step: waits until every rank left the step that last used its parity.
-  std::uint32_t beginStep(const Turn& turn);
+  /// Next step: waits until every rank left the step that last used its slot set. `small`:
+  /// every rank's part of the step fits a small slot (smallSlotBytes).
+  std::uint32_t beginStep(const Turn& turn, bool small = false);
+  /// Bytes of one small slot.
+  std::size_t smallSlotBytes() const noexcept { return smallSlot_; }
   /// Arrives at step `s` and waits for every rank; the first step of a collective checks
   /// that the ranks agree.
   void meet(std::uint32_t s, const Turn& turn, bool first);
@@ -180,8 +191,11 @@ class Steps {
   Control* controls_;
   char* slots_;
   std::unique_ptr<Signal> signal_;
-  std::uint32_t step_ = 0;  // the runner's
-  std::uint64_t seq_ = 0;   // the runner's: collectives with steps so far
+  std::size_t smallSlot_;
+  char* small_;                     // the small slots
+  std::uint32_t step_ = 0;          // the runner's
+  bool stepSmall_[kMaxDepth] = {};  // the runner's: whether step s % kMaxDepth is small
+  std::uint64_t seq_ = 0;           // the runner's: collectives with steps so far
   std::atomic<bool> stopped_{false};
   std::atomic<int> dead_{-1};  // a rank found dead, or -1
 };

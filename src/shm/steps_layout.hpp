@@ -1,6 +1,7 @@
 #pragma once
 // The channel's memory, as every rank maps it: a header, one control block per rank, then
-// the slots (two parities of one slot per rank). Private to steps.cpp and algorithms.cpp.
+// the slots: two parities of one slot per rank, then ChannelShape::depth sets of one small
+// slot per rank. Private to steps.cpp and algorithms.cpp.
 #include <cstddef>
 #include <cstdint>
 
@@ -11,7 +12,7 @@ namespace commux::shm {
 namespace layout {
 
 // Changes whenever the layout does: ranks of different commux builds refuse each other.
-constexpr std::uint32_t kMagic = 0x354d4853;  // "SHM5"
+constexpr std::uint32_t kMagic = 0x364d4853;  // "SHM6"
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kPage = 4096;
 
@@ -33,27 +34,28 @@ struct alignas(layout::kLine) Steps::Header {
   std::uint32_t deadRank;    // 0, or 1 + a rank some survivor found dead
   std::uint32_t mismatchBy;  // 0, or 1 + the rank that broke the channel over a mismatch
   std::uint32_t checkAll;    // ChannelShape::checkAll
+  std::uint32_t depth;       // ChannelShape::depth
   alignas(layout::kLine) BellWords bell;
 };
 
 // One per rank, on its own cache lines. Steps a rank has reached in each phase, and what it
-// brought to the step (per parity, so a fast rank's next step never overwrites a
+// brought to the step (per slot set, so a fast rank's next step never overwrites a
 // descriptor a slow rank still compares).
 struct alignas(layout::kLine) Steps::Control {
   std::uint32_t arrived;
   std::uint32_t reduced;
   std::uint32_t departed;
-  std::uint32_t kind[2];    // shm::Kind
-  std::uint32_t reduce[2];  // engine::ReduceKind, for the reducing kinds
-  std::int32_t root[2];     // for the rooted kinds
-  std::uint32_t dtype[2];
-  std::uint64_t count[2];    // Job::blockCount()
-  std::uint32_t role[2];     // Steps::Role of its first step
-  std::int32_t from[2];      // the rank it follows (Role::Follow)
-  std::uint32_t steps[2];    // how many steps its collective takes
-  std::uint64_t seq[2];      // its collectives on this channel so far, this one included
-  std::uint64_t address[2];  // the buffer the others read with CMA
-  std::int32_t pid;          // of the rank's process, for CMA
+  std::uint32_t kind[kMaxDepth];    // shm::Kind
+  std::uint32_t reduce[kMaxDepth];  // engine::ReduceKind, for the reducing kinds
+  std::int32_t root[kMaxDepth];     // for the rooted kinds
+  std::uint32_t dtype[kMaxDepth];
+  std::uint64_t count[kMaxDepth];    // Job::blockCount()
+  std::uint32_t role[kMaxDepth];     // Steps::Role of its first step
+  std::int32_t from[kMaxDepth];      // the rank it follows (Role::Follow)
+  std::uint32_t steps[kMaxDepth];    // how many steps its collective takes
+  std::uint64_t seq[kMaxDepth];      // its collectives on this channel so far, this one included
+  std::uint64_t address[kMaxDepth];  // the buffer the others read with CMA
+  std::int32_t pid;                  // of the rank's process, for CMA
 };
 
 }  // namespace commux::shm

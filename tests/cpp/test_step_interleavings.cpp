@@ -249,6 +249,7 @@ struct Case {
   std::size_t cmaBytes = 0;  // single-copy reads from here (0: never)
   bool mismatch = false;     // the last rank passes one element more in the first round
   bool checkAll = false;     // ChannelShape::checkAll (COMMUX_CHECK_COLLECTIVES)
+  unsigned depth = 2;        // ChannelShape::depth: how far a rank may run ahead
   /// With `mismatch`: who fails the first round (-1: every rank), and whether the
   /// channel breaks (the second round may fail, naming the rank that found it).
   int mismatchFails = -1;
@@ -373,6 +374,7 @@ RunResult runOnce(const Case& c, Chooser& chooser, Fault fault, int faulty) {
   shape.smallBytes = 256;
   shape.cmaBytes = c.cmaBytes;
   shape.checkAll = c.checkAll;
+  shape.depth = c.depth;
   const std::size_t bytes = Steps::bytesFor(shape);
   std::unique_ptr<char, decltype(&std::free)> memory(
       static_cast<char*>(std::aligned_alloc(4096, bytes)), &std::free);
@@ -498,7 +500,8 @@ std::string judge(const Case& c, const RunResult& run, Fault fault, int faulty) 
 std::string describe(const Case& c, const RunResult& run, Fault fault, int faulty,
                      const std::string& how) {
   std::ostringstream os;
-  os << c.name << " (" << c.ranks << " participants, fault " << faultName(fault);
+  os << c.name << " (" << c.ranks << " participants, depth " << c.depth << ", fault "
+     << faultName(fault);
   if (fault != Fault::None) os << " on " << faulty;
   os << ", " << how << "): schedule" << run.trace << "\n";
   for (int r = 0; r < c.ranks; ++r) {
@@ -645,6 +648,16 @@ std::vector<Case> shapes() {
       add(name, kind, count, 1, cma);
       cases.back().checkAll = true;
     }
+    // Deeper small slots (oversubscribed hosts): a leader runs several small steps ahead of
+    // the slowest reader; a large step beside them still waits for the parity before.
+    for (const auto& [name, kind, count, root] :
+         {std::tuple{"broadcast_small_deep", Kind::Broadcast, 100, 1},
+          std::tuple{"gather_small_deep", Kind::Gather, 50, 1},
+          std::tuple{"reduce_scatter_small_deep", Kind::ReduceScatter, 20, 0},
+          std::tuple{"allreduce_chunked_deep", Kind::Allreduce, 2100, 0}}) {
+      add(name, kind, count, root);
+      cases.back().depth = 4;
+    }
   }
   return cases;
 }
@@ -692,14 +705,20 @@ TEST(StepInterleavingsMismatch, CheckedDifferentSizesFailEveryRankAndTheChannelG
 // reader, a reduce's or gather's root), and the channel stays in step.
 TEST(StepInterleavingsMismatch, DifferentSizesFailWhereTheyAreReadAndTheChannelGoesOn) {
   for (int ranks : {2, 3}) {
-    for (Kind kind : {Kind::Allreduce, Kind::Allgather, Kind::ReduceScatter}) {
-      explore(mismatched(kind, ranks, false), Fault::None, 0);
-    }
-    for (Kind kind : {Kind::Broadcast, Kind::Scatter, Kind::Reduce, Kind::Gather}) {
-      Case c = mismatched(kind, ranks, false);
-      // The root is 0, the mismatched rank the last one.
-      c.mismatchFails = kind == Kind::Broadcast || kind == Kind::Scatter ? ranks - 1 : 0;
-      explore(c, Fault::None, 0);
+    for (unsigned depth : {2u, 4u}) {
+      if (depth != 2 && ranks != 3) continue;  // deeper small slots: once, at 3 ranks
+      for (Kind kind : {Kind::Allreduce, Kind::Allgather, Kind::ReduceScatter}) {
+        Case c = mismatched(kind, ranks, false);
+        c.depth = depth;
+        explore(c, Fault::None, 0);
+      }
+      for (Kind kind : {Kind::Broadcast, Kind::Scatter, Kind::Reduce, Kind::Gather}) {
+        Case c = mismatched(kind, ranks, false);
+        c.depth = depth;
+        // The root is 0, the mismatched rank the last one.
+        c.mismatchFails = kind == Kind::Broadcast || kind == Kind::Scatter ? ranks - 1 : 0;
+        explore(c, Fault::None, 0);
+      }
     }
   }
 }
@@ -749,6 +768,15 @@ TEST(StepInterleavingsMismatch, AReduceRootAndABroadcastReaderBothFailAndTheChan
 TEST(StepInterleavingsMismatch, RanksOutOfStepAfterTwoLeadersBreakTheChannelAtTheNextWait) {
   exploreMixed("mismatch_two_leaders", {{Kind::Gather, 1, 1500}, {Kind::Broadcast, 1, 40}},
                {{"ok", "rank 1 found"}, {"ok", "rank 1 found"}});
+}
+
+// A root that broadcasts a few elements (small slots) and a reader that expects many (the
+// large ones): the reader compares before it reads, fails, and ends where the root ends;
+// neither reads the other's slots, and the channel goes on.
+TEST(StepInterleavingsMismatch, ASmallAndALargeBroadcastFailTheReaderAndTheChannelGoesOn) {
+  exploreMixed("mismatch_small_vs_large_broadcast",
+               {{Kind::Broadcast, 0, 40}, {Kind::Broadcast, 0, 3000}},
+               {{"ok", "ok"}, {"ValueError", "ok"}});
 }
 
 }  // namespace

@@ -91,10 +91,26 @@ def _results(rank, ws):
     return True
 
 
-@pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_shm_allreduce_results(world_size):
+# Depth: auto is 2, or 8 when the ranks outnumber the cores (3 and 4 ranks on a 2-core
+# machine); 4 and 16 are set, so that a rank runs further ahead than auto ever lets it.
+@pytest.mark.parametrize("world_size,depth", [(2, None), (3, None), (4, None), (2, 4), (3, 16)])
+def test_shm_allreduce_results(world_size, depth):
     env = {"COMMUX_SHM_SLOT_BYTES": "8192", "COMMUX_SHM_SMALL_BYTES": "1024"}
+    if depth is not None:
+        env["COMMUX_SHM_DEPTH"] = str(depth)
     assert all(run_ranks(_results, world_size, timeout=150, env=env))
+
+
+def _bad_depth(rank, ws, scratch):
+    return expect_error(lambda: commux.load_extension().config(), ("COMMUX_SHM_DEPTH",),
+                        "a bad COMMUX_SHM_DEPTH", exc_types=(ValueError,))
+
+
+def test_shm_depth_setting_is_checked():
+    # Step numbers wrap, so the depth must divide 2^32; the control words hold 16 sets.
+    for value in (1, 3, 32):
+        msg = run_ranks(_bad_depth, 1, timeout=60, init="none", env={"COMMUX_SHM_DEPTH": value})[0]
+        assert f"COMMUX_SHM_DEPTH={value} is not 2, 4, 8 or 16" in msg, msg
 
 
 def _mismatch(rank, ws):
