@@ -131,7 +131,7 @@ void broadcast(Steps& steps, const Turn& turn) {
   }
   // The root fills every slot of the step: one step moves size x slot bytes.
   const auto size = static_cast<std::size_t>(steps.shape().size);
-  const bool small = total <= steps.smallSlotBytes() * size;
+  const bool small = steps.smallSlotBytes() != 0 && total <= steps.smallSlotBytes() * size;
   const std::size_t area = (small ? steps.smallSlotBytes() : steps.shape().slotBytes) * size;
   const std::uint32_t count = stepsFor(total, area);
   std::size_t offset = 0;

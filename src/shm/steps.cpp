@@ -30,8 +30,11 @@ std::size_t bigSlotsBytes(const ChannelShape& shape) {
 }  // namespace
 
 std::size_t Steps::bytesFor(const ChannelShape& shape) {
-  return slotsOffset(shape.size) + bigSlotsBytes(shape) +
-         shape.depth * static_cast<std::size_t>(shape.size) * smallSlotFor(shape);
+  // Whole pages: a segment is mapped in pages, and aligned_alloc wants a multiple.
+  return layout::roundUp(
+      slotsOffset(shape.size) + bigSlotsBytes(shape) +
+          shape.depth * static_cast<std::size_t>(shape.size) * smallSlotFor(shape),
+      layout::kPage);
 }
 
 Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const ChannelShape& shape,

@@ -101,6 +101,28 @@ def test_shm_allreduce_results(world_size, depth):
     assert all(run_ranks(_results, world_size, timeout=150, env=env))
 
 
+def _no_small_slots(rank, ws):
+    # COMMUX_SHM_SMALL_BYTES=0: no small slots at all; an empty broadcast once divided by
+    # their size (found by review).
+    dist.broadcast(torch.empty(0), 0)
+    x = torch.full((5,), float(rank))
+    dist.broadcast(x, 1)
+    assert torch.equal(x, torch.ones(5)), x
+    y = torch.ones(3)
+    dist.all_reduce(y)
+    assert torch.equal(y, torch.full((3,), float(ws))), y
+    dist.barrier()
+    out = torch.empty(2 * ws)
+    dist.all_gather_into_tensor(out, torch.full((2,), float(rank)))
+    assert torch.equal(out, torch.arange(ws).repeat_interleave(2).float()), out
+    assert _shm_threads() == 1
+    return True
+
+
+def test_shm_without_small_slots():
+    assert all(run_ranks(_no_small_slots, 3, timeout=90, env={"COMMUX_SHM_SMALL_BYTES": "0"}))
+
+
 def _bad_depth(rank, ws, scratch):
     return expect_error(lambda: commux.load_extension().config(), ("COMMUX_SHM_DEPTH",),
                         "a bad COMMUX_SHM_DEPTH", exc_types=(ValueError,))
