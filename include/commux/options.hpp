@@ -3,9 +3,9 @@
 // The README's environment table documents each one; UCX's own UCX_* variables pass
 // through to UCX untouched.
 #include <chrono>
+#include <string>
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 namespace commux {
 

@@ -89,8 +89,7 @@ HostLayout parseLayout(const std::string& text, int size) {
     TORCH_CHECK(bar == "|" && mode >= 0 && mode <= static_cast<int>(Hierarchy::Off),
                 "commux: unreadable host layout from rank 0");
     layout.hierarchy = static_cast<Hierarchy>(mode);
-    if (layout.hierarchy != config.hierarchy ||
-        layout.parallelMinBytes != config.hierarchyParallelMinBytes ||
+    if (layout.hierarchy != config.hierarchy || layout.parallelMinBytes != config.hierarchyParallelMinBytes ||
         layout.minBytes != config.hierarchyMinBytes) {
       LOG(WARNING) << "commux: this rank's COMMUX_HIERARCHY settings differ from rank 0's; the "
                       "group uses rank 0's";
@@ -190,9 +189,9 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
     shape.checkAll = config.checkCollectives;
     std::string description;
     try {
-      channel =
-          std::make_shared<shm::Channel>(shm::Segment::create(shm::Channel::segmentBytes(shape)),
-                                         index, shape, true, engine, local);
+      channel = std::make_shared<shm::Channel>(
+          shm::Segment::create(shm::Channel::segmentBytes(shape)), index, shape, true, engine,
+          local);
       // The sizes that pick the algorithms: every rank must use the same.
       description = std::to_string(shape.depth) + " " + std::to_string(shape.slotBytes) + " " +
                     std::to_string(shape.smallBytes) + " " + std::to_string(shape.cmaBytes) + " " +
@@ -294,9 +293,10 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
     setup.channel.reset();
     return setup;
   }
-  setup.hierarchical = layout.hostCount() > 1 &&
-                       std::any_of(layout.hosts.begin(), layout.hosts.end(),
-                                   [](const std::vector<int>& ranks) { return ranks.size() > 1; });
+  setup.hierarchical =
+      layout.hostCount() > 1 &&
+      std::any_of(layout.hosts.begin(), layout.hosts.end(),
+                  [](const std::vector<int>& ranks) { return ranks.size() > 1; });
   return setup;
 }
 

@@ -3,9 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <utility>
 #include <stdexcept>
 #include <string>
-#include <utility>
 
 #include "commux/options.hpp"
 #include "wire/tag.hpp"
@@ -21,7 +21,8 @@ void readUnsigned(const char* name, T& out) {
   errno = 0;
   const unsigned long long value = std::strtoull(raw, &end, 10);
   if (errno != 0 || end == raw || *end != '\0' || raw[0] == '-') {
-    throw std::invalid_argument(std::string(name) + "='" + raw + "' is not a non-negative integer");
+    throw std::invalid_argument(std::string(name) + "='" + raw +
+                                "' is not a non-negative integer");
   }
   out = static_cast<T>(value);
 }
@@ -67,8 +68,8 @@ void readBool(const char* name, bool& out) {
 
 /// One of a few named values; `listing` names them for the error.
 template <typename E>
-void readChoice(const char* name, E& out, std::initializer_list<std::pair<const char*, E>> choices,
-                const char* listing) {
+void readChoice(const char* name, E& out,
+                std::initializer_list<std::pair<const char*, E>> choices, const char* listing) {
   const char* raw = std::getenv(name);
   if (raw == nullptr || *raw == '\0') return;
   for (const auto& [word, value] : choices) {
@@ -117,19 +118,14 @@ Config Config::fromEnvironment() {
   readBool("COMMUX_CHECK_COLLECTIVES", c.checkCollectives);
   if (const char* raw = std::getenv("COMMUX_HOST"); raw != nullptr) c.host = raw;
   readChoice("COMMUX_HIERARCHY", c.hierarchy,
-             {{"auto", Hierarchy::Auto},
-              {"leader", Hierarchy::Leader},
-              {"parallel", Hierarchy::Parallel},
-              {"off", Hierarchy::Off},
-              {"0", Hierarchy::Off}},
+             {{"auto", Hierarchy::Auto}, {"leader", Hierarchy::Leader},
+              {"parallel", Hierarchy::Parallel}, {"off", Hierarchy::Off}, {"0", Hierarchy::Off}},
              "auto, leader, parallel or off");
   readUnsigned("COMMUX_HIERARCHY_PARALLEL_MIN_BYTES", c.hierarchyParallelMinBytes);
   readUnsigned("COMMUX_HIERARCHY_MIN_BYTES", c.hierarchyMinBytes);
   readChoice("COMMUX_FAILURE_DETECTION", c.failureDetection,
-             {{"auto", FailureDetection::Auto},
-              {"ucx", FailureDetection::Ucx},
-              {"off", FailureDetection::Off},
-              {"0", FailureDetection::Off}},
+             {{"auto", FailureDetection::Auto}, {"ucx", FailureDetection::Ucx},
+              {"off", FailureDetection::Off}, {"0", FailureDetection::Off}},
              "auto, ucx or off");
   {
     const char* world = std::getenv("WORLD_SIZE");
@@ -147,8 +143,7 @@ Config Config::fromEnvironment() {
   readBounded("COMMUX_MAX_RANKS", c.maxRanks, 1, wire::kMaxRanks);
   readBounded("COMMUX_MAX_CONTEXTS", c.maxContexts, 1, wire::kControlContext);
   c.shmSlotBytes = (c.shmSlotBytes + 4095) / 4096 * 4096;  // 0 stays 0: chosen per group
-  if (c.pipelineChunkBytes == 0)
-    throw std::invalid_argument("COMMUX_PIPELINE_CHUNK_BYTES must be > 0");
+  if (c.pipelineChunkBytes == 0) throw std::invalid_argument("COMMUX_PIPELINE_CHUNK_BYTES must be > 0");
   return c;
 }
 

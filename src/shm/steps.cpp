@@ -151,8 +151,9 @@ std::uint32_t Steps::Control::*Steps::field(Phase phase) const noexcept {
 
 char* Steps::slot(std::uint32_t s, int rank) const noexcept {
   const auto r = static_cast<std::size_t>(rank);
+  // depth is a power of two (checked at construction): a mask, not a division, per lookup.
   if (stepSmall_[s % kMaxDepth])
-    return small_ + ((s % shape_.depth) * shape_.size + r) * smallSlot_;
+    return small_ + ((s & (shape_.depth - 1u)) * shape_.size + r) * smallSlot_;
   return slots_ + ((s & 1u) * shape_.size + r) * shape_.slotBytes;
 }
 

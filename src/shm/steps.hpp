@@ -10,16 +10,16 @@
 // fills its part of the step's slots, arrives, waits until every rank arrived, reads what
 // it needs from the others' slots, and departs. A rank refills a slot set only after every
 // rank has left the step that last used it (beginStep). Whether a step is small follows
-// from the collective's sizes, which the ranks compare at its first step before any reads. A rank
-// waits only for the ranks it reads from: in a broadcast or scatter the root fills the slots and
-// leaves, the others wait for the root alone; in a reduce or gather the others fill their slots and
-// leave, the root waits for them (as MPI's rooted collectives do: nobody waits for a rank it needs
-// nothing from). A rank compares what it brought (kind, root, dtype, op, count) with what the ranks
-// it waited for brought, at the first step of each collective. With `checkAll` (the debug
-// setting COMMUX_CHECK_COLLECTIVES) every rank meets every other at the first step, so a
-// mismatch fails every rank alike; without it, the ranks that see a mismatch fail, and the
-// channel stays in step where the steps the others take allow it, else it breaks (see
-// checkAgreement). The collectives themselves are built from these steps in
+// from the collective's sizes, which the ranks compare at its first step before any reads.
+// A rank waits only for the ranks it reads from: in a broadcast or scatter the root fills the
+// slots and leaves, the others wait for the root alone; in a reduce or gather the others fill
+// their slots and leave, the root waits for them (as MPI's rooted collectives do: nobody
+// waits for a rank it needs nothing from). A rank compares what it brought (kind, root,
+// dtype, op, count) with what the ranks it waited for brought, at the first step of each
+// collective. With `checkAll` (the debug setting COMMUX_CHECK_COLLECTIVES) every rank meets
+// every other at the first step, so a mismatch fails every rank alike; without it, the ranks
+// that see a mismatch fail, and the channel stays in step where the steps the others take
+// allow it, else it breaks (see checkAgreement). The collectives themselves are built from these steps in
 // shm/algorithms.cpp; who runs them, and when, is shm/channel.hpp's.
 //
 // Only one thread of a rank runs the steps at a time (the channel's lane holder); the
