@@ -24,7 +24,7 @@ import commux  # noqa: F401  (registers the backend)
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--op", default="broadcast",
-                   choices=["broadcast", "allreduce", "barrier", "alltoall", "reduce_scatter"])
+                   choices=["broadcast", "allreduce", "allgather", "barrier", "alltoall", "reduce_scatter"])
     p.add_argument("--bytes", type=int, default=8, help="bytes per rank's tensor (float32)")
     p.add_argument("--iters", type=int, default=2000, help="calls per block")
     p.add_argument("--blocks", type=int, default=5)
@@ -34,10 +34,11 @@ def main() -> None:
     dist.init_process_group(args.backend)
     ws = dist.get_world_size()
     n = max(args.bytes // 4, ws)
-    t, o, rs = torch.zeros(n), torch.zeros(n), torch.zeros(n // ws)
+    t, o, rs, ag = torch.zeros(n), torch.zeros(n), torch.zeros(n // ws), torch.zeros(n * ws)
     call = {
         "broadcast": lambda: dist.broadcast(t, 0),
         "allreduce": lambda: dist.all_reduce(t),
+        "allgather": lambda: dist.all_gather_into_tensor(ag, t),
         "barrier": dist.barrier,
         "alltoall": lambda: dist.all_to_all_single(o, t),
         "reduce_scatter": lambda: dist.reduce_scatter_tensor(rs, t),

@@ -146,11 +146,18 @@ def _processes_mentioning(text):
 
 @pytest.mark.ucx_only
 @pytest.mark.timeout(120)
-def test_world_timeout_kills_every_rank(tmp_path):
-    """A world that outlives --timeout is killed, named, and the run exits 1."""
+@pytest.mark.parametrize("launch", ["own processes", "mpirun"])
+def test_world_timeout_kills_every_rank(tmp_path, launch):
+    """A world that outlives --timeout is killed, named, and the run exits 1, whether the
+    ranks are the runner's own processes or mpirun's children (a --mpi run)."""
+    from commux.bench import mpi_peer
+
+    if launch == "mpirun" and (why := mpi_peer.missing()):
+        pytest.skip(why)
     r = _bench(["--ops", "allreduce", "--ranks", "2", "--min-bytes", "8", "--max-bytes", "8",
                 "--rounds", "1000", "--block-seconds", "0.05", "--timeout", "10",
-                "--no-raw-ucx", "--no-plot", "--out", str(tmp_path)], 90)
+                "--no-raw-ucx", "--no-plot", "--out", str(tmp_path)]
+               + (["--mpi"] if launch == "mpirun" else []), 90)
     assert r.returncode == 1, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
     assert "TIMED OUT after 10 s" in r.stderr, r.stderr[-3000:]
     assert "op=allreduce" in r.stderr, r.stderr[-3000:]
@@ -160,8 +167,8 @@ def test_world_timeout_kills_every_rank(tmp_path):
 @pytest.mark.ucx_only
 @pytest.mark.timeout(240)
 def test_mpi_peer_beside_commux(tmp_path):
-    """--mpi: the same points through Open MPI's C API and mpi4py (torch tensors, numpy),
-    in the table, the CSV and the targets. scripts/test.sh installs Open MPI and mpi4py
+    """--mpi: the same points through Open MPI's C API and mpi4py (torch tensors, numpy;
+    interleaved with ucx and gloo in the same ranks), in the table, the CSV and the targets. scripts/test.sh installs Open MPI and mpi4py
     (scripts/install.sh --mpi); elsewhere the test says what is missing."""
     from commux.bench import mpi_peer
 

@@ -1,9 +1,11 @@
 """One rank of one benchmark world: ``python -m commux.bench._worker SPEC.json``.
 
 The parent (runner.py) starts every rank with RANK, WORLD_SIZE, MASTER_ADDR and
-MASTER_PORT set and waits with a hard timeout. The default group runs on ucx; a gloo
-group over the same ranks is both the comparison backend and the control channel
-(calibration agreement, gathering times), so even a ucx-only run has one.
+MASTER_PORT set (or, for a ``--mpi`` run, under mpirun, which gives the rank) and waits
+with a hard timeout. The default group runs on ucx; a gloo group over the same ranks is
+both the comparison backend and the control channel (calibration agreement, gathering
+times), so even a ucx-only run has one. In a ``--mpi`` run, mpi4py's blocks join ucx's
+and gloo's at every point (mpi_ops.py).
 
 Rank 0 rewrites ``result.json`` after every point, so a world that dies or times out
 still leaves the points it finished. Every rank rewrites ``state.<rank>`` before every
@@ -66,9 +68,24 @@ def _floor(spec: dict, rank: int, ctrl) -> dict:
 def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
+    workdir = spec["workdir"]
+    comm = None
+    if spec.get("mpi"):
+        # Under mpirun (runner.py): the rank comes from Open MPI, and stderr goes to the
+        # rank's own file as it does for the ranks runner.py starts itself. MPI starts
+        # before torch and commux, as an MPI program's would.
+        os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
+        os.environ["LOCAL_RANK"] = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ["RANK"])
+        log = os.open(os.path.join(workdir, f"rank{os.environ['RANK']}.stderr"),
+                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 2)
+        os.close(log)
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    workdir = spec["workdir"]
+    _write_atomic(os.path.join(workdir, f"pid.{rank}"), str(os.getpid()))
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     import torch
@@ -76,7 +93,7 @@ def main(argv: list[str]) -> int:
 
     import commux
 
-    from . import measure, sizes
+    from . import mpi_ops, measure, sizes
 
     torch.set_num_threads(1)
     commux.register()
@@ -84,6 +101,10 @@ def main(argv: list[str]) -> int:
     dist.init_process_group("ucx", timeout=timeout)
     gloo = dist.new_group(backend="gloo", timeout=timeout)
     groups = {name: {"ucx": dist.group.WORLD, "gloo": gloo}[name] for name in spec["backends"]}
+    sync = measure.TorchSync(gloo)
+    if comm is not None:
+        groups.update((name, name) for name in mpi_ops.BACKENDS)
+        sync = mpi_ops.MpiBesideTorchSync(gloo, comm)
     state_path = os.path.join(workdir, f"state.{rank}")
 
     def state(text: str) -> None:
@@ -100,10 +121,13 @@ def main(argv: list[str]) -> int:
     for op, requested in spec["points"]:
         nbytes = sizes.input_bytes(op, requested, world_size)
         fn = measure.make_op(op, requested, rank, world_size)
+        if comm is not None:
+            fn = mpi_ops.beside(fn, {name: mpi_ops.make_op(op, requested, rank, world_size, name, comm)
+                                         for name in mpi_ops.BACKENDS})
         where = f"op={op} bytes={nbytes}"
         stats = measure.measure_point(
             fn, groups, gloo, spec["rounds"], spec["block_seconds"], spec["max_iters"],
-            on_block=lambda backend, block: state(f"{where} backend={backend} block={block}"),
+            on_block=lambda backend, block: state(f"{where} backend={backend} block={block}"), sync=sync,
         )
         del fn
         if rank != 0:
@@ -119,7 +143,7 @@ def main(argv: list[str]) -> int:
                 "iterations": s["iterations"], "warmup": s["warmup"], "blocks": s["blocks"],
             })
             line.append(f"{backend} {s['median_s'] * scale * 1e6:10.1f} us")
-        if len(stats) == 2:
+        if "gloo" in stats and "ucx" in stats:
             line.append(f"gloo/ucx {stats['gloo']['median_s'] / stats['ucx']['median_s']:5.2f}x")
         _write_atomic(result_path, json.dumps(result, indent=1))
         if spec.get("progress", True):

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from . import floor_model, mpi_peer, raw_ucx, report, runner, targets
+from . import floor_model, mpi_ops, mpi_peer, raw_ucx, report, runner, targets
 from .sizes import OPS, SIZE_CONVENTION, footprint_bytes, format_size, input_bytes, parse_size, size_list
 
 CORES = os.cpu_count() or 1
@@ -55,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="short CI run: 2 ranks, 8 B / 64 KiB / 1 MiB, "
                    "2 rounds, short ucx_perftest")
     p.add_argument("--mpi", action="store_true", help="also run the same points through Open MPI: "
-                   "its C API (mpi_bench.c, compiled with mpicc) and mpi4py on torch tensors and on "
-                   "numpy, plus commux's C++ p2p (commux_bench) against Open MPI's; needs mpirun, "
+                   "mpi4py on torch tensors and on numpy, in blocks interleaved with ucx and gloo in the "
+                   "same ranks (started under mpirun), its C API (mpi_bench.c, compiled with mpicc) "
+                   "as a separate world, plus commux's C++ p2p (commux_bench) against Open MPI's; needs mpirun, "
                    "mpicc and mpi4py (scripts/install.sh --mpi)")
     p.add_argument("--no-raw-ucx", action="store_true", help="skip ucx_perftest")
     p.add_argument("--no-plot", action="store_true", help="skip results.png and the <op>.png files")
@@ -183,16 +184,17 @@ def main(argv: list[str] | None = None) -> int:
         for s in skip:
             print(f"  skipped {s['op']} {format_size(s['bytes'])} at {ranks} ranks: {s['reason']} "
                   f"({MEMORY_SHARE:.0%} of {memory / 2**30:.1f} GiB available)")
-        estimate = sum(estimate_seconds(op, n, ranks, len(backends), rounds, block_seconds) for op, n in plan)
+        columns = len(backends) + (len(mpi_ops.BACKENDS) if args.mpi else 0)
+        estimate = sum(estimate_seconds(op, n, ranks, columns, rounds, block_seconds) for op, n in plan)
         # Generous on purpose: real hangs are caught sooner by the stall limit.
         timeout = args.timeout or 120 + 2 * estimate
         print(f"world of {ranks} ranks: {len(plan)} points, hard timeout {timeout:.0f} s, "
               f"stall timeout {args.stall_timeout:.0f} s", flush=True)
         spec = dict(backends=backends, points=plan, rounds=rounds, block_seconds=block_seconds,
                     max_iters=args.max_iters, memcpy_sizes=memcpy_sizes,
-                    pg_timeout_s=timeout + 60, progress=not args.quiet)
+                    pg_timeout_s=timeout + 60, progress=not args.quiet, mpi=args.mpi)
         world = runner.run_world(ranks, spec, os.path.join(out, "work", f"ranks{ranks}"), timeout,
-                                 args.stall_timeout)
+                                 args.stall_timeout, mpi_peer.mpirun_command(ranks) if args.mpi else None)
         worlds.append(dict(ranks=ranks, seconds=round(world.seconds, 1), error=world.error,
                            points=len(world.result.get("points", [])), planned=len(plan)))
         points += world.result.get("points", [])
@@ -211,20 +213,14 @@ def main(argv: list[str] | None = None) -> int:
         if world.error:
             failures.append(world.error.splitlines()[0])
             print(f"ERROR: {world.error}", file=sys.stderr, flush=True)
-        if args.mpi:
+        if mpi_exe:
             t0 = time.monotonic()
-            print(f"MPI world of {ranks} ranks (mpi4py on torch tensors and numpy) ...", flush=True)
-            got, error = mpi_peer.run_mpi4py(ranks, spec, os.path.join(out, "work", f"mpi{ranks}"), timeout)
-            points += got
-            if mpi_exe:
-                print(f"MPI world of {ranks} ranks (Open MPI C) ...", flush=True)
-                got_c, error_c = mpi_peer.run_c(mpi_exe, ranks, plan, rounds, block_seconds,
-                                                args.max_iters, timeout)
-                points += got_c
-                for p in got_c if not args.quiet else []:
-                    print(f"  [{ranks} ranks] {p['op']:<14} {format_size(p['bytes']):>9}  mpi-c "
-                          f"{p['median_us']:10.2f} us", flush=True)
-                error = error or error_c
+            print(f"MPI world of {ranks} ranks (Open MPI C) ...", flush=True)
+            got_c, error = mpi_peer.run_c(mpi_exe, ranks, plan, rounds, block_seconds, args.max_iters, timeout)
+            points += got_c
+            for p in got_c if not args.quiet else []:
+                print(f"  [{ranks} ranks] {p['op']:<14} {format_size(p['bytes']):>9}  mpi-c "
+                      f"{p['median_us']:10.2f} us", flush=True)
             print(f"MPI world of {ranks} ranks: {time.monotonic() - t0:.1f} s", flush=True)
             if error:
                 failures.append(error.splitlines()[0])

@@ -1,17 +1,18 @@
 """The MPI peer of a run (``--mpi``): the same points through Open MPI, next to commux and
-gloo. Two programs per world size, each under ``mpirun`` with a hard timeout:
+gloo:
 
+* ``mpi4py-torch`` / ``mpi4py-numpy``: mpi4py on torch tensors and on numpy arrays, the
+  torch-facing peer (what a torch program calling MPI gets). Their blocks run inside the
+  torch ranks, interleaved with ucx and gloo (mpi_ops.py): the torch world starts under
+  ``mpirun`` (mpirun_command), so every column of a point is taken side by side.
 * ``mpi-c``: Open MPI's C API (mpi_bench.c, compiled here with mpicc into the output
-  folder), the number HPC users compare with;
-* ``mpi4py-torch`` / ``mpi4py-numpy``: mpi4py on torch tensors and on numpy arrays
-  (_mpi_worker.py), the torch-facing peer: what a torch program calling MPI gets.
+  folder), the number HPC users compare with. It is its own program, so it runs as a
+  separate world after the torch world of the same size, with the same timing rules; its
+  ratios to commux are as good as the machine's stability over the minutes between them.
 
-They run after the torch worlds of the same size, in the same run, with the same timing
-rules; they are other processes, so their ratios to commux are as good as the machine's
-stability over the minutes between them (the table says so). Open MPI runs as it does for
-its users: mpirun's defaults (vader shared memory, tuned collectives), with
---oversubscribe when there are more ranks than cores (Open MPI then yields while it
-waits).
+Open MPI runs as it does for its users: mpirun's defaults (vader shared memory, tuned
+collectives, its default binding), with --oversubscribe so that more ranks than cores
+are allowed (Open MPI then yields while it waits).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 from . import sizes
 
@@ -38,7 +38,8 @@ def missing() -> str | None:
     return None
 
 
-def _mpirun(ranks: int) -> list[str]:
+def mpirun_command(ranks: int) -> list[str]:
+    """mpirun for ``ranks`` ranks on this host, up to the program."""
     cmd = ["mpirun", "-n", str(ranks), "--oversubscribe"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
@@ -60,7 +61,7 @@ def run_c(exe: str, ranks: int, plan: list, rounds: int, block_seconds: float, m
           timeout: float) -> tuple[list[dict], str | None]:
     args = [f"{op}:{sizes.element_count(op, n, ranks)}" for op, n in plan]
     try:
-        r = subprocess.run(_mpirun(ranks) + [exe, str(rounds), str(block_seconds), str(max_iters)] + args,
+        r = subprocess.run(mpirun_command(ranks) + [exe, str(rounds), str(block_seconds), str(max_iters)] + args,
                            capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return [], f"mpi-c world of {ranks} ranks timed out after {timeout:.0f} s"
@@ -77,34 +78,6 @@ def run_c(exe: str, ranks: int, plan: list, rounds: int, block_seconds: float, m
                        "warmup": d["warmup"], "blocks": d["blocks"]})
     error = None if r.returncode == 0 else f"mpi-c exited with {r.returncode}: {r.stderr.strip()[-800:]}"
     return points, error
-
-
-def run_mpi4py(ranks: int, spec: dict, workdir: str, timeout: float) -> tuple[list[dict], str | None]:
-    os.makedirs(workdir, exist_ok=True)
-    spec = dict(spec, workdir=workdir)
-    spec_path = os.path.join(workdir, "mpi_spec.json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    result_path = os.path.join(workdir, "mpi_result.json")
-    if os.path.exists(result_path):
-        os.unlink(result_path)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    error = None
-    try:
-        passed = [a for v in ("OMP_NUM_THREADS", "PYTHONPATH", "LD_LIBRARY_PATH") if v in env
-                  for a in ("-x", v)]
-        r = subprocess.run(_mpirun(ranks) + passed + [sys.executable, "-m", "commux.bench._mpi_worker",
-                                                      spec_path],
-                           env=env, stdout=None, stderr=subprocess.PIPE, text=True, timeout=timeout)
-        if r.returncode != 0:
-            error = f"mpi4py world of {ranks} ranks exited with {r.returncode}: {r.stderr.strip()[-800:]}"
-    except subprocess.TimeoutExpired:
-        error = f"mpi4py world of {ranks} ranks timed out after {timeout:.0f} s"
-    try:
-        with open(result_path) as f:
-            return json.load(f).get("points", []), error
-    except (OSError, ValueError):
-        return [], error or "mpi4py wrote no result"
 
 
 def commux_cpp_p2p(repeats: int = 3) -> tuple[dict | None, str | None]:

@@ -54,8 +54,8 @@ def format_table(points: list[dict]) -> str:
                      "at the memcpy rate (+ UCX tag_lat for p2p), x ranks/cores when oversubscribed "
                      "(floor_model.py).")
     if any(b.startswith("mpi") for b in present):
-        lines.append("MPI columns come from separate mpirun worlds of the same run (mpiC = Open MPI's "
-                     "C API; m4py-t/-np = mpi4py on torch tensors / numpy).")
+        lines.append("m4py-t/-np = mpi4py on torch tensors / numpy, in blocks interleaved with ucx and gloo "
+                     "in the same ranks; mpiC = Open MPI's C API, a separate mpirun world of the same run.")
     lines.append("")
     lines.append(f"{'op':<15}{'ranks':>5}{'bytes':>11}"
                  + "".join(f"{_SHORT[b] + '_us':>12}" for b in present)

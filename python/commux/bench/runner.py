@@ -54,8 +54,8 @@ class WorldResult:
 
 def _stderr_tails(workdir: str, world_size: int) -> str:
     parts = []
-    for rank in range(world_size):
-        path = os.path.join(workdir, f"rank{rank}.stderr")
+    for rank in ["mpirun", *range(world_size)]:
+        path = os.path.join(workdir, f"{rank}.stderr" if rank == "mpirun" else f"rank{rank}.stderr")
         try:
             with open(path, errors="replace") as f:
                 lines = f.read().splitlines()
@@ -64,7 +64,7 @@ def _stderr_tails(workdir: str, world_size: int) -> str:
         if not lines:
             continue
         cut = len(lines) > STDERR_TAIL_LINES
-        head = f"--- rank {rank} stderr" + (f" (last {STDERR_TAIL_LINES} lines of {path})" if cut else "")
+        head = f"--- {rank if rank == 'mpirun' else f'rank {rank}'} stderr" + (f" (last {STDERR_TAIL_LINES} lines of {path})" if cut else "")
         parts.append("\n".join([head + " ---", *lines[-STDERR_TAIL_LINES:]]))
     return "\n".join(parts)
 
@@ -88,16 +88,36 @@ def _states(workdir: str, world_size: int) -> str:
     return "\n".join(lines)
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
+def _rank_pids(workdir: str) -> list[int]:
+    """The pids the ranks wrote at start (pid.<rank>): ranks under mpirun are its children
+    in process groups of their own, so killing mpirun's group alone could leave them."""
+    pids = []
+    for name in os.listdir(workdir):
+        if name.startswith("pid."):
+            try:
+                with open(os.path.join(workdir, name)) as f:
+                    pids.append(int(f.read().strip()))
+            except (OSError, ValueError):
+                pass
+    return pids
+
+
+def _signal_pids(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _stop(procs: list[subprocess.Popen], workdir: str) -> None:
     """SIGUSR1 (stack dump) then SIGKILL to every rank still alive, and reap them."""
     alive = [p for p in procs if p.poll() is None]
-    for p in alive:
-        try:
-            p.send_signal(signal.SIGUSR1)
-        except ProcessLookupError:
-            pass
+    ranks = _rank_pids(workdir) if alive else []
+    _signal_pids(ranks, signal.SIGUSR1)
     if alive:
         time.sleep(STACK_DUMP_WAIT_S)
+    _signal_pids(ranks, signal.SIGKILL)
     for p in procs:
         _kill_group(p, signal.SIGKILL)
     for p in procs:
@@ -118,10 +138,38 @@ def _last_progress(workdir: str, world_size: int, since: float) -> float:
     return newest
 
 
+def _forwarded(env: dict) -> list[str]:
+    """mpirun -x arguments that pass the rank-independent environment to every rank."""
+    names = [v for v in env if v.startswith(("COMMUX_", "UCX_", "TORCH_", "MASTER_", "NCCL_"))
+             or v in ("WORLD_SIZE", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPATH", "LD_LIBRARY_PATH")]
+    return [a for v in sorted(names) for a in ("-x", v)]
+
+
+def _launch(world_size: int, spec_path: str, workdir: str, base_env: dict, mpirun: list[str] | None,
+            logs: list) -> list[subprocess.Popen]:
+    """The ranks as processes of their own (each with RANK set), or, with ``mpirun`` (the
+    command up to the program), as one mpirun whose ranks read RANK from Open MPI's
+    environment (_worker.py) and write their own rank<r>.stderr."""
+    cmd = [sys.executable, "-m", "commux.bench._worker", spec_path]
+    if mpirun is not None:
+        logs.append(open(os.path.join(workdir, "mpirun.stderr"), "w"))
+        return [subprocess.Popen(mpirun + _forwarded(base_env) + cmd, env=base_env, stdin=subprocess.DEVNULL,
+                                 stderr=logs[-1], start_new_session=True)]
+    procs = []
+    for rank in range(world_size):
+        env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
+        logs.append(open(os.path.join(workdir, f"rank{rank}.stderr"), "w"))
+        procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=logs[-1],
+                                      start_new_session=True))
+    return procs
+
+
 def run_world(world_size: int, spec: dict, workdir: str, timeout_s: float,
-              stall_timeout_s: float) -> WorldResult:
+              stall_timeout_s: float, mpirun: list[str] | None = None) -> WorldResult:
     """Runs ``spec`` (see _worker.py) in ``world_size`` ranks; at most ``timeout_s``, and
-    at most ``stall_timeout_s`` without any rank starting a new block."""
+    at most ``stall_timeout_s`` without any rank starting a new block. With ``mpirun``
+    (``mpirun -n R ...``, up to the program) the ranks start under it, so that they can
+    also run MPI (the --mpi run's mpi4py blocks)."""
     os.makedirs(workdir, exist_ok=True)
     for name in os.listdir(workdir):
         os.unlink(os.path.join(workdir, name))
@@ -139,18 +187,12 @@ def run_world(world_size: int, spec: dict, workdir: str, timeout_s: float,
         PYTHONUNBUFFERED="1",
     )
     procs: list[subprocess.Popen] = []
-    logs = []
+    logs: list = []
     start = time.monotonic()
     wall_start = time.time()
     error = None
     try:
-        for rank in range(world_size):
-            env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
-            logs.append(open(os.path.join(workdir, f"rank{rank}.stderr"), "w"))
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "commux.bench._worker", spec_path],
-                env=env, stdin=subprocess.DEVNULL, stderr=logs[-1], start_new_session=True,
-            ))
+        procs = _launch(world_size, spec_path, workdir, base_env, mpirun, logs)
         deadline = start + timeout_s
         first_failure = None
         while True:
@@ -162,9 +204,10 @@ def run_world(world_size: int, spec: dict, workdir: str, timeout_s: float,
             if failed and first_failure is None:
                 first_failure = now
             if failed and (all(c is not None for c in codes) or now - first_failure > FAILURE_GRACE_S):
+                who = (f"mpirun exited with {codes[0]}" if mpirun is not None else
+                       f"rank(s) {failed} exited with {[codes[r] for r in failed]}")
                 error = (
-                    f"world of {world_size} ranks failed: rank(s) {failed} exited with "
-                    f"{[codes[r] for r in failed]} (stderr above)\nwhere each rank was:\n"
+                    f"world of {world_size} ranks failed: {who} (stderr above)\nwhere each rank was:\n"
                     + _states(workdir, world_size)
                 )
                 break
@@ -181,7 +224,7 @@ def run_world(world_size: int, spec: dict, workdir: str, timeout_s: float,
                 break
             time.sleep(0.05)
     finally:
-        _stop(procs)
+        _stop(procs, workdir)
         for log in logs:
             log.close()
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from commux.bench._mpi_worker import MpiSync
+from commux.bench.mpi_ops import MpiSync
 from commux.bench.measure import measure_point
 from commux.bench.window import burst_of
 
