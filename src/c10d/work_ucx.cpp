@@ -41,7 +41,11 @@ WorkUCX::WorkUCX(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
       outputs_(std::move(outputs)),
       timeout_(timeout),
       description_(std::move(description)),
-      engine_(std::move(engine)) {}
+      engine_(std::move(engine)) {
+  for (const auto& t : outputs_) {
+    if (t.defined()) bytes_ += t.nbytes();
+  }
+}
 
 WorkUCX::~WorkUCX() = default;
 
@@ -160,7 +164,7 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   // Only operations that do their own work (shared memory) have anything to assist with;
   // the others spare every wait the lock that reading op_ takes.
   const auto op = assists_ ? this->op() : nullptr;
-  return engine_->wait(done_, deadline, op.get());
+  return engine_->wait(done_, deadline, op.get(), bytes_);
 }
 
 bool WorkUCX::wait(std::chrono::milliseconds timeout) {

@@ -21,11 +21,13 @@ BlockingTransfer::~BlockingTransfer() {
 
 bool BlockingTransfer::sendIfFree(const Route& route, const void* data, std::size_t bytes,
                                   wire::Tag tag) {
+  bytes_ = bytes;
   Post post{this, &route, const_cast<void*>(data), bytes, tag, 0};
   return engine_.runIfFree(postSend, &post);
 }
 
 bool BlockingTransfer::recvIfFree(void* data, std::size_t bytes, wire::Tag tag, wire::Tag mask) {
+  bytes_ = bytes;
   Post post{this, nullptr, data, bytes, tag, mask};
   return engine_.runIfFree(postRecv, &post);
 }
@@ -114,7 +116,7 @@ void BlockingTransfer::end(void* request, ucs_status_t status, const RecvInfo& i
 }
 
 bool BlockingTransfer::waitUntil(std::chrono::steady_clock::time_point deadline) {
-  return engine_.wait(flag_, deadline);
+  return engine_.wait(flag_, deadline, nullptr, bytes_);
 }
 
 void BlockingTransfer::cancelRequest(Engine& engine, void* arg) {

@@ -77,6 +77,7 @@ class BlockingTransfer {
   DoneFlag flag_;
   // Written under the worker lock; read by the owner once the flag is set.
   void* request_ = nullptr;
+  std::size_t bytes_ = 0;  // what the transfer moves: how long a wait spins
   bool posting_ = false;  // inside ucp_tag_*_nbx, which may call back before it returns
   bool posted_ = false;   // a ...IfFree call found the worker free
   // Set by whoever ended it, as its last touch of this object: setDone still wakes the

@@ -741,7 +741,17 @@ void Engine::setDone(DoneFlag& flag) {
   if (flag.parked_.load(std::memory_order_seq_cst) != 0) waker_.wakeParked();
 }
 
-bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist) {
+std::chrono::microseconds Engine::transferSpin(std::uint64_t bytes) noexcept {
+  // 4 GB/s: below what this kind of machine copies between processes, so the spin ends
+  // after the data could have arrived. 2 ms: from 16 MiB on, sleeping costs nothing
+  // measurable against the transfer itself.
+  constexpr std::uint64_t kSpinBytesPerMicro = 4000;
+  constexpr std::chrono::microseconds kMaxTransferSpin{2000};
+  return std::min(std::chrono::microseconds(bytes / kSpinBytesPerMicro), kMaxTransferSpin);
+}
+
+bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist,
+                  std::uint64_t bytes) {
   if (flag.done()) return true;
   if (drivenByThisThread()) {
     // Inside a completion callback: this thread holds the worker, so nobody else can
@@ -764,8 +774,8 @@ bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline
     // up with no thread hand-off at all. Meanwhile the progress thread rests unarmed.
     {
       const Waker::Driver driving(waker_);
-      const auto spinEnd =
-          std::min(std::chrono::steady_clock::now() + settings_.waitSpin, deadline);
+      const auto spinEnd = std::min(
+          std::chrono::steady_clock::now() + settings_.waitSpin + transferSpin(bytes), deadline);
       // Yield the core every few passes: when the peer rank (or this rank's other threads)
       // shares the core, a spin that never yields makes it wait out the whole spin before
       // it can send the reply, a stable ~100 us per message. With the core to itself,

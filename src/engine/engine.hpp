@@ -126,8 +126,15 @@ class Engine {
   /// sleeps: parked on the worker's event fd (still driving it, so a completion wakes it
   /// directly), or on the flag's condition variable when another waiter is parked or this
   /// thread never drives. False at the deadline. docs/design.md, "Progress: who drives
-  /// the worker", has the whole protocol.
-  bool wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist = nullptr);
+  /// the worker", has the whole protocol. `bytes`, what the operation moves, lengthens
+  /// the spin by the time those bytes take to copy (transferSpin).
+  bool wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist = nullptr,
+            std::uint64_t bytes = 0);
+  /// How much longer than COMMUX_WAIT_SPIN_US a wait for an operation moving `bytes`
+  /// spins: their copy time at kSpinBytesPerMicro, at most kMaxTransferSpin. Such a wait
+  /// cannot end sooner, and one that parks just before its end pays a wake-up through
+  /// UCX's event fd on top (1 MiB p2p one way: 180 us parked, 146 us spinning).
+  static std::chrono::microseconds transferSpin(std::uint64_t bytes) noexcept;
   /// Sets `flag` and wakes whoever waits on it.
   void setDone(DoneFlag& flag);
   /// Someone may now wait without driving (a caller holding a future): the progress
