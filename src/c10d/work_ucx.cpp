@@ -43,7 +43,8 @@ WorkUCX::WorkUCX(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
       description_(std::move(description)),
       engine_(std::move(engine)) {
   for (const auto& t : outputs_) {
-    if (t.defined()) bytes_ += t.nbytes();
+    // Dense only: a sparse tensor has no nbytes (its parts move as separate operations).
+    if (t.defined() && t.layout() == at::kStrided) bytes_ += t.nbytes();
   }
 }
 
