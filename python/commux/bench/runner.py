@@ -54,8 +54,9 @@ class WorldResult:
 
 def _stderr_tails(workdir: str, world_size: int) -> str:
     parts = []
-    for rank in ["mpirun", *range(world_size)]:
-        path = os.path.join(workdir, f"{rank}.stderr" if rank == "mpirun" else f"rank{rank}.stderr")
+    # mpirun's own messages (a --mpi world), then each rank's.
+    for who, name in [("mpirun", "mpirun.stderr")] + [(f"rank {r}", f"rank{r}.stderr") for r in range(world_size)]:
+        path = os.path.join(workdir, name)
         try:
             with open(path, errors="replace") as f:
                 lines = f.read().splitlines()
@@ -64,7 +65,7 @@ def _stderr_tails(workdir: str, world_size: int) -> str:
         if not lines:
             continue
         cut = len(lines) > STDERR_TAIL_LINES
-        head = f"--- {rank if rank == 'mpirun' else f'rank {rank}'} stderr" + (f" (last {STDERR_TAIL_LINES} lines of {path})" if cut else "")
+        head = f"--- {who} stderr" + (f" (last {STDERR_TAIL_LINES} lines of {path})" if cut else "")
         parts.append("\n".join([head + " ---", *lines[-STDERR_TAIL_LINES:]]))
     return "\n".join(parts)
 
