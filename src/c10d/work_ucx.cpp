@@ -41,12 +41,7 @@ WorkUCX::WorkUCX(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
       outputs_(std::move(outputs)),
       timeout_(timeout),
       description_(std::move(description)),
-      engine_(std::move(engine)) {
-  for (const auto& t : outputs_) {
-    // Dense only: a sparse tensor has no nbytes (its parts move as separate operations).
-    if (t.defined() && t.layout() == at::kStrided) bytes_ += t.nbytes();
-  }
-}
+      engine_(std::move(engine)) {}
 
 WorkUCX::~WorkUCX() = default;
 
@@ -165,7 +160,13 @@ bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   // Only operations that do their own work (shared memory) have anything to assist with;
   // the others spare every wait the lock that reading op_ takes.
   const auto op = assists_ ? this->op() : nullptr;
-  return engine_->wait(done_, deadline, op.get(), bytes_);
+  // What the outputs hold sets how long the wait spins. Dense only: a sparse tensor has no
+  // nbytes (its parts move as separate operations).
+  std::uint64_t bytes = 0;
+  for (const auto& t : outputs_) {
+    if (t.defined() && t.layout() == at::kStrided) bytes += t.nbytes();
+  }
+  return engine_->wait(done_, deadline, op.get(), bytes);
 }
 
 bool WorkUCX::wait(std::chrono::milliseconds timeout) {

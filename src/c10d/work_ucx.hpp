@@ -97,7 +97,6 @@ class WorkUCX : public c10d::Work {
   const engine::Description description_;
   std::shared_ptr<engine::Engine> engine_;
   std::shared_ptr<engine::Op> op_;  // until it completes; under mutex_
-  std::uint64_t bytes_ = 0;          // what the outputs hold: how long a wait spins
   bool assists_ = false;            // op_ has work a waiter can do (Op::assist)
   engine::DoneFlag done_;
   std::atomic<bool> deferred_{false};

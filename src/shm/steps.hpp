@@ -19,8 +19,8 @@
 // collective. With `checkAll` (the debug setting COMMUX_CHECK_COLLECTIVES) every rank meets
 // every other at the first step, so a mismatch fails every rank alike; without it, the ranks
 // that see a mismatch fail, and the channel stays in step where the steps the others take
-// allow it, else it breaks (see checkAgreement). The collectives themselves are built from these steps in
-// shm/algorithms.cpp; who runs them, and when, is shm/channel.hpp's.
+// allow it, else it breaks (see checkAgreement). The collectives themselves are built from
+// these steps in shm/algorithms.cpp; who runs them, and when, is shm/channel.hpp's.
 //
 // Only one thread of a rank runs the steps at a time (the channel's lane holder); the
 // health calls (abandon, peerDied, stop, broken...) are for any thread. If a rank abandons

@@ -168,8 +168,9 @@ def test_world_timeout_kills_every_rank(tmp_path, launch):
 @pytest.mark.timeout(240)
 def test_mpi_peer_beside_commux(tmp_path):
     """--mpi: the same points through Open MPI's C API and mpi4py (torch tensors, numpy;
-    interleaved with ucx and gloo in the same ranks), in the table, the CSV and the targets. scripts/test.sh installs Open MPI and mpi4py
-    (scripts/install.sh --mpi); elsewhere the test says what is missing."""
+    interleaved with ucx and gloo in the same ranks), in the table, the CSV and the targets.
+    scripts/test.sh installs Open MPI and mpi4py (scripts/install.sh --mpi); elsewhere the
+    test says what is missing."""
     from commux.bench import mpi_peer
 
     if why := mpi_peer.missing():
