@@ -41,6 +41,10 @@ fi
 
 stage "build commux"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+# The distribution's compiler: it links the libstdc++ that torch loads. The GPU image's first
+# g++ on PATH (an /opt/gcc wrapper) links a static copy, which CMake now refuses.
+if [ -z "${CXX:-}" ] && [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
+echo "compiler: ${CXX:-$(command -v g++)} ($("${CXX:-g++}" -dumpfullversion 2>/dev/null))"
 if command -v g++ >/dev/null && command -v cmake >/dev/null; then
   # Release without the C++ benchmark: the lease is short, and nothing here debugs the build.
   timeout "${COMMUX_GPU_BUILD_S:-240}" "$PY" -m pip install --disable-pip-version-check -q \
@@ -54,6 +58,10 @@ else
     || { echo "FAILED: no compiler and no prebuilt commux wheel in $WHEELS"; exit 1; }
 fi
 (cd / && "$PY" -c "import commux; e = commux.load_extension(); print('commux', commux.__version__, 'cuda compiled', e.cuda_compiled(), 'devices', e.cuda_device_count(), 'ucx', e.ucx_version())")
+# A compiler that links libstdc++ statically puts a second copy of it beside torch's: its
+# iostreams then crash (seen on the first GPU run). Say which one this build got.
+lib=$(cd / && "$PY" -c "import commux, os; print(os.path.join(os.path.dirname(commux.__file__), 'lib', 'libcommux.so'))")
+if readelf -d "$lib" | grep -q 'libstdc++'; then echo "libstdc++: shared (good)"; else echo "libstdc++: NOT a shared dependency of $lib"; fi
 
 # Which UCX transports see the GPU (cuda_copy, cuda_ipc) decides how ranks move CUDA memory.
 (cd / && "$PY" - <<'PY'

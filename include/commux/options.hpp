@@ -56,6 +56,9 @@ struct Config {
   /// COMMUX_PIPELINE_CHUNK_BYTES: chunk size of the pipelined chains, and the piece size in
   /// which ring reduce-scatter steps move and fold their blocks.
   std::size_t pipelineChunkBytes = 512 * 1024;
+  /// COMMUX_CUDA_CHUNK_BYTES: the same for CUDA buffers. Each piece there costs a trip
+  /// through a CUDA stream (the fold, then a host function), so pieces are far larger.
+  std::size_t cudaChunkBytes = 16 * 1024 * 1024;
   /// COMMUX_LOG_ALGORITHMS_MIN_RANKS: from this group size on, allgather, reduce-scatter,
   /// allreduce and broadcast pick logarithmic algorithms (recursive doubling/halving,
   /// dissemination, Rabenseifner, scatter+allgather) by the cost model; smaller groups keep

@@ -80,7 +80,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
   const auto recvBlocks = layout(recvCounts, in);
   auto plan = collectives::planAlltoall(rank_, size_, sendBlocks, recvBlocks,
                                         static_cast<std::size_t>(input.element_size()),
-                                        input.is_cpu(), uniform, thresholds());
+                                        input.is_cpu(), uniform, thresholds(input));
   const std::size_t elements = std::max(in + out, plan.schedule.workElements);
   at::Tensor work = at::empty({static_cast<int64_t>(elements)}, input.options());
   work.narrow(0, 0, static_cast<int64_t>(in)).copy_(input);
@@ -107,7 +107,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
   const auto recvBlocks = layout(recvCounts, 0);
   auto plan = collectives::planAlltoall(rank_, size_, sendBlocks, recvBlocks,
                                         static_cast<std::size_t>(in.element_size()), in.is_cpu(),
-                                        uniform, thresholds());
+                                        uniform, thresholds(in));
   at::Tensor work = out;
   std::function<void()> finalize;
   if (plan.schedule.workElements > static_cast<std::size_t>(out.numel())) {

@@ -40,7 +40,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
       .copy_(inputBuffer.reshape({-1}));
   const std::uint32_t seq = nextSequence();
   auto plan = collectives::planAllgather(rank_, size_, equalBlocks(n, size_), work.element_size(),
-                                         thresholds());
+                                         thresholds(work));
   return launchCollective(
       c10d::OpType::_ALLGATHER_BASE, seq,
       describe("all_gather_into_tensor", {inputBuffer}, "", plan.algorithm, seq), {outputBuffer},
@@ -86,7 +86,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
   work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n)).copy_(input.reshape({-1}));
   const std::uint32_t seq = nextSequence();
   auto plan = collectives::planAllgather(rank_, size_, equalBlocks(n, size_), work.element_size(),
-                                         thresholds());
+                                         thresholds(work));
   return launchCollective(
       c10d::OpType::ALLGATHER, seq, describe("all_gather", {input}, "", plan.algorithm, seq),
       outputs, std::move(plan.schedule), work, std::nullopt,
@@ -136,7 +136,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
   const int64_t offset = static_cast<int64_t>(n) * rank_;
   const std::uint32_t seq = nextSequence();
   auto plan = collectives::planReduceScatter(rank_, size_, equalBlocks(n, size_),
-                                             work.element_size(), thresholds());
+                                             work.element_size(), thresholds(work));
   return launchCollective(
       c10d::OpType::_REDUCE_SCATTER_BASE, seq,
       describe("reduce_scatter_tensor", {outputBuffer}, reduction.label(), plan.algorithm, seq),

@@ -145,7 +145,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
                         reduction.label(), tensors, std::move(finalize), opts.timeout);
   }
   auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
-                                         thresholds());
+                                         thresholds(work));
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::ALLREDUCE, seq,
@@ -190,7 +190,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
                         tensors, std::move(finalize), opts.timeout);
   }
   auto plan = collectives::planReduce(rank_, size_, root, elementCount(work), work.element_size(),
-                                      thresholds());
+                                      thresholds(work));
   const std::uint32_t seq = nextSequence();
   return launchCollective(c10d::OpType::REDUCE, seq,
                           describe("reduce", tensors, detail, plan.algorithm, seq), tensors,
@@ -228,7 +228,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                         opts.timeout);
   }
   auto plan = collectives::planBroadcast(rank_, size_, root, elementCount(work), work.element_size(),
-                                         thresholds());
+                                         thresholds(work));
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::BROADCAST, seq,

@@ -6,12 +6,13 @@
 
 namespace commux {
 
-collectives::Thresholds thresholds() {
+collectives::Thresholds thresholds(const at::Tensor& buffer) {
   const Config& c = Config::get();
   collectives::Thresholds t;
   t.allreduceRingMinBytes = c.allreduceRingMinBytes;
   t.chainMinBytes = c.chainMinBytes;
-  t.pipelineChunkBytes = c.pipelineChunkBytes;
+  t.pipelineChunkBytes =
+      buffer.defined() && buffer.is_cuda() ? c.cudaChunkBytes : c.pipelineChunkBytes;
   t.logAlgorithmsMinRanks = c.logAlgorithmsMinRanks;
   t.ringMinBlockBytes = c.ringMinBlockBytes;
   return t;

@@ -18,7 +18,8 @@ namespace commux {
 /// grad themselves, and ATen refuses out= and in-place ops on them in grad mode.
 using NoAutograd = at::NoGradGuard;
 
-collectives::Thresholds thresholds();
+/// The selection's settings for an operation on `buffer` (host memory when undefined).
+collectives::Thresholds thresholds(const at::Tensor& buffer = at::Tensor());
 
 inline std::size_t elementCount(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 

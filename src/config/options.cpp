@@ -93,6 +93,7 @@ Config Config::fromEnvironment() {
   readUnsigned("COMMUX_ALLREDUCE_RING_MIN_BYTES", c.allreduceRingMinBytes);
   readUnsigned("COMMUX_CHAIN_MIN_BYTES", c.chainMinBytes);
   readUnsigned("COMMUX_PIPELINE_CHUNK_BYTES", c.pipelineChunkBytes);
+  readUnsigned("COMMUX_CUDA_CHUNK_BYTES", c.cudaChunkBytes);
   std::size_t logMinRanks = static_cast<std::size_t>(c.logAlgorithmsMinRanks);
   readUnsigned("COMMUX_LOG_ALGORITHMS_MIN_RANKS", logMinRanks);
   c.logAlgorithmsMinRanks = static_cast<int>(std::min<std::size_t>(logMinRanks, 1u << 30));
@@ -144,6 +145,7 @@ Config Config::fromEnvironment() {
   readBounded("COMMUX_MAX_CONTEXTS", c.maxContexts, 1, wire::kControlContext);
   c.shmSlotBytes = (c.shmSlotBytes + 4095) / 4096 * 4096;  // 0 stays 0: chosen per group
   if (c.pipelineChunkBytes == 0) throw std::invalid_argument("COMMUX_PIPELINE_CHUNK_BYTES must be > 0");
+  if (c.cudaChunkBytes == 0) throw std::invalid_argument("COMMUX_CUDA_CHUNK_BYTES must be > 0");
   return c;
 }
 

@@ -139,6 +139,7 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_ALLREDUCE_RING_MIN_BYTES"] = c.allreduceRingMinBytes;
     d["COMMUX_CHAIN_MIN_BYTES"] = c.chainMinBytes;
     d["COMMUX_PIPELINE_CHUNK_BYTES"] = c.pipelineChunkBytes;
+    d["COMMUX_CUDA_CHUNK_BYTES"] = c.cudaChunkBytes;
     d["COMMUX_SHM"] = c.shm;
     d["COMMUX_WINDOW_SHARE"] = c.windowShare;
     d["COMMUX_SHM_SLOT_BYTES"] = c.shmSlotBytes;

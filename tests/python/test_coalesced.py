@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import run_ranks
+from harness import expect_error, run_ranks
 
 
 def _coalesced(rank, ws):
@@ -19,6 +19,13 @@ def _coalesced(rank, ws):
     dist.all_reduce_coalesced(avg, op=dist.ReduceOp.AVG)
     mean = sum(range(ws)) / ws
     assert torch.allclose(avg[0], torch.full((4,), mean)) and torch.allclose(avg[1], torch.full((2, 2), 2 * mean))
+    # A reduction needs one dtype (as gloo): a mix is a clear error, and the group goes on.
+    mixed = [torch.ones(2), torch.ones(2, dtype=torch.float64)]
+    expect_error(lambda: dist.all_reduce_coalesced(mixed), ("dtype",),
+                 "all_reduce_coalesced of float32 and float64")
+    again = [torch.ones(2)]
+    dist.all_reduce_coalesced(again)
+    assert torch.equal(again[0], torch.full((2,), float(ws)))
     return True
 
 

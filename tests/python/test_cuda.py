@@ -166,10 +166,14 @@ def _collectives(rank, ws):
     dist.all_to_all_single(out, inp, [rank + 1] * ws, send_splits)
     want = torch.cat([torch.full((rank + 1,), float(10 * i + rank)) for i in range(ws)])
     assert torch.equal(out.cpu(), want)
-    pieces = [torch.ones(5, device=dev) * rank, torch.ones(3, device=dev, dtype=torch.float64)]
+    # One dtype per coalesced reduction (as gloo): a mix is refused, and nothing is lost.
+    mixed = [torch.ones(5, device=dev), torch.ones(3, device=dev, dtype=torch.float64)]
+    expect_error(lambda: get_backend_obj().allreduce_coalesced(mixed).wait(), ("one dtype",),
+                 "allreduce_coalesced of float32 and float64")
+    pieces = [torch.ones(5, device=dev) * rank, torch.ones(3, device=dev)]
     get_backend_obj().allreduce_coalesced(pieces).wait()
     assert torch.equal(pieces[0].cpu(), torch.full((5,), float(sum(range(ws)))))
-    assert torch.equal(pieces[1].cpu(), torch.full((3,), float(ws), dtype=torch.float64))
+    assert torch.equal(pieces[1].cpu(), torch.full((3,), float(ws)))
     return True
 
 
@@ -177,6 +181,28 @@ def _collectives(rank, ws):
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_cuda_every_collective(world_size):
     assert all(run_ranks(_collectives, world_size, timeout=300))
+
+
+def _chunked(rank, ws):
+    """Rings that move and fold CUDA blocks in many pieces (COMMUX_CUDA_CHUNK_BYTES)."""
+    import commux
+
+    assert commux.load_extension().config()["COMMUX_CUDA_CHUNK_BYTES"] == 4096
+    dev = _use_gpu(rank)
+    for n in (ws, 1000 * ws + 3, 50_001):  # one element per rank, uneven blocks, many pieces
+        x = torch.arange(n, dtype=torch.float64, device=dev) * (rank + 1)
+        dist.all_reduce(x)
+        assert torch.equal(x.cpu(), torch.arange(n, dtype=torch.float64) * (ws * (ws + 1) / 2)), n
+    out = torch.empty(20_000, device=dev)
+    dist.reduce_scatter_tensor(out, torch.full((20_000 * ws,), float(rank + 1), device=dev))
+    assert torch.equal(out.cpu(), torch.full((20_000,), float(ws * (ws + 1) / 2)))
+    return True
+
+
+@needs_gpu
+def test_cuda_rings_in_many_pieces():
+    env = {"COMMUX_CUDA_CHUNK_BYTES": "4096", "COMMUX_ALLREDUCE_RING_MIN_BYTES": "1024"}
+    assert all(run_ranks(_chunked, 3, timeout=120, env=env))
 
 
 def _errors_and_futures(rank, ws):
@@ -392,5 +418,7 @@ def _window(rank, ws):
 
 
 @needs_gpu
+@pytest.mark.skipif(not hasattr(torch._C._distributed_c10d, "WindowAccessType"),
+                    reason=f"torch {torch.__version__} has no c10d Window API (2.15 or newer)")
 def test_cuda_window_put_signal_get():
     assert all(run_ranks(_window, 2, timeout=180))

@@ -17,7 +17,12 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import PutOptions, WaitSignalOptions, WindowAccessType
+import torch._C._distributed_c10d as _c10d
+
+if not hasattr(_c10d, "WindowAccessType"):
+    pytest.skip(f"torch {torch.__version__} has no c10d Window API (torch 2.15 or newer)",
+                allow_module_level=True)
+from torch._C._distributed_c10d import PutOptions, WaitSignalOptions, WindowAccessType  # noqa: E402
 
 from harness import assert_group_works, expect_error, run_ranks
 
