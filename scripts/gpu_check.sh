@@ -41,9 +41,18 @@ fi
 
 stage "build commux"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-# The distribution's compiler: it links the libstdc++ that torch loads. The GPU image's first
-# g++ on PATH (an /opt/gcc wrapper) links a static copy, which CMake now refuses.
-if [ -z "${CXX:-}" ] && [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc; fi
+# The GPU image's compiler (CXX=/opt/gcc/bin/g++, a wrapper) links libstdc++ statically, which
+# crashed commux beside torch's copy and which CMake now refuses: then take the distribution's.
+links_shared() {
+  printf '#include <sstream>\nint f() { std::istringstream s("1"); int x; s >> x; return x; }\n' \
+    > /tmp/commux_probe.cpp &&
+    "$1" -shared -fPIC -o /tmp/commux_probe.so /tmp/commux_probe.cpp 2>/dev/null &&
+    readelf -d /tmp/commux_probe.so | grep -q 'libstdc++'
+}
+if ! links_shared "${CXX:-g++}" && [ -x /usr/bin/g++ ] && links_shared /usr/bin/g++; then
+  echo "${CXX:-g++} links libstdc++ statically: building with /usr/bin/g++"
+  export CXX=/usr/bin/g++ CC=/usr/bin/gcc
+fi
 echo "compiler: ${CXX:-$(command -v g++)} ($("${CXX:-g++}" -dumpfullversion 2>/dev/null))"
 if command -v g++ >/dev/null && command -v cmake >/dev/null; then
   # Release without the C++ benchmark: the lease is short, and nothing here debugs the build.
