@@ -22,6 +22,9 @@ enum class FailureDetection {
 
 enum class Hierarchy { Auto, Leader, Parallel, Off };
 
+/// How large pieces are written into shared-memory slots (COMMUX_SHM_STREAM).
+enum class ShmStream { Auto, Off, On };
+
 struct Config {
   /// COMMUX_PROGRESS_SPIN_US: how long the progress thread keeps polling UCX after its last
   /// event before it sleeps on the worker's event fd. Callers and waiters drive the worker
@@ -112,6 +115,10 @@ struct Config {
   bool checkCollectives = false;
   /// COMMUX_SHM_SPIN_US: how long a shared-memory wait polls before it sleeps (futex).
   std::chrono::microseconds shmSpin{50};
+  /// COMMUX_SHM_STREAM: pieces of 64 KiB and more go into the slots with streaming
+  /// (non-temporal) stores (on), through the cache (off), or whichever each process
+  /// currently times faster (auto; shm/slot_copy.hpp says why).
+  ShmStream shmStream = ShmStream::Auto;
   /// COMMUX_HOST: ranks share memory only if this is equal on them too (empty by default).
   /// Splits one machine into several "hosts", so the host-aware collectives can be tried on
   /// one machine; it never joins ranks that do not share a kernel and /dev/shm.

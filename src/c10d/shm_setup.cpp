@@ -180,6 +180,9 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   shm::ChannelShape shape;
   shape.size = count;
   shape.spin = config.shmSpin;
+  shape.copyMode = config.shmStream == ShmStream::On    ? shm::SlotCopyMode::Streaming
+                   : config.shmStream == ShmStream::Off ? shm::SlotCopyMode::Cached
+                                                        : shm::SlotCopyMode::Auto;
   std::shared_ptr<shm::Channel> channel;
   std::string problem;
   if (leader) {

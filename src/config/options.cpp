@@ -113,6 +113,10 @@ Config Config::fromEnvironment() {
   readUnsigned("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes);
   readUnsigned("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes);
   readMicros("COMMUX_SHM_SPIN_US", c.shmSpin);
+  readChoice("COMMUX_SHM_STREAM", c.shmStream,
+             {{"auto", ShmStream::Auto}, {"on", ShmStream::On}, {"1", ShmStream::On},
+              {"off", ShmStream::Off}, {"0", ShmStream::Off}},
+             "auto, on or off");
   if (const char* debug = std::getenv("TORCH_DISTRIBUTED_DEBUG"); debug != nullptr) {
     c.checkCollectives = std::strcmp(debug, "DETAIL") == 0;
   }

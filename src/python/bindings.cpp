@@ -149,6 +149,8 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_SHM_SPIN_US"] = c.shmSpin.count();
     d["COMMUX_CHECK_COLLECTIVES"] = c.checkCollectives;
     d["COMMUX_HOST"] = c.host;
+    static const char* const kStream[] = {"auto", "off", "on"};
+    d["COMMUX_SHM_STREAM"] = kStream[static_cast<int>(c.shmStream)];
     static const char* const kHierarchy[] = {"auto", "leader", "parallel", "off"};
     d["COMMUX_HIERARCHY"] = kHierarchy[static_cast<int>(c.hierarchy)];
     d["COMMUX_HIERARCHY_PARALLEL_MIN_BYTES"] = c.hierarchyParallelMinBytes;

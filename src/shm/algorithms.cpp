@@ -98,7 +98,7 @@ void allreduceChunked(Steps& steps, const Turn& turn) {
   for (std::size_t offset = 0; offset < count; offset += chunk) {
     const std::size_t len = std::min(chunk, count - offset);
     const std::uint32_t s = steps.beginStep(turn);
-    std::memcpy(steps.slot(s, steps.rank()), base + offset * elementSize, len * elementSize);
+    steps.copyToSlot(steps.slot(s, steps.rank()), base + offset * elementSize, len * elementSize);
     steps.meet(s, turn, offset == 0);
     const auto block = collectives::blockRange(len, steps.shape().size, steps.rank());
     if (block.count != 0) {
@@ -138,7 +138,7 @@ void broadcast(Steps& steps, const Turn& turn) {
   do {
     const std::size_t len = std::min(area, total - offset);
     const std::uint32_t s = steps.beginStep(turn, small);
-    if (root && len) std::memcpy(steps.slot(s, 0), base + offset, len);
+    if (root && len) steps.copyToSlot(steps.slot(s, 0), base + offset, len);
     arriveFromRoot(steps, turn, s, offset == 0, count);
     if (!root && len) std::memcpy(base + offset, steps.slot(s, 0), len);
     steps.mark(Phase::Departed, s);
@@ -182,7 +182,7 @@ void allgather(Steps& steps, const Turn& turn) {
   do {
     const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
     const std::uint32_t s = steps.beginStep(turn, small);
-    if (len) std::memcpy(steps.slot(s, steps.rank()), in + offset, len);
+    if (len) steps.copyToSlot(steps.slot(s, steps.rank()), in + offset, len);
     arrive(s, offset == 0, count);
     if (out) {
       for (int q = 0; q < steps.shape().size; ++q) {
@@ -217,7 +217,7 @@ void scatter(Steps& steps, const Turn& turn) {
     const std::uint32_t s = steps.beginStep(turn, small);
     if (in) {
       for (int q = 0; q < steps.shape().size; ++q) {
-        std::memcpy(steps.slot(s, q), in + static_cast<std::size_t>(q) * block + offset, len);
+        steps.copyToSlot(steps.slot(s, q), in + static_cast<std::size_t>(q) * block + offset, len);
       }
     }
     arriveFromRoot(steps, turn, s, offset == 0, count);
@@ -255,8 +255,8 @@ void reduceScatter(Steps& steps, const Turn& turn) {
     if (aliased) std::memcpy(own.data(), in + (rank * n + offset) * es, lenBytes);
     for (int q = 0; q < size && len; ++q) {
       if (q == rank) continue;
-      std::memcpy(steps.slot(s, rank) + otherIndex(rank, q) * lenBytes, in + (q * n + offset) * es,
-                  lenBytes);
+      steps.copyToSlot(steps.slot(s, rank) + otherIndex(rank, q) * lenBytes,
+                       in + (q * n + offset) * es, lenBytes);
     }
     steps.meet(s, turn, offset == 0);
     if (len) {
@@ -347,7 +347,7 @@ void alltoall(Steps& steps, const Turn& turn) {
     for (std::size_t q = 0; q < p; ++q) {
       if (q == me || lo >= job.sendCounts[q]) continue;
       const std::size_t len = std::min(piece, job.sendCounts[q] - lo);
-      std::memcpy(mine + pieceAt(me, q), in + (sendAt[q] + lo) * es, len * es);
+      steps.copyToSlot(mine + pieceAt(me, q), in + (sendAt[q] + lo) * es, len * es);
     }
     steps.meet(s, turn, i == 0);
     if (i == 0) {

@@ -37,6 +37,7 @@
 
 #include "shm/bell.hpp"
 #include "shm/job.hpp"
+#include "shm/slot_copy.hpp"
 
 namespace commux::engine {
 class Op;
@@ -55,6 +56,8 @@ struct ChannelShape {
   std::size_t cmaBytes = 0;  // single-copy reads (shm/cma.hpp) from here; 0: never
   /// Every rank meets every other at each collective's first step and checks them all.
   bool checkAll = false;
+  /// How this process writes large pieces into its slots (its own choice, not agreed).
+  SlotCopyMode copyMode = SlotCopyMode::Auto;
 };
 
 /// Thrown out of a wait when the deadline of the thread running the steps passed: a waiter
@@ -149,6 +152,10 @@ class Steps {
   /// this rank that leaves, so the others stop waiting for it).
   [[noreturn]] void leave(const Turn& turn);
   char* slot(std::uint32_t s, int rank) const noexcept;
+  /// Writes `bytes` into a slot for the others to read (shm/slot_copy.hpp); the runner's.
+  void copyToSlot(char* to, const void* from, std::size_t bytes) noexcept {
+    slotCopy_.copy(to, from, bytes);
+  }
   /// Whether a collective moving `bytes` per rank reads the others' buffers directly.
   bool cmaFor(std::size_t bytes) const noexcept {
     return shape_.cmaBytes != 0 && bytes >= shape_.cmaBytes;
@@ -191,6 +198,7 @@ class Steps {
   Control* controls_;
   char* slots_;
   std::unique_ptr<Signal> signal_;
+  SlotCopy slotCopy_{shape_.copyMode};
   std::size_t smallSlot_;
   char* small_;                     // the small slots
   std::uint32_t step_ = 0;          // the runner's

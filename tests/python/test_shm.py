@@ -135,6 +135,58 @@ def test_shm_depth_setting_is_checked():
         assert f"COMMUX_SHM_DEPTH={value} is not 2, 4, 8 or 16" in msg, msg
 
 
+def _streamed(rank, ws):
+    """Every collective that writes large pieces into the slots (shm/slot_copy.hpp), at odd
+    byte offsets and lengths, checked against what each rank computes alone."""
+    cfg = commux.load_extension().config()
+    assert cfg["COMMUX_SHM_STREAM"] == os.environ.get("COMMUX_SHM_STREAM", "auto"), cfg
+    g = torch.Generator().manual_seed(1234)
+    for n in (300_001, 1 << 20):  # odd: pieces start and end off the 16-byte grid
+        data = [torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g) for _ in range(ws)]
+        mine = data[rank]
+        x = mine.clone()
+        dist.all_reduce(x)  # chunked: each rank copies into its slot, then folds a block
+        assert torch.equal(x, sum(d.to(torch.int64) for d in data).remainder(256).to(torch.uint8)), n
+        b = mine.clone()
+        dist.broadcast(b, src=ws - 1)
+        assert torch.equal(b, data[ws - 1]), n
+        out = torch.empty(n * ws, dtype=torch.uint8)
+        dist.all_gather_into_tensor(out, mine)
+        assert torch.equal(out, torch.cat(data)), n
+        rs = torch.empty(n, dtype=torch.uint8)
+        dist.reduce_scatter_tensor(rs, torch.cat([mine] * ws))
+        assert torch.equal(rs, x), n  # every block of every rank is its own data: the sum
+        sc = torch.empty(n, dtype=torch.uint8)
+        dist.scatter(sc, [d.clone() for d in data] if rank == 0 else None, src=0)
+        assert torch.equal(sc, data[rank]), n
+        # Uneven all-to-all: rank r sends (j + 1) * n // 7 + r bytes to rank j.
+        sizes = [[(j + 1) * n // 7 + r for j in range(ws)] for r in range(ws)]
+        chunks = [torch.randint(0, 256, (sizes[r][j],), dtype=torch.uint8, generator=g)
+                  for r in range(ws) for j in range(ws)]
+        inp = torch.cat([chunks[rank * ws + j] for j in range(ws)])
+        got = torch.empty(sum(sizes[r][rank] for r in range(ws)), dtype=torch.uint8)
+        dist.all_to_all_single(got, inp, [sizes[r][rank] for r in range(ws)], sizes[rank])
+        assert torch.equal(got, torch.cat([chunks[r * ws + rank] for r in range(ws)])), n
+    assert _shm_threads() == 1, "the shared-memory path was not used"
+    return True
+
+
+# Each process picks its own way (on, off, auto); ranks that differ must still agree.
+@pytest.mark.parametrize("stream", ["auto", "on", "off", ["on", "off", "auto"]])
+def test_shm_large_pieces_streamed_or_cached(stream):
+    assert all(run_ranks(_streamed, 3, timeout=150, env={"COMMUX_SHM_STREAM": stream}))
+
+
+def _bad_stream(rank, ws, scratch):
+    return expect_error(lambda: commux.load_extension().config(), ("COMMUX_SHM_STREAM",),
+                        "a bad COMMUX_SHM_STREAM", exc_types=(ValueError,))
+
+
+def test_shm_stream_setting_is_checked():
+    msg = run_ranks(_bad_stream, 1, timeout=60, init="none", env={"COMMUX_SHM_STREAM": "fast"})[0]
+    assert "auto, on or off" in msg, msg
+
+
 def _mismatch(rank, ws):
     # Different sizes, then different dtypes: every rank gets the same clear error, and the
     # channel stays in step.
