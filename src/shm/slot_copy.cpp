@@ -43,27 +43,52 @@ void streamCopy(void* to, const void* from, std::size_t bytes) noexcept {
 
 bool CopyChooser::streamNext() noexcept {
   if (mode_ != SlotCopyMode::Auto) return mode_ == SlotCopyMode::Streaming;
-  // Each way is tried first, then the cheaper one is taken (see kStreamFactor), and every
-  // kExploreEvery-th copy the other one, so that a change of the machine's state shows.
-  if (cost_[0] < 0) return false;
-  if (cost_[1] < 0) return true;
-  const bool stream = cost_[0] > kStreamFactor * cost_[1];
-  exploring_ = ++count_ % kExploreEvery == 0;
-  return exploring_ ? !stream : stream;
+  if (burstLeft_ > 0) return trying_;
+  if (cost_[0] < 0 || cost_[1] < 0) {
+    startTry(cost_[0] >= 0);  // cached first, then streaming
+    return trying_;
+  }
+  const bool stream = chosen();
+  if (stream != choice_) {
+    // The chosen way's own copies changed the choice: look at the other one again soon.
+    choice_ = stream;
+    interval_ = kFirstInterval;
+    untilTry_ = std::min(untilTry_, interval_);
+  }
+  if (--untilTry_ == 0) {
+    startTry(!stream);
+    return trying_;
+  }
+  return stream;
+}
+
+void CopyChooser::startTry(bool streamed) noexcept {
+  trying_ = streamed;
+  burstLeft_ = kBurst;
+  burstBest_ = -1.0;
 }
 
 void CopyChooser::record(bool streamed, double nsPerByte) noexcept {
-  double& cost = cost_[streamed ? 1 : 0];
-  // The way not chosen has an old estimate: its new sample replaces it (if that sample was
-  // unlucky, the chosen way keeps going until the next try). The chosen way's is an average
-  // of the last few, each counted as at most twice the average: one copy slowed by
-  // preemption moves it by a quarter, and a real change flips the choice within a few copies.
-  if (cost < 0 || exploring_) {
-    cost = nsPerByte;
-  } else {
-    cost += (std::min(nsPerByte, 2 * cost) - cost) / 4;
+  if (burstLeft_ > 0 && streamed == trying_) {
+    if (burstBest_ < 0 || nsPerByte < burstBest_) burstBest_ = nsPerByte;
+    if (--burstLeft_ != 0) return;
+    const bool known = cost_[0] >= 0 && cost_[1] >= 0;
+    cost_[streamed ? 1 : 0] = burstBest_;
+    if (known) {
+      const bool stream = chosen();
+      interval_ = stream == choice_ ? std::min(2 * interval_, kLastInterval) : kFirstInterval;
+      choice_ = stream;
+    } else if (cost_[0] >= 0 && cost_[1] >= 0) {
+      choice_ = chosen();
+    }
+    untilTry_ = interval_;
+    return;
   }
-  exploring_ = false;
+  // The chosen way's estimate: an average of the last few, each counted as at most twice
+  // the average, so that one copy slowed by preemption moves it by a quarter and a real
+  // change flips the choice within a few copies.
+  double& cost = cost_[streamed ? 1 : 0];
+  cost += (std::min(nsPerByte, 2 * cost) - cost) / 4;
 }
 
 void SlotCopy::copy(void* to, const void* from, std::size_t bytes) noexcept {

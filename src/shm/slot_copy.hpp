@@ -25,10 +25,19 @@ enum class SlotCopyMode { Auto, Cached, Streaming };
 
 /// The choice between cached and streaming copies, from timings (no clock inside, so that
 /// it can be tested step by step). One per process and channel, used by one thread at a time.
+///
+/// Each way is first tried for a short burst, then the chosen way's copies keep its estimate
+/// current, and now and then a burst of the other way renews that one. A burst's best copy
+/// counts: its first copies pay for the state the other way left (after streaming, a cached
+/// write finds no line in any cache), which would otherwise lock the choice in.
 class CopyChooser {
  public:
-  /// Every this many large copies, one uses the way not chosen, to notice a change.
-  static constexpr std::uint32_t kExploreEvery = 128;
+  /// Copies per try of a way.
+  static constexpr std::uint32_t kBurst = 4;
+  /// Copies between tries of the way not chosen: the first interval, doubled while tries
+  /// confirm the choice, up to the last, and back to the first when the choice changes.
+  static constexpr std::uint32_t kFirstInterval = 128;
+  static constexpr std::uint32_t kLastInterval = 2048;
   /// Streaming is chosen when cached copies take this many times longer. A writer times
   /// only its own copy, and a streamed piece costs its readers more (they read it from
   /// memory): in the stretches this is for, cached copies are 5-15x slower.
@@ -43,10 +52,17 @@ class CopyChooser {
   double estimate(bool streamed) const noexcept { return cost_[streamed ? 1 : 0]; }
 
  private:
+  bool chosen() const noexcept { return cost_[0] > kStreamFactor * cost_[1]; }
+  void startTry(bool streamed) noexcept;
+
   SlotCopyMode mode_;
   double cost_[2] = {-1.0, -1.0};  // [cached, streaming]
-  std::uint32_t count_ = 0;
-  bool exploring_ = false;  // the last streamNext() picked the way not chosen
+  bool choice_ = false;            // the way chosen at the last copy outside a try
+  bool trying_ = false;            // the way a burst tries
+  std::uint32_t burstLeft_ = 0;    // copies left in the current try
+  double burstBest_ = 0;
+  std::uint32_t interval_ = kFirstInterval;
+  std::uint32_t untilTry_ = kFirstInterval;
 };
 
 /// Writes pieces into slots: below `minBytes` always by memcpy (a small piece's lines are

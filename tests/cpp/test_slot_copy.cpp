@@ -69,17 +69,39 @@ int streamedOf(CopyChooser& c, int copies, double cached, double streaming) {
   return streamed;
 }
 
+// At most how many of `copies` belong to tries of the way not chosen (a first one included).
+int tries(int copies) {
+  return static_cast<int>(CopyChooser::kBurst) * (2 + copies / static_cast<int>(CopyChooser::kFirstInterval));
+}
+
+// The first copies after a switch pay for the state the other way left: a machine where a
+// cached write right after streaming ones costs 10x, and 0.03 from the second on.
+TEST(SlotCopy, ATryIsJudgedByItsBestCopy) {
+  CopyChooser c(SlotCopyMode::Auto);
+  int streamed = 0, sinceStream = 99;
+  for (int i = 0; i < 4000; ++i) {
+    const bool s = c.streamNext();
+    streamed += s;
+    sinceStream = s ? 0 : sinceStream + 1;
+    c.record(s, s ? 0.05 : (sinceStream == 1 ? 0.30 : 0.03));
+  }
+  EXPECT_LE(streamed, tries(4000)) << "locked into streaming by the first cached copy of a try";
+}
+
 TEST(SlotCopy, AutoTakesTheFasterWayAndFollowsAChange) {
   CopyChooser c(SlotCopyMode::Auto);
-  const int n = 10 * CopyChooser::kExploreEvery;
+  const int n = 10 * CopyChooser::kFirstInterval;
   // Cached copies cheap (the readers' caches give their lines up quickly): nearly all cached,
-  // one in kExploreEvery streamed to look again.
-  EXPECT_LE(streamedOf(c, n, 0.03, 0.05), n / CopyChooser::kExploreEvery + 2);
+  // a burst of streaming now and then, ever more rarely, to look again.
+  EXPECT_LE(streamedOf(c, n, 0.03, 0.05), tries(n));
   // The machine turns (a stretch where taking lines from the readers is slow): streaming wins
-  // from the next look on.
-  EXPECT_GE(streamedOf(c, n, 0.40, 0.05), n - 2 * CopyChooser::kExploreEvery);
-  // And back.
-  EXPECT_LE(streamedOf(c, n, 0.03, 0.05), 2 * CopyChooser::kExploreEvery);
+  // within a few copies.
+  EXPECT_GE(streamedOf(c, n, 0.40, 0.05), n - tries(n) - 8);
+  // And back, at the next try: tries of the way not chosen grow rarer while they confirm
+  // the choice, up to one per kLastInterval copies.
+  const int m = 3 * CopyChooser::kLastInterval;
+  EXPECT_LE(streamedOf(c, m, 0.03, 0.05), CopyChooser::kLastInterval + tries(m));
+  EXPECT_LE(streamedOf(c, m, 0.03, 0.05), tries(m)) << "stays cached once back";
   EXPECT_GT(c.estimate(true), 0.0);
   EXPECT_GT(c.estimate(false), 0.0);
 }
@@ -87,7 +109,7 @@ TEST(SlotCopy, AutoTakesTheFasterWayAndFollowsAChange) {
 TEST(SlotCopy, StreamsOnlyWhenCachedCopiesAreFarSlower) {
   // The writer's own time of a streamed piece leaves out its readers' extra cost.
   CopyChooser c(SlotCopyMode::Auto);
-  EXPECT_LE(streamedOf(c, 1000, 0.06, 0.04), 1000 / CopyChooser::kExploreEvery + 2);
+  EXPECT_LE(streamedOf(c, 1000, 0.06, 0.04), tries(1000));
 }
 
 TEST(SlotCopy, OneSlowCopyDoesNotFlipTheChoice) {
