@@ -83,7 +83,7 @@ TEST(SlotCopy, ATryIsJudgedByItsBestCopy) {
     const bool s = c.streamNext();
     streamed += s;
     sinceStream = s ? 0 : sinceStream + 1;
-    c.record(s, s ? 0.05 : (sinceStream == 1 ? 0.30 : 0.03));
+    c.record(s, s ? 0.05 : (sinceStream == 1 ? 0.50 : 0.03));
   }
   EXPECT_LE(streamed, tries(4000)) << "locked into streaming by the first cached copy of a try";
 }
@@ -109,7 +109,7 @@ TEST(SlotCopy, AutoTakesTheFasterWayAndFollowsAChange) {
 TEST(SlotCopy, StreamsOnlyWhenCachedCopiesAreFarSlower) {
   // The writer's own time of a streamed piece leaves out its readers' extra cost.
   CopyChooser c(SlotCopyMode::Auto);
-  EXPECT_LE(streamedOf(c, 1000, 0.06, 0.04), tries(1000));
+  EXPECT_LE(streamedOf(c, 1000, 0.10, 0.04), tries(1000));
 }
 
 TEST(SlotCopy, OneSlowCopyDoesNotFlipTheChoice) {
