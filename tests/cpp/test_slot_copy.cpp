@@ -28,7 +28,8 @@ TEST(SlotCopy, StreamCopyMovesEveryByteAtAnyAlignmentAndLength) {
     ASSERT_EQ(0, std::memcmp(dst.data() + to, src.data() + from, len))
         << "from " << from << " to " << to << " length " << len;
     for (std::size_t i = 0; i < to; ++i) ASSERT_EQ(dst[i], 0xA5) << "wrote before the start";
-    for (std::size_t i = to + len; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xA5) << "wrote past the end";
+    for (std::size_t i = to + len; i < dst.size(); ++i)
+      ASSERT_EQ(dst[i], 0xA5) << "wrote past the end";
   }
 }
 
@@ -71,7 +72,8 @@ int streamedOf(CopyChooser& c, int copies, double cached, double streaming) {
 
 // At most how many of `copies` belong to tries of the way not chosen (a first one included).
 int tries(int copies) {
-  return static_cast<int>(CopyChooser::kBurst) * (2 + copies / static_cast<int>(CopyChooser::kFirstInterval));
+  return static_cast<int>(CopyChooser::kBurst) *
+         (2 + copies / static_cast<int>(CopyChooser::kFirstInterval));
 }
 
 // The first copies after a switch pay for the state the other way left: a machine where a
