@@ -182,11 +182,17 @@ void allgather(Steps& steps, const Turn& turn) {
   do {
     const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
     const std::uint32_t s = steps.beginStep(turn, small);
-    if (len) steps.copyToSlot(steps.slot(s, steps.rank()), in + offset, len);
+    // A gather's root reads its own block from its input: nobody reads its slot.
+    const bool filled = job.kind == Kind::Allgather || steps.rank() != job.root;
+    if (len && filled) steps.copyToSlot(steps.slot(s, steps.rank()), in + offset, len);
     arrive(s, offset == 0, count);
     if (out) {
       for (int q = 0; q < steps.shape().size; ++q) {
-        std::memcpy(out + static_cast<std::size_t>(q) * block + offset, steps.slot(s, q), len);
+        char* to = out + static_cast<std::size_t>(q) * block + offset;
+        // This rank's own block comes from its input, still in its cache: its slot copy may
+        // have been streamed past the cache (shm/slot_copy.hpp). In place: nothing to copy.
+        const char* from = q == steps.rank() ? in + offset : steps.slot(s, q);
+        if (len && to != from) std::memcpy(to, from, len);
       }
     }
     steps.mark(Phase::Departed, s);
@@ -215,13 +221,17 @@ void scatter(Steps& steps, const Turn& turn) {
   do {
     const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
     const std::uint32_t s = steps.beginStep(turn, small);
+    const char* mine = in ? in + static_cast<std::size_t>(steps.rank()) * block + offset : nullptr;
     if (in) {
       for (int q = 0; q < steps.shape().size; ++q) {
+        // The root's own block goes straight from its input (below), not through a slot.
+        if (q == steps.rank()) continue;
         steps.copyToSlot(steps.slot(s, q), in + static_cast<std::size_t>(q) * block + offset, len);
       }
     }
     arriveFromRoot(steps, turn, s, offset == 0, count);
-    if (len) std::memcpy(out + offset, steps.slot(s, steps.rank()), len);
+    const char* from = mine ? mine : steps.slot(s, steps.rank());
+    if (len && out + offset != from) std::memcpy(out + offset, from, len);
     steps.mark(Phase::Departed, s);
     offset += len;
   } while (offset < block);
