@@ -67,10 +67,6 @@ else
     || { echo "FAILED: no compiler and no prebuilt commux wheel in $WHEELS"; exit 1; }
 fi
 (cd / && "$PY" -c "import commux; e = commux.load_extension(); print('commux', commux.__version__, 'cuda compiled', e.cuda_compiled(), 'devices', e.cuda_device_count(), 'ucx', e.ucx_version())")
-# A compiler that links libstdc++ statically puts a second copy of it beside torch's: its
-# iostreams then crash (seen on the first GPU run). Say which one this build got.
-lib=$(cd / && "$PY" -c "import commux, os; print(os.path.join(os.path.dirname(commux.__file__), 'lib', 'libcommux.so'))")
-if readelf -d "$lib" | grep -q 'libstdc++'; then echo "libstdc++: shared (good)"; else echo "libstdc++: NOT a shared dependency of $lib"; fi
 
 # Which UCX transports see the GPU (cuda_copy, cuda_ipc) decides how ranks move CUDA memory.
 (cd / && "$PY" - <<'PY'

@@ -178,12 +178,12 @@ void allgather(Steps& steps, const Turn& turn) {
   }
   const bool small = block <= steps.smallSlotBytes();
   const std::uint32_t count = stepsFor(block, steps.shape().slotBytes);
+  // A gather's root reads its own block from its input: nobody reads its slot.
+  const bool filled = job.kind == Kind::Allgather || steps.rank() != job.root;
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
     const std::uint32_t s = steps.beginStep(turn, small);
-    // A gather's root reads its own block from its input: nobody reads its slot.
-    const bool filled = job.kind == Kind::Allgather || steps.rank() != job.root;
     if (len && filled) steps.copyToSlot(steps.slot(s, steps.rank()), in + offset, len);
     arrive(s, offset == 0, count);
     if (out) {

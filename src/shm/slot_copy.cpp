@@ -72,14 +72,14 @@ void CopyChooser::record(bool streamed, double nsPerByte) noexcept {
   if (burstLeft_ > 0 && streamed == trying_) {
     if (burstBest_ < 0 || nsPerByte < burstBest_) burstBest_ = nsPerByte;
     if (--burstLeft_ != 0) return;
-    const bool known = cost_[0] >= 0 && cost_[1] >= 0;
+    const bool wasKnown = cost_[0] >= 0 && cost_[1] >= 0;  // false after the first tries
     cost_[streamed ? 1 : 0] = burstBest_;
-    if (known) {
+    if (cost_[0] >= 0 && cost_[1] >= 0) {
       const bool stream = chosen();
-      interval_ = stream == choice_ ? std::min(2 * interval_, kLastInterval) : kFirstInterval;
+      if (wasKnown) {
+        interval_ = stream == choice_ ? std::min(2 * interval_, kLastInterval) : kFirstInterval;
+      }
       choice_ = stream;
-    } else if (cost_[0] >= 0 && cost_[1] >= 0) {
-      choice_ = chosen();
     }
     untilTry_ = interval_;
     return;
