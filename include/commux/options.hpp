@@ -3,9 +3,10 @@
 // The README's environment table documents each one; UCX's own UCX_* variables pass
 // through to UCX untouched.
 #include <chrono>
-#include <string>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace commux {
 
@@ -115,6 +116,12 @@ struct Config {
   bool checkCollectives = false;
   /// COMMUX_SHM_SPIN_US: how long a shared-memory wait polls before it sleeps (futex).
   std::chrono::microseconds shmSpin{50};
+  /// COMMUX_SHM_POLL_NS: how long a shared-memory wait polls without yielding its core before
+  /// the spin above (which yields between polls). A yield is a system call, about as long as
+  /// a whole small step, and it delays seeing the other rank's answer; a rank that has a core
+  /// to itself loses nothing by keeping it. Unset: 2 us when the host's ranks have a core
+  /// each, else 0 (polling would keep a rank that cannot answer off the core).
+  std::optional<std::chrono::nanoseconds> shmPoll;
   /// COMMUX_SHM_STREAM: pieces of 64 KiB and more go into the slots with streaming
   /// (non-temporal) stores (on), through the cache (off), or whichever each process
   /// currently times faster (auto; shm/slot_copy.hpp says why).

@@ -135,15 +135,20 @@ bool allSay(c10d::Store& store, const std::string& what, const std::vector<int>&
   return std::all_of(answers.begin(), answers.end(), [](const std::string& a) { return a == "1"; });
 }
 
+// More ranks on the host than this process may run on.
+bool hostCrowded(int ranks) {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return ranks > cores;
+}
+
 // The leader's choice of slot size and depth (COMMUX_SHM_SLOT_BYTES, COMMUX_SHM_DEPTH, or by
 // how crowded the host is): one decision, which every rank of the host takes from it, even
 // where the ranks' views of the cores differ (affinity masks).
 void chooseSlots(shm::ChannelShape& shape) {
   const Config& config = Config::get();
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  const int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  const bool crowded = shape.size > cores;
+  const bool crowded = hostCrowded(shape.size);
   // Oversubscribed, a rank that has a core runs up to `depth` small collectives (a
   // broadcast's root, a reader draining what is there) before it must yield to one that
   // has none (docs/performance.md, 2026-12-04 10:40).
@@ -180,6 +185,8 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   shm::ChannelShape shape;
   shape.size = count;
   shape.spin = config.shmSpin;
+  shape.poll = config.shmPoll.value_or(hostCrowded(count) ? std::chrono::nanoseconds(0)
+                                                          : std::chrono::microseconds(2));
   shape.copyMode = config.shmStream == ShmStream::On    ? shm::SlotCopyMode::Streaming
                    : config.shmStream == ShmStream::Off ? shm::SlotCopyMode::Cached
                                                         : shm::SlotCopyMode::Auto;

@@ -113,6 +113,11 @@ Config Config::fromEnvironment() {
   readUnsigned("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes);
   readUnsigned("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes);
   readMicros("COMMUX_SHM_SPIN_US", c.shmSpin);
+  if (const char* raw = std::getenv("COMMUX_SHM_POLL_NS"); raw != nullptr && *raw != '\0') {
+    long long ns = 0;
+    readUnsigned("COMMUX_SHM_POLL_NS", ns);
+    c.shmPoll = std::chrono::nanoseconds(ns);
+  }
   readChoice("COMMUX_SHM_STREAM", c.shmStream,
              {{"auto", ShmStream::Auto}, {"on", ShmStream::On}, {"1", ShmStream::On},
               {"off", ShmStream::Off}, {"0", ShmStream::Off}},

@@ -147,6 +147,7 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_SHM_SMALL_BYTES"] = c.shmSmallBytes;
     d["COMMUX_SHM_CMA_BYTES"] = c.shmCmaBytes;
     d["COMMUX_SHM_SPIN_US"] = c.shmSpin.count();
+    d["COMMUX_SHM_POLL_NS"] = c.shmPoll ? py::object(py::int_(c.shmPoll->count())) : py::none();
     d["COMMUX_CHECK_COLLECTIVES"] = c.checkCollectives;
     d["COMMUX_HOST"] = c.host;
     static const char* const kStream[] = {"auto", "off", "on"};

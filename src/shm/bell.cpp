@@ -1,9 +1,14 @@
 #include "shm/bell.hpp"
 
 #include <linux/futex.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include <climits>
 #include <thread>
@@ -21,9 +26,36 @@ void futexWakeAll(std::uint32_t* word) {
   ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+// Tells the core this is a wait loop: the sibling hyperthread runs, and leaving the loop
+// costs no pipeline flush.
+inline void cpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 constexpr long kSliceNs = 20 * 1000 * 1000;  // how often a sleeper checks interrupt()
 
 }  // namespace
+
+long PollGate::involuntarySwitches() {
+  rusage usage{};
+  return ::getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_nivcsw : 0;
+}
+
+bool PollGate::open() {
+  if (++waits_ < kEvery) return open_;
+  waits_ = 0;
+  const long now = switches_();
+  // The channel's runner may be another thread than at the last look (a waiter or the
+  // lane's thread): its count says nothing about this one's.
+  if (std::this_thread::get_id() == thread_ && last_ >= 0) open_ = now - last_ <= kMaxSwitches;
+  thread_ = std::this_thread::get_id();
+  last_ = now;
+  return open_;
+}
 
 void Bell::ring() {
   // seq_cst on both sides: either the ringer sees the sleeper's count, or the sleeper (who
@@ -34,6 +66,14 @@ void Bell::ring() {
 
 bool Bell::waitFor(const std::function<bool()>& ready, const std::function<bool()>& interrupt) {
   if (ready()) return true;
+  if (poll_.count() > 0 && gate_.open()) {
+    const auto pollEnd = std::chrono::steady_clock::now() + poll_;
+    for (unsigned pass = 1;; ++pass) {
+      if (ready()) return true;
+      cpuRelax();
+      if ((pass & 15u) == 0 && std::chrono::steady_clock::now() >= pollEnd) break;
+    }
+  }
   // Spin, yielding the core: ranks often share cores, and a peer that cannot run cannot
   // ring.
   const auto spinEnd = std::chrono::steady_clock::now() + spin_;

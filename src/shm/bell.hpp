@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <thread>
 
 namespace commux::shm {
 
@@ -29,9 +30,41 @@ class Signal {
                        const std::function<bool()>& interrupt) = 0;
 };
 
+/// Whether a wait should poll without yielding first. That pays while this rank has its
+/// core to itself: the rank it waits for runs elsewhere, and a yield (a system call) only
+/// delays seeing its answer. Where other threads want the core (more ranks than cores, a busy
+/// machine), polling keeps them off it. The kernel counts the times a thread was switched
+/// out while it could run (its involuntary context switches, which include yields that let
+/// another thread run): every kEvery waits, the gate looks at that count and polls while it
+/// barely grew.
+class PollGate {
+ public:
+  static constexpr unsigned kEvery = 256;
+  static constexpr long kMaxSwitches = kEvery / 16;  // per kEvery waits, to keep polling
+
+  /// `switches`: the calling thread's involuntary context switches so far.
+  explicit PollGate(std::function<long()> switches = involuntarySwitches)
+      : switches_(std::move(switches)) {}
+
+  bool open();
+
+  static long involuntarySwitches();
+
+ private:
+  std::function<long()> switches_;
+  unsigned waits_ = 0;
+  long last_ = -1;  // the count at the last look, or -1 (none yet, or another thread's)
+  std::thread::id thread_;
+  bool open_ = true;
+};
+
 class Bell final : public Signal {
  public:
-  Bell(BellWords* words, std::chrono::microseconds spin) : w_(words), spin_(spin) {}
+  /// A wait polls for `poll` without yielding (while its PollGate says it pays), then for
+  /// `spin` yielding between polls, then sleeps.
+  Bell(BellWords* words, std::chrono::microseconds spin,
+       std::chrono::nanoseconds poll = std::chrono::nanoseconds(0))
+      : w_(words), spin_(spin), poll_(poll) {}
 
   void ring() override;
   bool waitFor(const std::function<bool()>& ready,
@@ -40,6 +73,8 @@ class Bell final : public Signal {
  private:
   BellWords* w_;
   std::chrono::microseconds spin_;
+  std::chrono::nanoseconds poll_;
+  PollGate gate_;
 };
 
 }  // namespace commux::shm

@@ -53,6 +53,7 @@ struct ChannelShape {
   /// reads step s. A power of two (step numbers wrap), 2 to Steps::kMaxDepth.
   unsigned depth = 2;
   std::chrono::microseconds spin{0};
+  std::chrono::nanoseconds poll{0};  // this process's own (Bell), not agreed
   std::size_t cmaBytes = 0;  // single-copy reads (shm/cma.hpp) from here; 0: never
   /// Every rank meets every other at each collective's first step and checks them all.
   bool checkAll = false;

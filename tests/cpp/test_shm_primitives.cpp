@@ -89,3 +89,43 @@ TEST(ShmBell, InterruptEndsAWaitThatWouldNeverFinish) {
   EXPECT_GE(waited, 100ms);
   EXPECT_LT(waited, 2s) << "the sleeper re-checks its interrupt every few ms";
 }
+
+// The gate polls while the thread's involuntary context switches barely grow, stops after a
+// look that finds them growing, and polls again once they stop.
+TEST(ShmPollGate, PollsOnlyWhileTheCoreIsOwn) {
+  using commux::shm::PollGate;
+  long switches = 0;
+  PollGate gate([&] { return switches; });
+  const auto waits = [&](unsigned n) {
+    unsigned opened = 0;
+    for (unsigned i = 0; i < n; ++i) opened += gate.open() ? 1u : 0u;
+    return opened;
+  };
+  EXPECT_EQ(waits(2 * PollGate::kEvery), 2 * PollGate::kEvery) << "a quiet core: poll";
+  switches += PollGate::kMaxSwitches;  // at the limit: still quiet enough
+  EXPECT_EQ(waits(PollGate::kEvery), PollGate::kEvery);
+  switches += PollGate::kMaxSwitches + 1;  // others want the core
+  EXPECT_EQ(waits(PollGate::kEvery), PollGate::kEvery - 1) << "closes at the next look";
+  EXPECT_EQ(waits(PollGate::kEvery - 1), 0u);
+  switches += 5 * PollGate::kMaxSwitches;
+  EXPECT_EQ(waits(PollGate::kEvery), 0u) << "stays closed while they keep growing";
+  EXPECT_EQ(waits(PollGate::kEvery), PollGate::kEvery) << "reopens at the next look, once they stop";
+}
+
+// A look from another thread than the last one judges nothing: its count is its own.
+TEST(ShmPollGate, ALookFromAnotherThreadJudgesNothing) {
+  using commux::shm::PollGate;
+  long switches = 0;
+  PollGate gate([&] { return switches; });
+  for (unsigned i = 0; i < PollGate::kEvery; ++i) gate.open();  // first look, this thread
+  switches = 1000;  // another thread's count would differ by anything
+  std::thread([&] {
+    for (unsigned i = 0; i < PollGate::kEvery; ++i) EXPECT_TRUE(gate.open());
+  }).join();
+}
+
+TEST(ShmPollGate, ReadsThisThreadsSwitches) {
+  const long before = commux::shm::PollGate::involuntarySwitches();
+  EXPECT_GE(before, 0);
+  EXPECT_GE(commux::shm::PollGate::involuntarySwitches(), before);
+}

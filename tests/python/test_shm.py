@@ -187,6 +187,48 @@ def test_shm_stream_setting_is_checked():
     assert "auto, on or off" in msg, msg
 
 
+def _polled(rank, ws):
+    """Small collectives (the waits that poll before they yield) with a mix of poll settings
+    across ranks, checked against what each rank computes alone, many rounds from a seed."""
+    cfg = commux.load_extension().config()
+    assert cfg["COMMUX_SHM_POLL_NS"] == (int(os.environ["COMMUX_SHM_POLL_NS"])
+                                         if "COMMUX_SHM_POLL_NS" in os.environ else None), cfg
+    g = torch.Generator().manual_seed(4321)
+    for step in range(300):
+        n = int(torch.randint(1, 64, (1,), generator=g))
+        root = int(torch.randint(0, ws, (1,), generator=g))
+        base = torch.randint(-50, 50, (ws, n), generator=g)
+        x = base[rank].clone()
+        dist.all_reduce(x)
+        assert torch.equal(x, base.sum(0)), (step, n)
+        b = base[rank].clone()
+        dist.broadcast(b, src=root)
+        assert torch.equal(b, base[root]), (step, n, root)
+        out = torch.empty(ws * n, dtype=base.dtype)
+        dist.all_gather_into_tensor(out, base[rank].clone())
+        assert torch.equal(out, base.reshape(-1)), (step, n)
+    assert _shm_threads() == 1, "the shared-memory path was not used"
+    return True
+
+
+@pytest.mark.parametrize("poll", ["unset", "0", "2000", ["50000", "0", "2000"]])
+def test_shm_waits_that_poll(poll):
+    # 3 ranks on this machine's 2 cores: unset means no polling there; set, they poll anyway
+    # (a rank that polls while the one it waits for needs its core still gets its answer).
+    env = {} if poll == "unset" else {"COMMUX_SHM_POLL_NS": poll}
+    assert all(run_ranks(_polled, 3, timeout=150, env=env))
+
+
+def _bad_poll(rank, ws, scratch):
+    return expect_error(lambda: commux.load_extension().config(), ("COMMUX_SHM_POLL_NS",),
+                        "a bad COMMUX_SHM_POLL_NS", exc_types=(ValueError,))
+
+
+def test_shm_poll_setting_is_checked():
+    msg = run_ranks(_bad_poll, 1, timeout=60, init="none", env={"COMMUX_SHM_POLL_NS": "-5"})[0]
+    assert "not a non-negative integer" in msg, msg
+
+
 def _mismatch(rank, ws):
     # Different sizes, then different dtypes: every rank gets the same clear error, and the
     # channel stays in step.
