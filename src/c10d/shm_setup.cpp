@@ -89,7 +89,8 @@ HostLayout parseLayout(const std::string& text, int size) {
     TORCH_CHECK(bar == "|" && mode >= 0 && mode <= static_cast<int>(Hierarchy::Off),
                 "commux: unreadable host layout from rank 0");
     layout.hierarchy = static_cast<Hierarchy>(mode);
-    if (layout.hierarchy != config.hierarchy || layout.parallelMinBytes != config.hierarchyParallelMinBytes ||
+    if (layout.hierarchy != config.hierarchy ||
+        layout.parallelMinBytes != config.hierarchyParallelMinBytes ||
         layout.minBytes != config.hierarchyMinBytes) {
       LOG(WARNING) << "commux: this rank's COMMUX_HIERARCHY settings differ from rank 0's; the "
                       "group uses rank 0's";
@@ -157,15 +158,18 @@ void chooseSlots(shm::ChannelShape& shape) {
     shape.slotBytes = config.shmSlotBytes;
     return;
   }
-  // Fewer, larger steps when crowded, since a large step waits for every rank and an
-  // oversubscribed rank may be off its core.
+  // Slots of up to 1 MiB: an allreduce or broadcast step costs a round of waits, so fewer,
+  // larger steps are faster (2 ranks, 1 MiB slots against 256 KiB: allreduce 1 MiB 30% and
+  // 4 MiB 18% less time, broadcast 1 MiB 35%; docs/performance.md, 2026-12-04 20:20). The
+  // collectives that copy through the slots fill 256 KiB of them per step while every rank
+  // has a core: there a piece stays in the cache between one rank's copy in and the other's
+  // copy out (an allgather of 16 MiB took 17% longer in 1 MiB pieces). Crowded, they use
+  // the whole slot too, since every step waits for ranks that may be off their core.
   constexpr std::size_t kBase = 256 * 1024;
-  if (!crowded) {
-    shape.slotBytes = kBase;
-    return;
-  }
-  const std::size_t share = (std::size_t{16} << 20) / static_cast<std::size_t>(shape.size);
+  const std::size_t share =
+      (std::size_t{crowded ? 16u : 8u} << 20) / static_cast<std::size_t>(shape.size);
   shape.slotBytes = std::clamp<std::size_t>(share / 4096 * 4096, kBase, std::size_t{1} << 20);
+  shape.copyStepBytes = crowded ? 0 : kBase;
 }
 
 // This host's channel: the leader creates the segment and says how it is shaped, the
@@ -199,13 +203,14 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
     shape.checkAll = config.checkCollectives;
     std::string description;
     try {
-      channel = std::make_shared<shm::Channel>(
-          shm::Segment::create(shm::Channel::segmentBytes(shape)), index, shape, true, engine,
-          local);
+      channel =
+          std::make_shared<shm::Channel>(shm::Segment::create(shm::Channel::segmentBytes(shape)),
+                                         index, shape, true, engine, local);
       // The sizes that pick the algorithms: every rank must use the same.
       description = std::to_string(shape.depth) + " " + std::to_string(shape.slotBytes) + " " +
-                    std::to_string(shape.smallBytes) + " " + std::to_string(shape.cmaBytes) + " " +
-                    (shape.checkAll ? "1" : "0") + " " + channel->segment().name();
+                    std::to_string(shape.copyStepBytes) + " " + std::to_string(shape.smallBytes) +
+                    " " + std::to_string(shape.cmaBytes) + " " + (shape.checkAll ? "1" : "0") +
+                    " " + channel->segment().name();
     } catch (const std::exception& e) {
       problem = e.what();
     }
@@ -214,8 +219,8 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
     std::istringstream in(take(store, key("segment", host)));
     std::string name;
     int checkAll = 0;
-    if (in >> shape.depth >> shape.slotBytes >> shape.smallBytes >> shape.cmaBytes >> checkAll >>
-        name) {
+    if (in >> shape.depth >> shape.slotBytes >> shape.copyStepBytes >> shape.smallBytes >>
+        shape.cmaBytes >> checkAll >> name) {
       shape.checkAll = checkAll != 0;
       try {
         channel = std::make_shared<shm::Channel>(
@@ -303,10 +308,9 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
     setup.channel.reset();
     return setup;
   }
-  setup.hierarchical =
-      layout.hostCount() > 1 &&
-      std::any_of(layout.hosts.begin(), layout.hosts.end(),
-                  [](const std::vector<int>& ranks) { return ranks.size() > 1; });
+  setup.hierarchical = layout.hostCount() > 1 &&
+                       std::any_of(layout.hosts.begin(), layout.hosts.end(),
+                                   [](const std::vector<int>& ranks) { return ranks.size() > 1; });
   return setup;
 }
 

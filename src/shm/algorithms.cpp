@@ -87,6 +87,13 @@ void allreduceSmall(Steps& steps, const Turn& turn) {
   steps.mark(Phase::Departed, s);
 }
 
+// The bytes of its slot a rank fills per step of a collective that copies through the slots.
+std::size_t copyArea(const Steps& steps) {
+  const ChannelShape& shape = steps.shape();
+  return shape.copyStepBytes != 0 ? std::min(shape.copyStepBytes, shape.slotBytes)
+                                  : shape.slotBytes;
+}
+
 void allreduceChunked(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
   const at::Tensor& work = job.buffer;
@@ -177,12 +184,13 @@ void allgather(Steps& steps, const Turn& turn) {
     return;
   }
   const bool small = block <= steps.smallSlotBytes();
-  const std::uint32_t count = stepsFor(block, steps.shape().slotBytes);
+  const std::size_t area = copyArea(steps);
+  const std::uint32_t count = stepsFor(block, area);
   // A gather's root reads its own block from its input: nobody reads its slot.
   const bool filled = job.kind == Kind::Allgather || steps.rank() != job.root;
   std::size_t offset = 0;
   do {
-    const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
+    const std::size_t len = std::min(area, block - offset);
     const std::uint32_t s = steps.beginStep(turn, small);
     if (len && filled) steps.copyToSlot(steps.slot(s, steps.rank()), in + offset, len);
     arrive(s, offset == 0, count);
@@ -216,10 +224,11 @@ void scatter(Steps& steps, const Turn& turn) {
     return;
   }
   const bool small = block <= steps.smallSlotBytes();
-  const std::uint32_t count = stepsFor(block, steps.shape().slotBytes);
+  const std::size_t area = copyArea(steps);
+  const std::uint32_t count = stepsFor(block, area);
   std::size_t offset = 0;
   do {
-    const std::size_t len = std::min(steps.shape().slotBytes, block - offset);
+    const std::size_t len = std::min(area, block - offset);
     const std::uint32_t s = steps.beginStep(turn, small);
     const char* mine = in ? in + static_cast<std::size_t>(steps.rank()) * block + offset : nullptr;
     if (in) {
@@ -247,7 +256,7 @@ void reduceScatter(Steps& steps, const Turn& turn) {
   // from its input); a step moves `piece` elements of each.
   const bool small = n != 0 && n * es * othersOf(size) <= steps.smallSlotBytes();
   const std::size_t piece =
-      (small ? steps.smallSlotBytes() : steps.shape().slotBytes) / othersOf(size) / es;
+      (small ? steps.smallSlotBytes() : copyArea(steps)) / othersOf(size) / es;
   TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", size,
               " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
               steps.shape().slotBytes, ")");
@@ -321,8 +330,8 @@ void alltoall(Steps& steps, const Turn& turn) {
   // A slot holds one piece per other rank: the block a rank keeps for itself is copied
   // straight from its input to its output, never through the slots.
   const std::size_t others = othersOf(steps.shape().size);
-  const std::size_t piece =
-      steps.shape().slotBytes > header ? (steps.shape().slotBytes - header) / others / es : 0;
+  const std::size_t area = copyArea(steps);
+  const std::size_t piece = area > header ? (area - header) / others / es : 0;
   TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", steps.shape().size,
               " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
               steps.shape().slotBytes, ")");

@@ -67,8 +67,7 @@ class Bell final : public Signal {
       : w_(words), spin_(spin), poll_(poll) {}
 
   void ring() override;
-  bool waitFor(const std::function<bool()>& ready,
-               const std::function<bool()>& interrupt) override;
+  bool waitFor(const std::function<bool()>& ready, const std::function<bool()>& interrupt) override;
 
  private:
   BellWords* w_;

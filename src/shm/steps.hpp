@@ -49,12 +49,18 @@ struct ChannelShape {
   int size = 0;
   std::size_t slotBytes = 0;   // per rank and parity; a multiple of 4096
   std::size_t smallBytes = 0;  // one-step algorithm up to here; the small slots' size
+  /// The most of its slot a rank fills in one step of the collectives that copy their
+  /// pieces through (allgather, gather, scatter, reduce_scatter, all-to-all); 0: all of it.
+  /// Pieces this size stay in the cache between one rank's copy in and the other's copy
+  /// out, while allreduce and broadcast gain from fewer, larger steps (each costs a round of
+  /// waits).
+  std::size_t copyStepBytes = 0;
   /// Sets of small slots: a rank may fill small step s + depth - 1 while the slowest still
   /// reads step s. A power of two (step numbers wrap), 2 to Steps::kMaxDepth.
   unsigned depth = 2;
   std::chrono::microseconds spin{0};
   std::chrono::nanoseconds poll{0};  // this process's own (Bell), not agreed
-  std::size_t cmaBytes = 0;  // single-copy reads (shm/cma.hpp) from here; 0: never
+  std::size_t cmaBytes = 0;          // single-copy reads (shm/cma.hpp) from here; 0: never
   /// Every rank meets every other at each collective's first step and checks them all.
   bool checkAll = false;
   /// How this process writes large pieces into its slots (its own choice, not agreed).

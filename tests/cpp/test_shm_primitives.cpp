@@ -109,7 +109,8 @@ TEST(ShmPollGate, PollsOnlyWhileTheCoreIsOwn) {
   EXPECT_EQ(waits(PollGate::kEvery - 1), 0u);
   switches += 5 * PollGate::kMaxSwitches;
   EXPECT_EQ(waits(PollGate::kEvery), 0u) << "stays closed while they keep growing";
-  EXPECT_EQ(waits(PollGate::kEvery), PollGate::kEvery) << "reopens at the next look, once they stop";
+  EXPECT_EQ(waits(PollGate::kEvery), PollGate::kEvery)
+      << "reopens at the next look, once they stop";
 }
 
 // A look from another thread than the last one judges nothing: its count is its own.
