@@ -1,6 +1,5 @@
 #include "c10d/shm_setup.hpp"
 
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include "commux/options.hpp"
 #include "shm/channel.hpp"
 #include "shm/cma.hpp"
+#include "shm/host_cpus.hpp"
 
 namespace commux {
 namespace {
@@ -136,20 +136,10 @@ bool allSay(c10d::Store& store, const std::string& what, const std::vector<int>&
   return std::all_of(answers.begin(), answers.end(), [](const std::string& a) { return a == "1"; });
 }
 
-// More ranks on the host than this process may run on.
-bool hostCrowded(int ranks) {
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  const int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return ranks > cores;
-}
-
 // The leader's choice of slot size and depth (COMMUX_SHM_SLOT_BYTES, COMMUX_SHM_DEPTH, or by
-// how crowded the host is): one decision, which every rank of the host takes from it, even
-// where the ranks' views of the cores differ (affinity masks).
-void chooseSlots(shm::ChannelShape& shape) {
+// how crowded the host is): one decision, which every rank of the host takes from it.
+void chooseSlots(shm::ChannelShape& shape, bool crowded) {
   const Config& config = Config::get();
-  const bool crowded = hostCrowded(shape.size);
   // Oversubscribed, a rank that has a core runs up to `depth` small collectives (a
   // broadcast's root, a reader draining what is there) before it must yield to one that
   // has none (docs/performance.md, 2026-12-04 10:40).
@@ -186,18 +176,27 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   storePut(store, key("cma-ok", rank),
            canReadNeighbour(store, rank, local, index, config.shmCmaBytes != 0) ? "1" : "0");
 
+  storePut(store, key("cpus", rank), shm::cpuList());
+
   shm::ChannelShape shape;
   shape.size = count;
   shape.spin = config.shmSpin;
-  shape.poll = config.shmPoll.value_or(hostCrowded(count) ? std::chrono::nanoseconds(0)
-                                                          : std::chrono::microseconds(2));
+  // This process's own choice, from how crowded the leader found the host.
+  const auto setPoll = [&](bool crowded) {
+    shape.poll = config.shmPoll.value_or(crowded ? std::chrono::nanoseconds(0)
+                                                 : std::chrono::microseconds(2));
+  };
   shape.copyMode = config.shmStream == ShmStream::On    ? shm::SlotCopyMode::Streaming
                    : config.shmStream == ShmStream::Off ? shm::SlotCopyMode::Cached
                                                         : shm::SlotCopyMode::Auto;
   std::shared_ptr<shm::Channel> channel;
   std::string problem;
   if (leader) {
-    chooseSlots(shape);
+    std::vector<std::string> keys;
+    for (int r : local) keys.push_back(key("cpus", r));
+    const bool crowded = shm::crowdedBy(storeTakeAll(store, keys));
+    chooseSlots(shape, crowded);
+    setPoll(crowded);
     shape.smallBytes = std::min(config.shmSmallBytes, shape.slotBytes);
     shape.cmaBytes = allSay(store, "cma-ok", local) ? config.shmCmaBytes : 0;
     shape.checkAll = config.checkCollectives;
@@ -210,7 +209,7 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
       description = std::to_string(shape.depth) + " " + std::to_string(shape.slotBytes) + " " +
                     std::to_string(shape.copyStepBytes) + " " + std::to_string(shape.smallBytes) +
                     " " + std::to_string(shape.cmaBytes) + " " + (shape.checkAll ? "1" : "0") +
-                    " " + channel->segment().name();
+                    " " + (crowded ? "1" : "0") + " " + channel->segment().name();
     } catch (const std::exception& e) {
       problem = e.what();
     }
@@ -219,9 +218,11 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
     std::istringstream in(take(store, key("segment", host)));
     std::string name;
     int checkAll = 0;
+    int crowded = 0;
     if (in >> shape.depth >> shape.slotBytes >> shape.copyStepBytes >> shape.smallBytes >>
-        shape.cmaBytes >> checkAll >> name) {
+        shape.cmaBytes >> checkAll >> crowded >> name) {
       shape.checkAll = checkAll != 0;
+      setPoll(crowded != 0);
       try {
         channel = std::make_shared<shm::Channel>(
             shm::Segment::open(name, shm::Channel::segmentBytes(shape)), index, shape, false,
