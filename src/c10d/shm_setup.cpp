@@ -149,8 +149,8 @@ void chooseSlots(shm::ChannelShape& shape, bool crowded) {
     return;
   }
   // Slots of up to 1 MiB: an allreduce or broadcast step costs a round of waits, so fewer,
-  // larger steps are faster (2 ranks, 1 MiB slots against 256 KiB: allreduce 1 MiB 30% and
-  // 4 MiB 18% less time, broadcast 1 MiB 35%; docs/performance.md, 2026-12-04 20:20). The
+  // larger steps are faster (2 ranks, 1 MiB slots against 256 KiB: allreduce 1-4 MiB 12-21%
+  // and broadcast 1-4 MiB 25-43% less time; docs/performance.md, 2026-12-04 19:40). The
   // collectives that copy through the slots fill 256 KiB of them per step while every rank
   // has a core: there a piece stays in the cache between one rank's copy in and the other's
   // copy out (an allgather of 16 MiB took 17% longer in 1 MiB pieces). Crowded, they use
