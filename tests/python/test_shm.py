@@ -123,16 +123,22 @@ def test_shm_without_small_slots():
     assert all(run_ranks(_no_small_slots, 3, timeout=90, env={"COMMUX_SHM_SMALL_BYTES": "0"}))
 
 
-def _bad_depth(rank, ws, scratch):
-    return expect_error(lambda: commux.load_extension().config(), ("COMMUX_SHM_DEPTH",),
-                        "a bad COMMUX_SHM_DEPTH", exc_types=(ValueError,))
+def _bad_setting(rank, ws, scratch, name):
+    return expect_error(lambda: commux.load_extension().config(), (name,), f"a bad {name}",
+                        exc_types=(ValueError,))
 
 
-def test_shm_depth_setting_is_checked():
-    # Step numbers wrap, so the depth must divide 2^32; the control words hold 16 sets.
-    for value in (1, 3, 32):
-        msg = run_ranks(_bad_depth, 1, timeout=60, init="none", env={"COMMUX_SHM_DEPTH": value})[0]
-        assert f"COMMUX_SHM_DEPTH={value} is not 2, 4, 8 or 16" in msg, msg
+# Step numbers wrap, so the depth must divide 2^32; the control words hold 16 sets.
+@pytest.mark.parametrize("name,value,says", [
+    ("COMMUX_SHM_DEPTH", 1, "COMMUX_SHM_DEPTH=1 is not 2, 4, 8 or 16"),
+    ("COMMUX_SHM_DEPTH", 3, "COMMUX_SHM_DEPTH=3 is not 2, 4, 8 or 16"),
+    ("COMMUX_SHM_DEPTH", 32, "COMMUX_SHM_DEPTH=32 is not 2, 4, 8 or 16"),
+    ("COMMUX_SHM_STREAM", "fast", "auto, on or off"),
+    ("COMMUX_SHM_POLL_NS", "-5", "not a non-negative integer"),
+])
+def test_shm_settings_are_checked(name, value, says):
+    msg = run_ranks(_bad_setting, 1, timeout=60, init="none", env={name: value}, name=name)[0]
+    assert says in msg, msg
 
 
 def _streamed(rank, ws):
@@ -181,16 +187,6 @@ def test_shm_large_pieces_streamed_or_cached(stream, ranks):
     assert all(run_ranks(_streamed, ranks, timeout=150, env={"COMMUX_SHM_STREAM": stream}))
 
 
-def _bad_stream(rank, ws, scratch):
-    return expect_error(lambda: commux.load_extension().config(), ("COMMUX_SHM_STREAM",),
-                        "a bad COMMUX_SHM_STREAM", exc_types=(ValueError,))
-
-
-def test_shm_stream_setting_is_checked():
-    msg = run_ranks(_bad_stream, 1, timeout=60, init="none", env={"COMMUX_SHM_STREAM": "fast"})[0]
-    assert "auto, on or off" in msg, msg
-
-
 def _polled(rank, ws):
     """Small collectives (the waits that poll before they yield) with a mix of poll settings
     across ranks, checked against what each rank computes alone, many rounds from a seed."""
@@ -221,16 +217,6 @@ def test_shm_waits_that_poll(poll):
     # (a rank that polls while the one it waits for needs its core still gets its answer).
     env = {} if poll == "unset" else {"COMMUX_SHM_POLL_NS": poll}
     assert all(run_ranks(_polled, 3, timeout=150, env=env))
-
-
-def _bad_poll(rank, ws, scratch):
-    return expect_error(lambda: commux.load_extension().config(), ("COMMUX_SHM_POLL_NS",),
-                        "a bad COMMUX_SHM_POLL_NS", exc_types=(ValueError,))
-
-
-def test_shm_poll_setting_is_checked():
-    msg = run_ranks(_bad_poll, 1, timeout=60, init="none", env={"COMMUX_SHM_POLL_NS": "-5"})[0]
-    assert "not a non-negative integer" in msg, msg
 
 
 def _mismatch(rank, ws):
