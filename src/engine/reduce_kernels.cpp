@@ -96,31 +96,35 @@ bool reduceRaw(void* acc, const void* in, std::size_t count, at::ScalarType dtyp
 }
 
 void reduceInto(const at::Tensor& acc, const at::Tensor& in, ReduceKind kind) {
+  reduceOut(acc, acc, in, kind);
+}
+
+void reduceOut(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, ReduceKind kind) {
   // Buffers may alias gradients that require grad (create_graph=True); folding them is
   // not part of any graph.
   const at::NoGradGuard noGrad;
-  at::Tensor out = acc;  // the *_out ops take a mutable reference
+  at::Tensor result = out;  // the *_out ops take a mutable reference
   switch (kind) {
     case ReduceKind::Sum:
-      at::add_out(out, acc, in);
+      at::add_out(result, a, b);
       break;
     case ReduceKind::Product:
-      at::mul_out(out, acc, in);
+      at::mul_out(result, a, b);
       break;
     case ReduceKind::Min:
-      at::minimum_out(out, acc, in);
+      at::minimum_out(result, a, b);
       break;
     case ReduceKind::Max:
-      at::maximum_out(out, acc, in);
+      at::maximum_out(result, a, b);
       break;
     case ReduceKind::BitAnd:
-      at::bitwise_and_out(out, acc, in);
+      at::bitwise_and_out(result, a, b);
       break;
     case ReduceKind::BitOr:
-      at::bitwise_or_out(out, acc, in);
+      at::bitwise_or_out(result, a, b);
       break;
     case ReduceKind::BitXor:
-      at::bitwise_xor_out(out, acc, in);
+      at::bitwise_xor_out(result, a, b);
       break;
   }
 }

@@ -9,6 +9,8 @@ enum class ReduceKind : std::uint8_t { Sum, Product, Min, Max, BitAnd, BitOr, Bi
 
 /// acc = acc (op) in, elementwise, in place. Both tensors are contiguous and alike.
 void reduceInto(const at::Tensor& acc, const at::Tensor& in, ReduceKind kind);
+/// out = a (op) b, elementwise; out may alias a or b. All three are contiguous and alike.
+void reduceOut(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, ReduceKind kind);
 
 /// acc[i] = acc[i] (op) in[i] over raw memory, for the common dtypes and small counts, where
 /// building tensor views and a TensorIterator costs more than the arithmetic. Returns false

@@ -94,29 +94,60 @@ std::size_t copyArea(const Steps& steps) {
                                   : shape.slotBytes;
 }
 
+// Each rank folds one block of every chunk (a reduce-scatter through the slots), then
+// every rank that keeps the result copies the others' blocks (an allgather). A rank stages
+// only the blocks the others fold, and folds its own in its buffer, not in a slot: a fold's
+// plain stores into shared lines that another core read in the last step wait for that
+// core to let go of them, which on this project's VM has stretches of seconds where it
+// costs several times more (shm/slot_copy.hpp); the rank's result then goes into its slot
+// through copyToSlot, which streams in those stretches.
 void allreduceChunked(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
   const at::Tensor& work = job.buffer;
   const std::size_t count = static_cast<std::size_t>(work.numel());
   const std::size_t elementSize = work.element_size();
   const std::size_t chunk = steps.shape().slotBytes / elementSize;
-  const bool keeps = job.kind == Kind::Allreduce || steps.rank() == job.root;
+  const int size = steps.shape().size;
+  const int rank = steps.rank();
+  // A reduce's other ranks leave their buffers as they were: they fold into their slots.
+  const bool keeps = job.kind == Kind::Allreduce || rank == job.root;
+  // The fold goes in rank order, as the one-step fold's: ((x0 op x1) op x2)... From rank 2
+  // on, a rank that folds in its buffer overwrites its own part first, so it stages it too.
+  const bool stagesOwn = keeps && rank >= 2;
   char* const base = bytes(work);
   for (std::size_t offset = 0; offset < count; offset += chunk) {
     const std::size_t len = std::min(chunk, count - offset);
+    char* const data = base + offset * elementSize;
+    const auto block = [&](int q) { return collectives::blockRange(len, size, q); };
     const std::uint32_t s = steps.beginStep(turn);
-    steps.copyToSlot(steps.slot(s, steps.rank()), base + offset * elementSize, len * elementSize);
+    for (int q = 0; q < size; ++q) {
+      if (q == rank && !stagesOwn) continue;
+      const std::size_t at = block(q).offset * elementSize;
+      steps.copyToSlot(steps.slot(s, rank) + at, data + at, block(q).count * elementSize);
+    }
     steps.meet(s, turn, offset == 0);
-    const auto block = collectives::blockRange(len, steps.shape().size, steps.rank());
-    if (block.count != 0) {
-      const std::size_t at = block.offset * elementSize;
-      for (int q = 1; q < steps.shape().size; ++q) {
-        foldInto(steps.slot(s, 0) + at, steps.slot(s, q) + at, block.count, work, job.reduce);
-      }
+    const auto mine = block(rank);
+    const std::size_t at = mine.offset * elementSize;
+    const std::size_t mineBytes = mine.count * elementSize;
+    if (mine.count != 0 && size > 1) {
+      const auto part = [&](int q) {
+        const bool inBuffer = q == rank && !stagesOwn;
+        return view(inBuffer ? data + at : steps.slot(s, q) + at, mine.count, work);
+      };
+      const at::Tensor acc = view(keeps ? data + at : steps.slot(s, rank) + at, mine.count, work);
+      engine::reduceOut(acc, part(0), part(1), job.reduce);
+      for (int q = 2; q < size; ++q) engine::reduceInto(acc, part(q), job.reduce);
+      if (keeps) steps.copyToSlot(steps.slot(s, rank) + at, data + at, mineBytes);
     }
     steps.mark(Phase::Reduced, s);
     steps.waitAll(Phase::Reduced, s, turn);
-    if (keeps) std::memcpy(base + offset * elementSize, steps.slot(s, 0), len * elementSize);
+    if (keeps) {
+      for (int q = 0; q < size; ++q) {
+        if (q == rank) continue;
+        const std::size_t from = block(q).offset * elementSize;
+        std::memcpy(data + from, steps.slot(s, q) + from, block(q).count * elementSize);
+      }
+    }
     steps.mark(Phase::Departed, s);
   }
 }
