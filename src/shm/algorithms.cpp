@@ -100,7 +100,9 @@ std::size_t copyArea(const Steps& steps) {
 // plain stores into shared lines that another core read in the last step wait for that
 // core to let go of them, which on this project's VM has stretches of seconds where it
 // costs several times more (shm/slot_copy.hpp); the rank's result then goes into its slot
-// through copyToSlot, which streams in those stretches.
+// through copyToSlot, which streams in those stretches. A block's fold starts from its
+// folder's part, then takes the others in rank order: every rank gets the same bits (one
+// rank folds each block), though from 3 ranks on not those of a fold in rank order.
 void allreduceChunked(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
   const at::Tensor& work = job.buffer;
@@ -111,9 +113,6 @@ void allreduceChunked(Steps& steps, const Turn& turn) {
   const int rank = steps.rank();
   // A reduce's other ranks leave their buffers as they were: they fold into their slots.
   const bool keeps = job.kind == Kind::Allreduce || rank == job.root;
-  // The fold goes in rank order, as the one-step fold's: ((x0 op x1) op x2)... From rank 2
-  // on, a rank that folds in its buffer overwrites its own part first, so it stages it too.
-  const bool stagesOwn = keeps && rank >= 2;
   char* const base = bytes(work);
   for (std::size_t offset = 0; offset < count; offset += chunk) {
     const std::size_t len = std::min(chunk, count - offset);
@@ -121,7 +120,7 @@ void allreduceChunked(Steps& steps, const Turn& turn) {
     const auto block = [&](int q) { return collectives::blockRange(len, size, q); };
     const std::uint32_t s = steps.beginStep(turn);
     for (int q = 0; q < size; ++q) {
-      if (q == rank && !stagesOwn) continue;
+      if (q == rank) continue;
       const std::size_t at = block(q).offset * elementSize;
       steps.copyToSlot(steps.slot(s, rank) + at, data + at, block(q).count * elementSize);
     }
@@ -130,13 +129,18 @@ void allreduceChunked(Steps& steps, const Turn& turn) {
     const std::size_t at = mine.offset * elementSize;
     const std::size_t mineBytes = mine.count * elementSize;
     if (mine.count != 0 && size > 1) {
-      const auto part = [&](int q) {
-        const bool inBuffer = q == rank && !stagesOwn;
-        return view(inBuffer ? data + at : steps.slot(s, q) + at, mine.count, work);
-      };
+      const auto slotPart = [&](int q) { return view(steps.slot(s, q) + at, mine.count, work); };
       const at::Tensor acc = view(keeps ? data + at : steps.slot(s, rank) + at, mine.count, work);
-      engine::reduceOut(acc, part(0), part(1), job.reduce);
-      for (int q = 2; q < size; ++q) engine::reduceInto(acc, part(q), job.reduce);
+      bool started = keeps;  // acc holds this rank's part
+      for (int q = 0; q < size; ++q) {
+        if (q == rank) continue;
+        if (started) {
+          engine::reduceInto(acc, slotPart(q), job.reduce);
+        } else {
+          engine::reduceOut(acc, view(data + at, mine.count, work), slotPart(q), job.reduce);
+          started = true;
+        }
+      }
       if (keeps) steps.copyToSlot(steps.slot(s, rank) + at, data + at, mineBytes);
     }
     steps.mark(Phase::Reduced, s);

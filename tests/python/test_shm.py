@@ -101,6 +101,46 @@ def test_shm_allreduce_results(world_size, depth):
     assert all(run_ranks(_results, world_size, timeout=150, env=env))
 
 
+def _same_bits_everywhere(rank, ws, seed):
+    # Floats whose sums round: one rank folds each block, so every rank must still hold the
+    # same bits, whatever order that rank folded in. Chunks of 2048 float32 and blocks per
+    # rank, over sizes that leave ragged chunks and blocks; a reduce's root as well, and the
+    # other ranks' buffers untouched.
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    for n in (5003, 2048 * ws + 1, 12000):
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            x = (torch.randn(n, generator=g) * 1e3).to(dtype)
+            mine = x.clone()
+            dist.all_reduce(x)
+            xs = [torch.empty_like(x) for _ in range(ws)]
+            dist.all_gather(xs, x)
+            for r in range(ws):
+                assert torch.equal(xs[r].view(torch.uint8), x.view(torch.uint8)), (seed, n, dtype, r)
+            ins = [torch.empty_like(mine) for _ in range(ws)]
+            dist.all_gather(ins, mine)
+            parts = torch.stack([t.double() for t in ins])
+            # Each of the ws - 1 roundings errs by at most eps times what it sums.
+            bound = ws * torch.finfo(dtype).eps * parts.abs().sum(0)
+            assert ((x.double() - parts.sum(0)).abs() <= bound).all(), (seed, n, dtype)
+            root = n % ws
+            y = mine.clone()
+            dist.reduce(y, dst=root)
+            if rank == root:
+                assert torch.equal(y.view(torch.uint8), x.view(torch.uint8)), (seed, n, dtype, "reduce")
+            else:
+                assert torch.equal(y, mine), (seed, n, dtype, "reduce keeps non-root input")
+    assert _shm_threads() == 1, "the shared-memory path was not used"
+    return True
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_shm_chunked_allreduce_gives_every_rank_the_same_bits(world_size):
+    seed = int.from_bytes(os.urandom(2), "little")
+    print(f"seed {seed}")
+    env = {"COMMUX_SHM_SLOT_BYTES": "8192", "COMMUX_SHM_SMALL_BYTES": "1024"}
+    assert all(run_ranks(_same_bits_everywhere, world_size, timeout=150, env=env, seed=seed)), f"seed {seed}"
+
+
 def _no_small_slots(rank, ws):
     # COMMUX_SHM_SMALL_BYTES=0: no small slots at all; an empty broadcast once divided by
     # their size (found by review).
