@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <memory>
 #include <mutex>
@@ -168,6 +169,11 @@ class ProcessGroupUCX : public c10d::Backend {
   /// The group's ranks by host (see HostLayout) once its first collective found that it
   /// spans hosts and shares memory inside them; empty otherwise.
   std::vector<std::vector<int>> hosts() const;
+  /// This host's shared-memory channel as its leader shaped it: ranks, slot_bytes,
+  /// copy_step_bytes, small_bytes, depth, cma_bytes, crowded (1 when the host's ranks
+  /// outnumber the CPUs they may run on together), and this process's poll_ns. Empty
+  /// before the group's first collective set it up, and when the group has none.
+  std::map<std::string, std::int64_t> sharedMemoryShape() const;
   /// The ranks whose records this rank has read (itself included), ascending: those it
   /// watches for death itself, unless COMMUX_FAILURE_DETECTION=off. Once the group spans
   /// hosts, the others' deaths reach it through the host leaders.

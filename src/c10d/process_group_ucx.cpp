@@ -298,6 +298,21 @@ ProcessGroupUCX::Health ProcessGroupUCX::health() const {
   return h;
 }
 
+std::map<std::string, std::int64_t> ProcessGroupUCX::sharedMemoryShape() const {
+  const auto channel = std::atomic_load(&shm_);
+  if (!channel) return {};
+  const shm::ChannelShape& shape = channel->shape();
+  const auto n = [](auto v) { return static_cast<std::int64_t>(v); };
+  return {{"ranks", n(shape.size)},
+          {"slot_bytes", n(shape.slotBytes)},
+          {"copy_step_bytes", n(shape.copyStepBytes)},
+          {"small_bytes", n(shape.smallBytes)},
+          {"depth", n(shape.depth)},
+          {"cma_bytes", n(shape.cmaBytes)},
+          {"crowded", n(shape.crowded)},
+          {"poll_ns", n(shape.poll.count())}};
+}
+
 std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   if (size_ < 2) return nullptr;
   std::lock_guard<std::mutex> lock(shmMutex_);

@@ -195,6 +195,7 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
     std::vector<std::string> keys;
     for (int r : local) keys.push_back(key("cpus", r));
     const bool crowded = shm::crowdedBy(storeTakeAll(store, keys));
+    shape.crowded = crowded;
     chooseSlots(shape, crowded);
     setPoll(crowded);
     shape.smallBytes = std::min(config.shmSmallBytes, shape.slotBytes);
@@ -222,6 +223,7 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
     if (in >> shape.depth >> shape.slotBytes >> shape.copyStepBytes >> shape.smallBytes >>
         shape.cmaBytes >> checkAll >> crowded >> name) {
       shape.checkAll = checkAll != 0;
+      shape.crowded = crowded != 0;
       setPoll(crowded != 0);
       try {
         channel = std::make_shared<shm::Channel>(

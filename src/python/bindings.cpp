@@ -51,6 +51,10 @@ PYBIND11_MODULE(_C, m) {
       .def("hosts", &commux::ProcessGroupUCX::hosts, py::call_guard<py::gil_scoped_release>(),
            "The group's ranks by host, when its first collective found that it spans hosts "
            "(collectives then run shared memory inside hosts, UCX between); else []")
+      .def("shared_memory_shape", &commux::ProcessGroupUCX::sharedMemoryShape,
+           "This host's shared-memory channel as its leader shaped it (slot and step sizes, "
+           "depth, crowded, this process's poll_ns); {} before the group's first collective "
+           "and when it has none")
       .def("known_ranks", &commux::ProcessGroupUCX::knownRanks,
            "The ranks whose records this rank has read and whose deaths it watches itself; "
            "in a group that spans hosts the others' deaths reach it through its host's leader")

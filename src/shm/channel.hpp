@@ -45,6 +45,7 @@ class Channel {
   Channel& operator=(const Channel&) = delete;
 
   Segment& segment() noexcept { return *segment_; }
+  const ChannelShape& shape() const noexcept { return steps_.shape(); }
   /// True once some rank abandoned a collective half way.
   bool broken() const noexcept { return steps_.broken(); }
   /// Any thread: marks the channel broken by this rank and wakes every waiter.

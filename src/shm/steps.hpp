@@ -63,6 +63,9 @@ struct ChannelShape {
   std::size_t cmaBytes = 0;          // single-copy reads (shm/cma.hpp) from here; 0: never
   /// Every rank meets every other at each collective's first step and checks them all.
   bool checkAll = false;
+  /// The host's ranks outnumber the CPUs they may run on together (shm/host_cpus.hpp): the
+  /// leader's verdict, from which the sizes above and each rank's poll follow.
+  bool crowded = false;
   /// How this process writes large pieces into its slots (its own choice, not agreed).
   SlotCopyMode copyMode = SlotCopyMode::Auto;
 };

@@ -141,6 +141,44 @@ def test_shm_chunked_allreduce_gives_every_rank_the_same_bits(world_size):
     assert all(run_ranks(_same_bits_everywhere, world_size, timeout=150, env=env, seed=seed)), f"seed {seed}"
 
 
+def _shape_when_pinned(rank, ws, pins):
+    # Each rank's mask decides what the host's leader counts: the union over its ranks.
+    cpus = sorted(os.sched_getaffinity(0))
+    if pins is not None:
+        os.sched_setaffinity(0, {cpus[i] for i in pins[rank]})
+    backend = get_backend_obj()
+    assert backend.shared_memory_shape() == {}, "set up before the first collective"
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.full((4,), float(ws)))
+    shape = backend.shared_memory_shape()
+    os.sched_setaffinity(0, set(cpus))
+    return shape
+
+
+# mpirun binds each of 2 ranks to a core of its own: not crowded, though each rank sees one
+# CPU (commux took that for crowded until ebfeac6). Both on one core: crowded. Expectations
+# follow from the union of the masks, so the test holds on any machine with 2 CPUs or more.
+@pytest.mark.parametrize("pins", [None, ((0,), (1,)), ((0,), (0,)), ((0, 1), (0,))])
+def test_shm_shape_follows_the_cpus_the_ranks_share(pins):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
+    ws = 2
+    shapes = run_ranks(_shape_when_pinned, ws, timeout=60, pins=pins)
+    union = len(os.sched_getaffinity(0)) if pins is None else len({c for p in pins for c in p})
+    crowded = ws > union
+    for shape in shapes:
+        assert shape["ranks"] == ws
+        assert shape["crowded"] == int(crowded), (pins, shape)
+        # Crowded: a deeper ring of small slots, every collective on the whole slot, no
+        # polling; else depth 2, 256 KiB copy steps, a 2 us poll (README, COMMUX_SHM_*).
+        assert shape["depth"] == (8 if crowded else 2), (pins, shape)
+        assert shape["copy_step_bytes"] == (0 if crowded else 256 << 10), (pins, shape)
+        assert shape["poll_ns"] == (0 if crowded else 2000), (pins, shape)
+        assert shape["slot_bytes"] == 1 << 20, (pins, shape)
+    assert shapes[0] == shapes[1]
+
+
 def _no_small_slots(rank, ws):
     # COMMUX_SHM_SMALL_BYTES=0: no small slots at all; an empty broadcast once divided by
     # their size (found by review).
