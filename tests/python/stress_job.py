@@ -51,7 +51,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 # Byte sizes where the implementation changes path: UCX eager -> rendezvous (~8 KiB ..
 # 64 KiB), the one-step shared-memory allreduce (COMMUX_SHM_SMALL_BYTES), one
-# shared-memory slot per rank (256 KiB; 1 MiB when ranks outnumber cores), the ring
+# shared-memory slot per rank (8 MiB / ranks within [256 KiB, 1 MiB]; 16 MiB / ranks when
+# crowded), where a chunked allreduce takes a second chunk, the ring
 # allreduce (256 KiB) and the pipelined chains (512 KiB).
 ANCHOR_BYTES = [8 << 10, 16 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20]
 ANCHOR_WEIGHTS = [5, 5, 4, 3, 1, 1]
