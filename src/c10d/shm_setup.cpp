@@ -138,8 +138,9 @@ bool allSay(c10d::Store& store, const std::string& what, const std::vector<int>&
 
 // The leader's choice of slot size and depth (COMMUX_SHM_SLOT_BYTES, COMMUX_SHM_DEPTH, or by
 // how crowded the host is): one decision, which every rank of the host takes from it.
-void chooseSlots(shm::ChannelShape& shape, bool crowded) {
+void chooseSlots(shm::ChannelShape& shape) {
   const Config& config = Config::get();
+  const bool crowded = shape.crowded;
   // Oversubscribed, a rank that has a core runs up to `depth` small collectives (a
   // broadcast's root, a reader draining what is there) before it must yield to one that
   // has none (docs/performance.md, 2026-12-04 10:40).
@@ -182,9 +183,9 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   shape.size = count;
   shape.spin = config.shmSpin;
   // This process's own choice, from how crowded the leader found the host.
-  const auto setPoll = [&](bool crowded) {
-    shape.poll = config.shmPoll.value_or(crowded ? std::chrono::nanoseconds(0)
-                                                 : std::chrono::microseconds(2));
+  const auto setPoll = [&] {
+    shape.poll = config.shmPoll.value_or(shape.crowded ? std::chrono::nanoseconds(0)
+                                                       : std::chrono::microseconds(2));
   };
   shape.copyMode = config.shmStream == ShmStream::On    ? shm::SlotCopyMode::Streaming
                    : config.shmStream == ShmStream::Off ? shm::SlotCopyMode::Cached
@@ -194,10 +195,9 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   if (leader) {
     std::vector<std::string> keys;
     for (int r : local) keys.push_back(key("cpus", r));
-    const bool crowded = shm::crowdedBy(storeTakeAll(store, keys));
-    shape.crowded = crowded;
-    chooseSlots(shape, crowded);
-    setPoll(crowded);
+    shape.crowded = shm::crowdedBy(storeTakeAll(store, keys));
+    chooseSlots(shape);
+    setPoll();
     shape.smallBytes = std::min(config.shmSmallBytes, shape.slotBytes);
     shape.cmaBytes = allSay(store, "cma-ok", local) ? config.shmCmaBytes : 0;
     shape.checkAll = config.checkCollectives;
@@ -210,7 +210,7 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
       description = std::to_string(shape.depth) + " " + std::to_string(shape.slotBytes) + " " +
                     std::to_string(shape.copyStepBytes) + " " + std::to_string(shape.smallBytes) +
                     " " + std::to_string(shape.cmaBytes) + " " + (shape.checkAll ? "1" : "0") +
-                    " " + (crowded ? "1" : "0") + " " + channel->segment().name();
+                    " " + (shape.crowded ? "1" : "0") + " " + channel->segment().name();
     } catch (const std::exception& e) {
       problem = e.what();
     }
@@ -224,7 +224,7 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
         shape.cmaBytes >> checkAll >> crowded >> name) {
       shape.checkAll = checkAll != 0;
       shape.crowded = crowded != 0;
-      setPoll(crowded != 0);
+      setPoll();
       try {
         channel = std::make_shared<shm::Channel>(
             shm::Segment::open(name, shm::Channel::segmentBytes(shape)), index, shape, false,

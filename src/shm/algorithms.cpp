@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 #include <system_error>
+#include <utility>
 
 #include "collectives/schedule.hpp"
 #include "engine/op.hpp"
@@ -117,29 +118,28 @@ void allreduceChunked(Steps& steps, const Turn& turn) {
   for (std::size_t offset = 0; offset < count; offset += chunk) {
     const std::size_t len = std::min(chunk, count - offset);
     char* const data = base + offset * elementSize;
-    const auto block = [&](int q) { return collectives::blockRange(len, size, q); };
+    // Where each rank's block lies, in bytes from the chunk's start, and how long it is.
+    const auto block = [&](int q) {
+      const auto range = collectives::blockRange(len, size, q);
+      return std::make_pair(range.offset * elementSize, range.count * elementSize);
+    };
     const std::uint32_t s = steps.beginStep(turn);
     for (int q = 0; q < size; ++q) {
       if (q == rank) continue;
-      const std::size_t at = block(q).offset * elementSize;
-      steps.copyToSlot(steps.slot(s, rank) + at, data + at, block(q).count * elementSize);
+      const auto [at, n] = block(q);
+      steps.copyToSlot(steps.slot(s, rank) + at, data + at, n);
     }
     steps.meet(s, turn, offset == 0);
-    const auto mine = block(rank);
-    const std::size_t at = mine.offset * elementSize;
-    const std::size_t mineBytes = mine.count * elementSize;
-    if (mine.count != 0 && size > 1) {
-      const auto slotPart = [&](int q) { return view(steps.slot(s, q) + at, mine.count, work); };
-      const at::Tensor acc = view(keeps ? data + at : steps.slot(s, rank) + at, mine.count, work);
-      bool started = keeps;  // acc holds this rank's part
+    const auto [at, mineBytes] = block(rank);
+    if (mineBytes != 0) {
+      const std::size_t n = mineBytes / elementSize;
+      const at::Tensor own = view(data + at, n, work);
+      const at::Tensor acc = keeps ? own : view(steps.slot(s, rank) + at, n, work);
+      at::Tensor sofar = own;
       for (int q = 0; q < size; ++q) {
         if (q == rank) continue;
-        if (started) {
-          engine::reduceInto(acc, slotPart(q), job.reduce);
-        } else {
-          engine::reduceOut(acc, view(data + at, mine.count, work), slotPart(q), job.reduce);
-          started = true;
-        }
+        engine::reduceOut(acc, sofar, view(steps.slot(s, q) + at, n, work), job.reduce);
+        sofar = acc;
       }
       if (keeps) steps.copyToSlot(steps.slot(s, rank) + at, data + at, mineBytes);
     }
@@ -148,8 +148,8 @@ void allreduceChunked(Steps& steps, const Turn& turn) {
     if (keeps) {
       for (int q = 0; q < size; ++q) {
         if (q == rank) continue;
-        const std::size_t from = block(q).offset * elementSize;
-        std::memcpy(data + from, steps.slot(s, q) + from, block(q).count * elementSize);
+        const auto [from, n] = block(q);
+        std::memcpy(data + from, steps.slot(s, q) + from, n);
       }
     }
     steps.mark(Phase::Departed, s);

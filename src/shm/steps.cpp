@@ -74,7 +74,8 @@ Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const 
                 "-byte slots, CMA from ", shape.cmaBytes,
                 " bytes); do all ranks run the same commux with the same COMMUX_SHM_* settings?");
   }
-  signal_ = signal ? signal(&header_->bell) : std::make_unique<Bell>(&header_->bell, shape.spin, shape.poll);
+  signal_ = signal ? signal(&header_->bell)
+                   : std::make_unique<Bell>(&header_->bell, shape.spin, shape.poll);
   controls_[rank_].pid = static_cast<std::int32_t>(::getpid());
 }
 

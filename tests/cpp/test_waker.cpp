@@ -241,7 +241,9 @@ bool settlesIn(Waker& waker, Waker::Progress state) {
 // The state alone is not enough: it reads Sleeping before the thread arms, and a message
 // that arrives then makes the arming fail and is driven without a sleep.
 bool fallsAsleep(Waker& waker, std::size_t nth) {
-  return eventually([&] { return waker.progress() == Waker::Progress::Sleeping && waker.counts().sleeps >= nth; });
+  return eventually([&] {
+    return waker.progress() == Waker::Progress::Sleeping && waker.counts().sleeps >= nth;
+  });
 }
 
 // The same, handing off until the progress thread is the one woken: a parked waiter

@@ -115,7 +115,8 @@ def _same_bits_everywhere(rank, ws, seed):
             xs = [torch.empty_like(x) for _ in range(ws)]
             dist.all_gather(xs, x)
             for r in range(ws):
-                assert torch.equal(xs[r].view(torch.uint8), x.view(torch.uint8)), (seed, n, dtype, r)
+                same = torch.equal(xs[r].view(torch.uint8), x.view(torch.uint8))
+                assert same, (seed, n, dtype, r)
             ins = [torch.empty_like(mine) for _ in range(ws)]
             dist.all_gather(ins, mine)
             parts = torch.stack([t.double() for t in ins])
@@ -126,7 +127,8 @@ def _same_bits_everywhere(rank, ws, seed):
             y = mine.clone()
             dist.reduce(y, dst=root)
             if rank == root:
-                assert torch.equal(y.view(torch.uint8), x.view(torch.uint8)), (seed, n, dtype, "reduce")
+                same = torch.equal(y.view(torch.uint8), x.view(torch.uint8))
+                assert same, (seed, n, dtype, "reduce")
             else:
                 assert torch.equal(y, mine), (seed, n, dtype, "reduce keeps non-root input")
     assert _shm_threads() == 1, "the shared-memory path was not used"
@@ -138,7 +140,8 @@ def test_shm_chunked_allreduce_gives_every_rank_the_same_bits(world_size):
     seed = int.from_bytes(os.urandom(2), "little")
     print(f"seed {seed}")
     env = {"COMMUX_SHM_SLOT_BYTES": "8192", "COMMUX_SHM_SMALL_BYTES": "1024"}
-    assert all(run_ranks(_same_bits_everywhere, world_size, timeout=150, env=env, seed=seed)), f"seed {seed}"
+    results = run_ranks(_same_bits_everywhere, world_size, timeout=150, env=env, seed=seed)
+    assert all(results), f"seed {seed}"
 
 
 def _shape_when_pinned(rank, ws, pins):
