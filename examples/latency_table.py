@@ -12,11 +12,18 @@ of iterations -- so slow drift of the machine (other jobs, frequency changes) la
 all of them alike instead of on whichever happened to run last.  Each (size, group)
 pair is warmed up first so connection setup and buffer allocation stay out of the
 samples.
+
+examples/demo.py uses it as a module (``latency_table`` and ``format_table``). Run on its
+own, it prints the table of commux (``ucx``) against gloo in the same run::
+
+    torchrun --standalone --nproc-per-node=2 examples/latency_table.py [--iters 200]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -148,3 +155,28 @@ def format_table(rows: Sequence[Row]) -> str:
         return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, lines)])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="p2p and allreduce latency, commux (ucx) vs gloo, same run")
+    parser.add_argument("--iters", type=int, default=200, help="timed iterations per (size, group)")
+    args = parser.parse_args()
+    import commux  # the "ucx" backend only exists once registered
+
+    commux.register()
+    dist.init_process_group(backend="ucx")
+    if dist.get_world_size() < 2:
+        print("latency_table: needs 2 or more ranks (torchrun --nproc-per-node=2)", file=sys.stderr)
+        dist.destroy_process_group()
+        return 2
+    groups = {"ucx": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    rows = latency_table(groups, iters=args.iters)
+    if dist.get_rank() == 0:
+        print("latency (median, rank 0's clock; p2p is one-way = half a round trip):")
+        print(format_table(rows), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
