@@ -191,6 +191,10 @@ class ProcessGroupUCX : public c10d::Backend {
   /// them with `waitAllRanks`, else the first).
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
 
+  /// Raises in a child forked after the group was made: the group's UCX worker, connections,
+  /// store client and shared memory are the parent's, and its threads exist only there.
+  void checkSameProcess() const;
+
  private:
   c10::intrusive_ptr<WorkUCX> makeWork(c10d::OpType type, std::vector<at::Tensor> outputs,
                                        engine::Description description,
@@ -236,8 +240,10 @@ class ProcessGroupUCX : public c10d::Backend {
                                            const std::shared_ptr<shm::Channel>& channel,
                                            shm::Job&& job, std::function<void()> finalize,
                                            std::chrono::milliseconds timeout);
-  /// Raises once the group was aborted or shut down.
+  /// Raises once the group was aborted or shut down, or in a child forked after it was made.
   void checkUsable() const;
+  /// True in a child forked after the group was made.
+  bool inheritedByFork() const noexcept;
   /// sendBlocking/recvBlocking's wait for a transfer posted on this thread, and its outcome.
   void finishBlocking(engine::BlockingTransfer& transfer, bool isSend, int peer, int tag,
                       std::size_t bytes);
@@ -284,6 +290,8 @@ class ProcessGroupUCX : public c10d::Backend {
                                               bool uniform, std::chrono::milliseconds timeout);
 
   std::shared_ptr<engine::Engine> engine_;
+  std::uint32_t forkGeneration_;  // engine::forkGeneration() when the group was made
+  int creatorPid_;
   std::shared_ptr<GroupHealth> health_;
   std::uint64_t failureListener_ = 0;
   c10::intrusive_ptr<c10d::Store> store_;

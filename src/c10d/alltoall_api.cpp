@@ -44,7 +44,13 @@ std::vector<std::size_t> countsFromSplits(const char* what, const at::Tensor& t,
   int64_t total = 0;
   for (int64_t s : splits) {
     TORCH_CHECK_VALUE(s >= 0, "commux: all_to_all_single: negative ", what, " split size ", s);
+    // A split larger than the tensor cannot add up to its rows; refused before the sum
+    // or the element count can overflow.
+    TORCH_CHECK_VALUE(s <= rows, "commux: all_to_all_single: ", what, " split size ", s,
+                      " is larger than the ", what, "'s ", rows, " rows");
     total += s;
+    TORCH_CHECK_VALUE(total <= rows, "commux: all_to_all_single: ", what,
+                      " split sizes add up to more than the ", what, "'s ", rows, " rows");
     counts.push_back(static_cast<std::size_t>(s * rowElements));
   }
   TORCH_CHECK_VALUE(total == rows, "commux: all_to_all_single: ", what, " split sizes add up to ",
@@ -52,11 +58,15 @@ std::vector<std::size_t> countsFromSplits(const char* what, const at::Tensor& t,
   return counts;
 }
 
-/// The block a rank keeps for itself is copied locally, so both sides must agree on it.
+/// The block a rank keeps for itself is copied locally before anything else, on every
+/// path, so both sides must agree on it before any path is chosen: a larger block would
+/// be written past the room the output gives it.
 void checkSelfBlock(const char* name, const std::vector<std::size_t>& sendCounts,
                     const std::vector<std::size_t>& recvCounts, int rank) {
-  TORCH_CHECK_VALUE(sendCounts[rank] == recvCounts[rank], "commux: ", name, ": this rank sends ",
-                    sendCounts[rank], " elements to itself but expects ", recvCounts[rank]);
+  TORCH_CHECK_VALUE(sendCounts[rank] == recvCounts[rank], "commux: ", name, ": this rank (",
+                    rank, ") sends ", sendCounts[rank], " elements to itself but its output has room for ",
+                    recvCounts[rank], " from itself; the input's and the output's split for rank ",
+                    rank, " must hold the same number of elements. Nothing was sent");
 }
 
 bool overlap(const at::Tensor& a, const at::Tensor& b) {
@@ -72,8 +82,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
     c10d::OpType type, const char* name, at::Tensor input, std::vector<std::size_t> sendCounts,
     std::vector<std::size_t> recvCounts, std::vector<at::Tensor> outputs,
     std::function<void(const at::Tensor&)> unpack, bool uniform, std::chrono::milliseconds timeout) {
-  const NoAutograd noAutograd;
-  checkSelfBlock(name, sendCounts, recvCounts, rank_);
+  const OpEntry entry(*this);
   const std::size_t in = std::accumulate(sendCounts.begin(), sendCounts.end(), std::size_t{0});
   const std::size_t out = std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0});
   const auto sendBlocks = layout(sendCounts, 0);
@@ -100,7 +109,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
   // Contiguous input and output: send straight from the input, receive straight into the
   // output. Staging both through one fresh buffer cost three copies plus the page faults
   // of a new allocation, and made all_to_all_single ~3x slower than gloo at 16 MiB.
-  checkSelfBlock("all_to_all_single", sendCounts, recvCounts, rank_);
   at::Tensor in = input.view({-1});
   at::Tensor out = output.view({-1});
   const auto sendBlocks = layout(sendCounts, 0);
@@ -129,12 +137,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
-  const NoAutograd noAutograd;
+  const OpEntry entry(*this);
   checkTensors("all_to_all_single", {outputBuffer, inputBuffer}, false);
   TORCH_CHECK_VALUE(outputBuffer.scalar_type() == inputBuffer.scalar_type(),
                     "commux: all_to_all_single: input and output dtypes differ");
   auto sendCounts = countsFromSplits("input", inputBuffer, inputSplitSizes, size_);
   auto recvCounts = countsFromSplits("output", outputBuffer, outputSplitSizes, size_);
+  checkSelfBlock("all_to_all_single", sendCounts, recvCounts, rank_);
   // Without split sizes a valid call has blocks of one size on every rank (rank s's block
   // for d is d's block from s), so all ranks plan alike. Equal splits on one rank say
   // nothing of the others'.
@@ -172,7 +181,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>& outputTensors,
                                                          std::vector<at::Tensor>& inputTensors,
                                                          const c10d::AllToAllOptions& opts) {
-  const NoAutograd noAutograd;
+  const OpEntry entry(*this);
   TORCH_CHECK_VALUE(outputTensors.size() == static_cast<std::size_t>(size_) &&
                         inputTensors.size() == static_cast<std::size_t>(size_),
                     "commux: all_to_all takes world size (", size_, ") input and output tensors");
@@ -189,6 +198,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
     recvCounts.push_back(elementCount(outputTensors[r]));
     flatInputs.push_back(inputTensors[r].reshape({-1}));
   }
+  checkSelfBlock("all_to_all", sendCounts, recvCounts, rank_);
   std::vector<at::Tensor> outputs = outputTensors;
   auto unpack = [outputs, recvCounts](const at::Tensor& received) {
     int64_t offset = 0;

@@ -2,6 +2,8 @@
 // splitting off subgroups, abort and shutdown.
 #include <c10/util/Exception.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "c10d/coalesced_work.hpp"
@@ -10,10 +12,29 @@
 #include "c10d/work_ucx.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "engine/engine.hpp"
+#include "engine/fork_guard.hpp"
 
 namespace commux {
 
+bool ProcessGroupUCX::inheritedByFork() const noexcept {
+  return forkGeneration_ != engine::forkGeneration();
+}
+
+void ProcessGroupUCX::checkSameProcess() const {
+  if (!inheritedByFork()) return;
+  C10_THROW_ERROR(DistBackendError,
+                  "commux: this process group was created in process " +
+                      std::to_string(creatorPid_) + ", and this process (" +
+                      std::to_string(::getpid()) +
+                      ") is a child forked from it afterwards. A forked child cannot use its "
+                      "parent's process groups (their UCX worker, connections and shared "
+                      "memory belong to the parent, as with NCCL): communicate from the parent, "
+                      "or start the child with the 'spawn' or 'forkserver' method and create a "
+                      "group there");
+}
+
 void ProcessGroupUCX::checkUsable() const {
+  checkSameProcess();
   const State s = state_.load(std::memory_order_acquire);
   if (s == State::Running) return;
   C10_THROW_ERROR(DistBackendError,
@@ -23,6 +44,7 @@ void ProcessGroupUCX::checkUsable() const {
 }
 
 void ProcessGroupUCX::startCoalescing() {
+  checkSameProcess();
   std::lock_guard<std::mutex> lock(trackMutex_);
   TORCH_CHECK(!coalescing_.load(std::memory_order_relaxed),
               "commux: startCoalescing called twice without endCoalescing");
@@ -69,6 +91,7 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupUCX::getBackendOptions() 
 }
 
 void ProcessGroupUCX::abort() {
+  if (inheritedByFork()) return;  // the parent's operations are the parent's to abort
   state_.store(State::Aborted, std::memory_order_release);
   std::vector<c10::weak_intrusive_ptr<WorkUCX>> inflight;
   {

@@ -297,7 +297,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     cross.before = std::move(before);
     plan.cross = std::move(cross);
   }
-  const NoAutograd noAutograd;
+  const OpEntry entry(*this);
   // Every member takes part: the collective fails when any of them dies.
   watchMembers();
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);

@@ -35,6 +35,7 @@ std::string joinRanks(const std::vector<int>& ranks) {
 }  // namespace
 
 void ProcessGroupUCX::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  checkSameProcess();
   // An explicit 0 is a real (spent) limit, as in Gloo; only "unset" means the group's.
   const auto timeout = opts.timeout.count() < 0 ? timeout_ : opts.timeout;
   const std::uint32_t seq = nextSequence();

@@ -3,7 +3,10 @@
 
 #include <c10/util/Exception.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <tuple>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -77,6 +80,8 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
   TORCH_CHECK_VALUE(rank >= 0 && rank < size, "commux: rank ", rank,
                     " is outside a group of size ", size);
   engine_ = processEngine(static_cast<std::size_t>(size));
+  forkGeneration_ = engine::forkGeneration();
+  creatorPid_ = static_cast<int>(::getpid());
   health_ = std::make_shared<GroupHealth>(size);
   store_ = store;
   // No purge here: it runs later on the driver and would drop messages that peers send to
@@ -103,6 +108,13 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
 }
 
 ProcessGroupUCX::~ProcessGroupUCX() {
+  if (inheritedByFork()) {
+    // A forked child: the group's threads, locks, UCX state and shared memory are the
+    // parent's. Free none of it (member destructors then see empty handles).
+    new std::tuple(std::move(engine_), std::move(peers_), std::move(relay_), std::move(shm_),
+                   std::move(store_), std::move(health_), std::move(layout_));
+    return;
+  }
   // First: a notice arriving now would mark a rank dead in a group that is going away.
   if (relay_) relay_->close();
   engine_->removeFailureListener(failureListener_);
@@ -256,6 +268,7 @@ bool ProcessGroupUCX::collectivesMayBeRefused() const {
 }
 
 void ProcessGroupUCX::checkCollectivesAllowed(const char* what) {
+  checkSameProcess();  // before the shared-memory set-up the first collective runs
   if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
     if (const int dead = channel->deadRank(); dead >= 0) {
       // Found dead by this rank's watch or another survivor's: no collective can finish.
@@ -399,7 +412,7 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& tensors,
                                                      int dstRank, int tag) {
-  const NoAutograd noAutograd;
+  const OpEntry entry(*this);
   checkTensors("send", tensors, false);
   checkTag("send", tag);
   checkPeer("send", "destination", dstRank, size_);
@@ -420,7 +433,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& tensors,
                                                      int srcRank, int tag) {
-  const NoAutograd noAutograd;
+  const OpEntry entry(*this);
   checkTensors("recv", tensors, false);
   checkTag("recv", tag);
   checkPeer("recv", "source", srcRank, size_);
@@ -440,7 +453,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recvAnysource(std::vector<at::Tensor>& tensors,
                                                               int tag) {
-  const NoAutograd noAutograd;
+  const OpEntry entry(*this);
   checkTensors("recv", tensors, false);
   checkTag("recv", tag);
   // With several tensors, later messages would have to come from whichever rank matched

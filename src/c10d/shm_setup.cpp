@@ -163,6 +163,27 @@ void chooseSlots(shm::ChannelShape& shape) {
   shape.copyStepBytes = crowded ? 0 : kBase;
 }
 
+// Why the leader's announcement (read from the store) cannot be acted on, or empty: a shape
+// outside what any leader chooses, or a name that is not one of commux's segments. Checked
+// before the shape sizes a mapping or the name is opened.
+std::string badAnnouncement(const shm::ChannelShape& shape, const std::string& name) {
+  constexpr std::size_t kMaxSlot = std::size_t{256} << 20;  // COMMUX_SHM_SLOT_BYTES' bound
+  if (shape.depth < 2 || shape.depth > shm::Steps::kMaxDepth || (shape.depth & (shape.depth - 1)) != 0) {
+    return "depth " + std::to_string(shape.depth);
+  }
+  if (shape.slotBytes < 4096 || shape.slotBytes > kMaxSlot || shape.slotBytes % 4096 != 0) {
+    return "slot size " + std::to_string(shape.slotBytes);
+  }
+  if (shape.smallBytes > shape.slotBytes || shape.copyStepBytes > shape.slotBytes) {
+    return "small or step size beyond the slot";
+  }
+  const bool digitsAndDashes =
+      name.size() > 8 && name.size() < 128 &&
+      name.find_first_not_of("0123456789-", 8) == std::string::npos;
+  if (name.compare(0, 8, "/commux-") != 0 || !digitsAndDashes) return "segment name '" + name + "'";
+  return {};
+}
+
 // This host's channel: the leader creates the segment and says how it is shaped, the
 // others map it. Null where it failed (logged), and then on every rank of the host.
 std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host,
@@ -225,7 +246,11 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
       shape.checkAll = checkAll != 0;
       shape.crowded = crowded != 0;
       setPoll();
-      try {
+      if (const std::string bad = badAnnouncement(shape, name); !bad.empty()) {
+        problem = "commux: the shared-memory channel that rank " + std::to_string(local[0]) +
+                  " announced through the store has an impossible " + bad +
+                  "; another program or job may be writing this store's keys";
+      } else try {
         channel = std::make_shared<shm::Channel>(
             shm::Segment::open(name, shm::Channel::segmentBytes(shape)), index, shape, false,
             engine, local);

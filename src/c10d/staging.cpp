@@ -1,10 +1,15 @@
 #include "c10d/staging.hpp"
 
+#include "commux/process_group_ucx.hpp"
+
 #include <algorithm>
 
 #include "commux/options.hpp"
 
 namespace commux {
+
+OpEntry::OpEntry(const ProcessGroupUCX& group) { group.checkSameProcess(); }
+
 
 collectives::Thresholds thresholds(const at::Tensor& buffer) {
   const Config& c = Config::get();

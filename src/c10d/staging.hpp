@@ -18,6 +18,19 @@ namespace commux {
 /// grad themselves, and ATen refuses out= and in-place ops on them in grad mode.
 using NoAutograd = at::NoGradGuard;
 
+class ProcessGroupUCX;
+
+/// The first line of every operation of a group: autograd off, and the group used only by
+/// the process that made it, never by a child forked afterwards (it would act on the
+/// parent's connections and store client).
+class OpEntry {
+ public:
+  explicit OpEntry(const ProcessGroupUCX& group);
+
+ private:
+  NoAutograd noAutograd_;
+};
+
 /// The selection's settings for an operation on `buffer` (host memory when undefined).
 collectives::Thresholds thresholds(const at::Tensor& buffer = at::Tensor());
 

@@ -6,10 +6,14 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "c10d/group_health.hpp"
@@ -61,14 +65,38 @@ struct Record {
         << host << '\n';
     return out.str();
   }
-  static Record decode(const std::string& raw) {
+  /// `rank`'s record as read from the store: nothing in it is trusted until checked here
+  /// (anyone who can reach the store can write it).
+  static Record decode(int rank, const std::string& raw) {
     std::istringstream in(raw);
     Record r;
     in >> r.context >> r.dtype >> r.elements >> r.address >> r.pid >> r.canary >> r.fd >>
         r.mapOffset >> r.mapBytes >> r.device;
+    const auto refuse = [rank](const std::string& why) {
+      C10_THROW_ERROR(DistBackendError,
+                      "commux: window.tensor_register: rank " + std::to_string(rank) +
+                          "'s record in the store " + why +
+                          "; another program or job may be writing this store's keys");
+    };
+    if (in.fail()) refuse("is malformed");
     in.ignore();
     std::getline(in, r.pidSpace);
     std::getline(in, r.host);
+    if (r.dtype < 0 || r.dtype >= static_cast<std::int32_t>(c10::ScalarType::NumOptions) ||
+        r.dtype == static_cast<std::int32_t>(c10::ScalarType::Undefined)) {
+      refuse("names no dtype (" + std::to_string(r.dtype) + ")");
+    }
+    const std::uint64_t es = c10::elementSize(static_cast<c10::ScalarType>(r.dtype));
+    if (es == 0 || r.elements > std::numeric_limits<std::uint64_t>::max() / es) {
+      refuse("claims " + std::to_string(r.elements) + " elements, more than memory holds");
+    }
+    if (r.pid <= 0 || r.pid > std::numeric_limits<std::int32_t>::max()) {
+      refuse("names no process (pid " + std::to_string(r.pid) + ")");
+    }
+    if (r.fd >= 0 && (r.mapOffset > r.mapBytes || r.elements * es > r.mapBytes - r.mapOffset)) {
+      refuse("places " + std::to_string(r.elements * es) + " bytes at offset " +
+             std::to_string(r.mapOffset) + " of a mapping of " + std::to_string(r.mapBytes));
+    }
     return r;
   }
 };
@@ -82,11 +110,36 @@ struct Mapping {
   }
 };
 
-std::shared_ptr<Mapping> mapPeer(const Record& r) {
+// Why the file behind a peer's record may not be mapped, or empty when it may: it must be
+// what torch's share_memory_() makes (a shared-memory file of this user's, mode 0600) and
+// hold what the record claims. A record written by someone else cannot make this rank map
+// and write into another file.
+std::string unmappable(int fd, const Record& r) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return "fstat failed";
+  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) return "it is not in shared memory";
+  if (st.st_uid != ::geteuid()) return "another user owns it";
+  if ((st.st_mode & 07777) != 0600) return "its mode is not 0600";
+  if (static_cast<std::uint64_t>(st.st_size) < r.mapBytes) {
+    return "it holds " + std::to_string(st.st_size) + " bytes, not the " +
+           std::to_string(r.mapBytes) + " its record claims";
+  }
+  return {};
+}
+
+std::shared_ptr<Mapping> mapPeer(int rank, const Record& r) {
   if (r.fd < 0 || r.mapBytes == 0) return nullptr;
   const std::string path = "/proc/" + std::to_string(r.pid) + "/fd/" + std::to_string(r.fd);
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return nullptr;
+  if (const std::string why = unmappable(fd, r); !why.empty()) {
+    ::close(fd);
+    TORCH_WARN("commux: window.tensor_register: rank ", rank, "'s window memory (", path,
+               ") is not mapped: ", why, ". Its puts and gets go through messages");
+    return nullptr;
+  }
   auto mapping = std::make_shared<Mapping>();
   mapping->bytes = r.mapBytes;
   mapping->base = ::mmap(nullptr, r.mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -250,7 +303,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
     const auto routes = group_->peers_->get(ranks, "a window registration");
     std::vector<Peer> peers(static_cast<std::size_t>(size));
     for (int r = 0; r < size; ++r) {
-      const Record theirs = Record::decode(raw[static_cast<std::size_t>(r)]);
+      const Record theirs = Record::decode(r, raw[static_cast<std::size_t>(r)]);
       Peer& peer = peers[static_cast<std::size_t>(r)];
       auto route = std::make_shared<engine::Route>();
       route->address = routes[static_cast<std::size_t>(r)]->address;
@@ -269,7 +322,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
       const bool local = !mine.host.empty() && theirs.host == mine.host && !mine.pidSpace.empty() &&
                          theirs.pidSpace == mine.pidSpace;
       if (!local || peer.cuda) continue;  // device memory: UCX messages (cuda_ipc or staged)
-      if (auto mapping = mapPeer(theirs)) {
+      if (auto mapping = mapPeer(r, theirs)) {
         peer.mapped = static_cast<char*>(mapping->base) + theirs.mapOffset;
         peer.mapping = std::move(mapping);
         peer.path = Peer::Path::Mapped;

@@ -157,6 +157,11 @@ void WorkUCX::synchronize() {
 
 bool WorkUCX::waitUntil(std::chrono::steady_clock::time_point deadline) {
   if (done_.done()) return true;
+  // Nothing in a forked child would ever complete it, and driving the parent's worker
+  // from here would steal the parent's messages.
+  TORCH_CHECK(!engine_->inherited(), "commux: ", description(),
+              ": waited on in a child forked after the operation started; only the process "
+              "that started it can wait for it");
   // Only operations that do their own work (shared memory) have anything to assist with;
   // the others spare every wait the lock that reading op_ takes.
   const auto op = assists_ ? this->op() : nullptr;

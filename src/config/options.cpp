@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <utility>
 #include <stdexcept>
 #include <string>
@@ -24,7 +25,25 @@ void readUnsigned(const char* name, T& out) {
     throw std::invalid_argument(std::string(name) + "='" + raw +
                                 "' is not a non-negative integer");
   }
+  if (value > static_cast<unsigned long long>(std::numeric_limits<T>::max())) {
+    throw std::invalid_argument(std::string(name) + "='" + raw + "' is too large (at most " +
+                                std::to_string(std::numeric_limits<T>::max()) + ")");
+  }
   out = static_cast<T>(value);
+}
+
+/// A size or count in [lo, hi]; `unit` names what it counts in the error.
+template <typename T>
+void readInRange(const char* name, T& out, unsigned long long lo, unsigned long long hi,
+                 const char* unit) {
+  T value = out;
+  readUnsigned(name, value);
+  const auto v = static_cast<unsigned long long>(value);
+  if (v < lo || v > hi) {
+    throw std::invalid_argument(std::string(name) + "=" + std::to_string(v) + " is outside [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "] " + unit);
+  }
+  out = value;
 }
 
 /// The limits of the tag's fields (wire/tag.hpp): tests lower them, nothing raises them.
@@ -47,9 +66,16 @@ void readPowerOfTwo(const char* name, std::uint32_t& out, std::uint32_t lo, std:
   }
 }
 
+// A wait longer than a minute is a mistake, not a tuning (and would overflow the clock's
+// arithmetic further up).
+constexpr unsigned long long kMaxMicros = 60'000'000;
+// Sizes beyond 1 GiB overflow nothing here, but the segment and buffers they size would
+// exhaust memory first; refused with their name rather than as a failed allocation.
+constexpr unsigned long long kMaxBytes = 1ULL << 30;
+
 void readMicros(const char* name, std::chrono::microseconds& out) {
   long long us = out.count();
-  readUnsigned(name, us);
+  readInRange(name, us, 0, kMaxMicros, "microseconds");
   out = std::chrono::microseconds(us);
 }
 
@@ -62,7 +88,8 @@ void readBool(const char* name, bool& out) {
   } else if (v == "0" || v == "false" || v == "off" || v == "no") {
     out = false;
   } else {
-    throw std::invalid_argument(std::string(name) + "='" + raw + "' is not a boolean (use 0 or 1)");
+    throw std::invalid_argument(std::string(name) + "='" + raw +
+                                "' is not a boolean (use 1, true, on or yes; 0, false, off or no)");
   }
 }
 
@@ -90,17 +117,16 @@ Config Config::fromEnvironment() {
   readMicros("COMMUX_HANDOFF_DELAY_US", c.handOffDelay);
   readBool("COMMUX_COALESCE", c.coalesce);
   readBool("COMMUX_GROUP", c.group);
-  readUnsigned("COMMUX_ALLREDUCE_RING_MIN_BYTES", c.allreduceRingMinBytes);
-  readUnsigned("COMMUX_CHAIN_MIN_BYTES", c.chainMinBytes);
-  readUnsigned("COMMUX_PIPELINE_CHUNK_BYTES", c.pipelineChunkBytes);
-  readUnsigned("COMMUX_CUDA_CHUNK_BYTES", c.cudaChunkBytes);
-  std::size_t logMinRanks = static_cast<std::size_t>(c.logAlgorithmsMinRanks);
-  readUnsigned("COMMUX_LOG_ALGORITHMS_MIN_RANKS", logMinRanks);
-  c.logAlgorithmsMinRanks = static_cast<int>(std::min<std::size_t>(logMinRanks, 1u << 30));
-  readUnsigned("COMMUX_RING_MIN_BLOCK_BYTES", c.ringMinBlockBytes);
+  readInRange("COMMUX_ALLREDUCE_RING_MIN_BYTES", c.allreduceRingMinBytes, 0, kMaxBytes, "bytes");
+  readInRange("COMMUX_CHAIN_MIN_BYTES", c.chainMinBytes, 0, kMaxBytes, "bytes");
+  readInRange("COMMUX_PIPELINE_CHUNK_BYTES", c.pipelineChunkBytes, 1, kMaxBytes, "bytes");
+  readInRange("COMMUX_CUDA_CHUNK_BYTES", c.cudaChunkBytes, 1, kMaxBytes, "bytes");
+  readInRange("COMMUX_LOG_ALGORITHMS_MIN_RANKS", c.logAlgorithmsMinRanks, 0, wire::kMaxRanks + 1,
+              "ranks");
+  readInRange("COMMUX_RING_MIN_BLOCK_BYTES", c.ringMinBlockBytes, 0, kMaxBytes, "bytes");
   readBool("COMMUX_SHM", c.shm);
   readBool("COMMUX_WINDOW_SHARE", c.windowShare);
-  readUnsigned("COMMUX_SHM_SLOT_BYTES", c.shmSlotBytes);
+  readInRange("COMMUX_SHM_SLOT_BYTES", c.shmSlotBytes, 0, 256ULL << 20, "bytes (0: chosen per group)");
   {
     unsigned long long depth = 0;  // unset or 0: chosen per group
     readUnsigned("COMMUX_SHM_DEPTH", depth);
@@ -110,12 +136,12 @@ Config Config::fromEnvironment() {
     }
     c.shmDepth = static_cast<std::uint32_t>(depth);
   }
-  readUnsigned("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes);
-  readUnsigned("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes);
+  readInRange("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes, 0, 1ULL << 20, "bytes (0: no small slots)");
+  readInRange("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes, 0, kMaxBytes, "bytes (0: off)");
   readMicros("COMMUX_SHM_SPIN_US", c.shmSpin);
   if (const char* raw = std::getenv("COMMUX_SHM_POLL_NS"); raw != nullptr && *raw != '\0') {
     long long ns = 0;
-    readUnsigned("COMMUX_SHM_POLL_NS", ns);
+    readInRange("COMMUX_SHM_POLL_NS", ns, 0, 1'000'000'000, "nanoseconds");
     c.shmPoll = std::chrono::nanoseconds(ns);
   }
   readChoice("COMMUX_SHM_STREAM", c.shmStream,
@@ -131,8 +157,8 @@ Config Config::fromEnvironment() {
              {{"auto", Hierarchy::Auto}, {"leader", Hierarchy::Leader},
               {"parallel", Hierarchy::Parallel}, {"off", Hierarchy::Off}, {"0", Hierarchy::Off}},
              "auto, leader, parallel or off");
-  readUnsigned("COMMUX_HIERARCHY_PARALLEL_MIN_BYTES", c.hierarchyParallelMinBytes);
-  readUnsigned("COMMUX_HIERARCHY_MIN_BYTES", c.hierarchyMinBytes);
+  readInRange("COMMUX_HIERARCHY_PARALLEL_MIN_BYTES", c.hierarchyParallelMinBytes, 0, kMaxBytes, "bytes");
+  readInRange("COMMUX_HIERARCHY_MIN_BYTES", c.hierarchyMinBytes, 0, kMaxBytes, "bytes");
   readChoice("COMMUX_FAILURE_DETECTION", c.failureDetection,
              {{"auto", FailureDetection::Auto}, {"ucx", FailureDetection::Ucx},
               {"off", FailureDetection::Off}, {"0", FailureDetection::Off}},
@@ -153,8 +179,6 @@ Config Config::fromEnvironment() {
   readBounded("COMMUX_MAX_RANKS", c.maxRanks, 1, wire::kMaxRanks);
   readBounded("COMMUX_MAX_CONTEXTS", c.maxContexts, 1, wire::kControlContext);
   c.shmSlotBytes = (c.shmSlotBytes + 4095) / 4096 * 4096;  // 0 stays 0: chosen per group
-  if (c.pipelineChunkBytes == 0) throw std::invalid_argument("COMMUX_PIPELINE_CHUNK_BYTES must be > 0");
-  if (c.cudaChunkBytes == 0) throw std::invalid_argument("COMMUX_CUDA_CHUNK_BYTES must be > 0");
   return c;
 }
 

@@ -38,6 +38,7 @@ inline void cpuRelax() {
 struct Reaper {
   std::thread thread;
   std::shared_ptr<std::atomic<bool>> done;
+  std::uint32_t generation = forkGeneration();  // a forked child has no such thread
 };
 std::mutex reapersMutex;
 std::vector<Reaper> reapers;
@@ -48,7 +49,7 @@ void deleteOnHelperThread(Engine* engine) {
   // Helpers that finished are joined here, so a process that rebuilds groups for weeks
   // keeps no more than the few in progress.
   for (auto it = reapers.begin(); it != reapers.end();) {
-    if (it->done->load()) {
+    if (it->done->load() && it->generation == forkGeneration()) {
       it->thread.join();
       it = reapers.erase(it);
     } else {
@@ -69,7 +70,11 @@ void joinReapers() {
     all.swap(reapers);
   }
   for (auto& reaper : all) {
-    if (reaper.thread.get_id() == std::this_thread::get_id()) {
+    if (reaper.generation != forkGeneration()) {
+      // The parent's thread: this process never had it, so it can neither join nor
+      // destroy its handle (a joinable std::thread terminates the process when destroyed).
+      new std::thread(std::move(reaper.thread));
+    } else if (reaper.thread.get_id() == std::this_thread::get_id()) {
       reaper.thread.detach();  // an engine's teardown ran exit code on its own helper
     } else {
       Engine::runBlocking([](void* t) { static_cast<std::thread*>(t)->join(); }, &reaper.thread);
@@ -86,8 +91,20 @@ struct ExitGuard {
 }  // namespace
 
 std::shared_ptr<Engine> Engine::instance(std::size_t groupSize, const Settings& settings) {
+  // The child of a fork gets locks that no thread of the parent held at that moment.
+  watchForks(
+      [] {
+        instanceMutex.lock();
+        reapersMutex.lock();
+      },
+      [] {
+        reapersMutex.unlock();
+        instanceMutex.unlock();
+      });
   std::lock_guard<std::mutex> lock(instanceMutex);
   auto engine = instanceRef.lock();
+  // A forked child makes an engine of its own: the parent's is the parent's.
+  if (engine && engine->inherited()) engine.reset();
   if (!engine) {
     auto hints = ucx::JobHints::fromEnvironment();
     // Started without a launcher (rank and size passed by hand): the first group is
@@ -98,6 +115,7 @@ std::shared_ptr<Engine> Engine::instance(std::size_t groupSize, const Settings& 
     // the progress thread (it cannot join itself; the other would wait for the lock it
     // holds), so delete from a helper thread.
     engine = std::shared_ptr<Engine>(new Engine(settings, hints), [](Engine* e) {
+      if (e->inherited()) return;  // its threads and UCX state live on in the parent
       if (e->onProgressThread() || e->drivenByThisThread()) {
         deleteOnHelperThread(e);
       } else {
@@ -125,7 +143,7 @@ void Engine::shutdownInstance() {
     std::lock_guard<std::mutex> lock(instanceMutex);
     engine = instanceRef.lock();
   }
-  if (engine) engine->stop();
+  if (engine && !engine->inherited()) engine->stop();
   joinReapers();
 }
 

@@ -25,6 +25,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/fork_guard.hpp"
 #include "engine/context_ids.hpp"
 #include "engine/done_flag.hpp"
 #include "engine/endpoint_cache.hpp"
@@ -46,6 +47,10 @@ class Engine {
   static std::shared_ptr<Engine> instance(std::size_t groupSize, const Settings& settings);
   /// Stops the live engine's progress thread, if any (at interpreter or process exit).
   static void shutdownInstance();
+  /// True in a child forked after this engine was made: its threads are the parent's, and
+  /// its UCX worker and sockets are shared with it, so the child must not use, stop or
+  /// free it (fork_guard.hpp).
+  bool inherited() const noexcept { return generation_ != forkGeneration(); }
   /// Runs calls that block on the progress thread (joining it). The Python binding installs
   /// one that releases the GIL first: the progress thread may need the GIL (freeing a tensor
   /// that owns its Python object, running a future callback), and a process group is often
@@ -275,6 +280,7 @@ class Engine {
   /// Worker-lock holders: the work of purgeContext; returns how many messages it dropped.
   std::size_t dropUnexpected(std::uint32_t context);
 
+  const std::uint32_t generation_ = forkGeneration();
   ucx::Context context_;
   ucx::Worker worker_;
   const Settings settings_;

@@ -380,8 +380,11 @@ void alltoall(Steps& steps, const Turn& turn) {
   const char* const in = job.input.numel() ? bytes(job.input) : nullptr;
   char* const out = job.output.numel() ? bytes(job.output) : nullptr;
   const std::size_t me = static_cast<std::size_t>(rank);
-  // The caller checked that this rank sends itself what it expects from itself; the input
-  // and the output never overlap here (c10d/alltoall_api.cpp stages one that would).
+  // The caller checked that this rank sends itself what it expects from itself, before any
+  // path was chosen; the input and the output never overlap here (c10d/alltoall_api.cpp
+  // stages one that would).
+  TORCH_INTERNAL_ASSERT(job.sendCounts[me] == job.recvCounts[me] &&
+                        recvAt[p - 1] + job.recvCounts[p - 1] <= static_cast<std::size_t>(job.output.numel()));
   if (job.sendCounts[me] != 0) {
     std::memcpy(out + recvAt[me] * es, in + sendAt[me] * es, job.sendCounts[me] * es);
   }

@@ -86,11 +86,24 @@ std::unique_ptr<Segment> Segment::create(std::size_t bytes) {
 std::unique_ptr<Segment> Segment::open(const std::string& name, std::size_t bytes) {
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) throw systemError("cannot open", name);
+  // The name came through the store: map only a segment this user made as commux makes
+  // them (mode 0600, exactly the announced size), never another file under /dev/shm.
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < bytes) {
+  std::string problem;
+  if (::fstat(fd, &st) != 0) {
+    problem = std::string("cannot be examined: ") + std::strerror(errno);
+  } else if (st.st_uid != ::geteuid()) {
+    problem = "belongs to another user (uid " + std::to_string(st.st_uid) + ")";
+  } else if ((st.st_mode & 07777) != 0600) {
+    problem = "has mode 0" + std::to_string((st.st_mode >> 6 & 7) * 100 + (st.st_mode >> 3 & 7) * 10 +
+                                            (st.st_mode & 7)) + ", not 0600";
+  } else if (static_cast<std::size_t>(st.st_size) != bytes) {
+    problem = "holds " + std::to_string(st.st_size) + " bytes, not the " + std::to_string(bytes) +
+              " its creator announced";
+  }
+  if (!problem.empty()) {
     ::close(fd);
-    throw std::runtime_error("commux: shared-memory segment " + name + " is smaller than the " +
-                             std::to_string(bytes) + " bytes its creator announced");
+    throw std::runtime_error("commux: shared-memory segment " + name + " " + problem);
   }
   return std::unique_ptr<Segment>(new Segment(name, mapShared(fd, bytes, name), bytes, false));
 }

@@ -1,11 +1,13 @@
 // Shared-memory segment and cross-process bell, exercised across fork().
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "shm/bell.hpp"
@@ -55,6 +57,26 @@ TEST(ShmSegment, UnlinkedNameCannotBeOpenedButMappingLives) {
 TEST(ShmSegment, OpenRejectsASegmentSmallerThanAnnounced) {
   auto created = Segment::create(4096);
   EXPECT_THROW(Segment::open(created->name(), 8192), std::runtime_error);
+}
+
+// A name from the store may point at any file under /dev/shm: only a segment of this
+// user's, made as commux makes them (0600, the announced size), is mapped.
+TEST(ShmSegment, OpenRejectsAnyOtherShapeOfFile) {
+  auto created = Segment::create(8192);
+  const auto message = [&](std::size_t bytes) {
+    try {
+      Segment::open(created->name(), bytes);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(4096).find("not the 4096 its creator announced"), std::string::npos) << message(4096);
+  const std::string path = "/dev/shm" + created->name();
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  EXPECT_NE(message(8192).find("mode 0644, not 0600"), std::string::npos) << message(8192);
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  EXPECT_EQ(message(8192), "no error");
 }
 
 TEST(ShmBell, RingFromAnotherProcessWakesAWaiter) {

@@ -1,0 +1,19 @@
+#pragma once
+// fork() and commux: a child of a process that has groups inherits their memory but none
+// of their threads, and shares their UCX worker, sockets and shared-memory slots with the
+// parent. Nothing made before the fork may be used, joined or freed in the child.
+#include <cstdint>
+#include <functional>
+
+namespace commux::engine {
+
+/// How many fork()s this process is a child of since commux was loaded (0 in the process
+/// that loaded it). Whatever was made under another number belongs to an ancestor.
+std::uint32_t forkGeneration() noexcept;
+
+/// Registers the fork handlers (once per process; later calls do nothing). `lock` and
+/// `unlock` are called around every fork in the parent, and `unlock` again in the child,
+/// so that locks the child needs are never inherited held by a thread it does not have.
+void watchForks(std::function<void()> lock, std::function<void()> unlock);
+
+}  // namespace commux::engine

@@ -1,0 +1,156 @@
+"""What commux writes and acts on: only the caller's buffers (an all-to-all whose own block
+does not fit its output is refused before any byte moves, on shared memory and over UCX),
+nothing of a parent's group in a forked child, and settings only within their ranges."""
+
+import atexit
+import ctypes
+import gc
+import os
+import signal
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import commux
+
+from harness import assert_group_works, expect_error, run_ranks, run_python
+
+pytestmark = pytest.mark.ucx_only
+
+GUARD = -12345.0
+
+
+def _guarded(n, pad=3):
+    """A view of n elements with `pad` guard values on each side in the same storage."""
+    buf = torch.full((n + 2 * pad,), GUARD)
+    return buf, buf[pad:pad + n]
+
+
+def _guards_intact(buf, n, pad=3):
+    return bool(buf[:pad].eq(GUARD).all() and buf[pad + n:].eq(GUARD).all())
+
+
+def _self_block_too_large(rank, ws):
+    # Each rank sends itself 8 elements but gives its own block room for 2.
+    in_splits = [2] * ws
+    in_splits[rank] = 8
+    out_splits = [2] * ws
+    inp = torch.arange(sum(in_splits), dtype=torch.float32)
+    buf, out = _guarded(sum(out_splits))
+    msg = expect_error(lambda: dist.all_to_all_single(out, inp, out_splits, in_splits),
+                       "sends 8 elements to itself", "an own block larger than its room",
+                       exc_types=(ValueError,))
+    assert "room for 2" in msg, msg
+    assert _guards_intact(buf, sum(out_splits)), f"written past the output: {buf.tolist()}"
+    assert out.eq(GUARD).all(), f"the output was written before the error: {out.tolist()}"
+    # The list form: this rank's own output tensor is smaller than its own input tensor.
+    ins = [torch.ones(8 if r == rank else 2) for r in range(ws)]
+    bufs = [_guarded(2) for _ in range(ws)]
+    expect_error(lambda: dist.all_to_all([o for _, o in bufs], ins), "sends 8 elements to itself",
+                 "all_to_all with an own block larger than its room", exc_types=(ValueError,))
+    assert all(_guards_intact(b, 2) and o.eq(GUARD).all() for b, o in bufs)
+    # Splits beyond the tensor (an overflowing sum) are refused by name.
+    huge = [2 ** 62] * ws
+    expect_error(lambda: dist.all_to_all_single(out, inp, out_splits, huge), "larger than",
+                 "a huge split", exc_types=(ValueError,))
+    assert _guards_intact(buf, sum(out_splits))
+    # Nothing moved, so the group goes on, collectives included.
+    assert_group_works(ws)
+    good = torch.arange(ws, dtype=torch.float32) + 10 * rank
+    got = torch.empty(ws)
+    dist.all_to_all_single(got, good)
+    assert got.tolist() == [10.0 * r + rank for r in range(ws)]
+    return True
+
+
+@pytest.mark.parametrize("shm", ["1", "0"])
+@pytest.mark.parametrize("ws", [2, 3])
+def test_all_to_all_own_block_is_checked_before_any_path(ws, shm):
+    assert all(run_ranks(_self_block_too_large, ws, timeout=90, env={"COMMUX_SHM": shm}))
+
+
+def _forked_child(rank, ws, mode):
+    t = torch.ones(4)
+    dist.all_reduce(t)  # the group is set up (shared memory included) before the fork
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 0
+        if mode == "use":
+            try:
+                dist.all_reduce(torch.ones(4))
+                os.write(w, b"no error")
+            except RuntimeError as e:
+                os.write(w, str(e).encode()[:4000])
+            try:
+                dist.send(torch.ones(1), dst=(rank + 1) % ws)
+                os.write(w, b"|send: no error")
+            except RuntimeError as e:
+                os.write(w, b"|send: " + str(e).encode()[:2000])
+        os.close(w)
+        # A normal exit, which the harness's own handlers would intercept as SystemExit:
+        # Python's exit functions, the groups dropped (their destructors run in the child),
+        # then libc's exit, which runs the C++ static destructors (the engine's exit guard)
+        # with the parent's engine inherited.
+        atexit._run_exitfuncs()
+        dist.destroy_process_group()
+        gc.collect()
+        ctypes.CDLL(None).exit(code)
+    os.close(w)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child did not exit within 30 s")
+        time.sleep(0.05)
+    said = os.read(r, 8192).decode()
+    os.close(r)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}: {said}"
+    if mode == "use":
+        collective, _, send = said.partition("|send: ")
+        for what in (collective, send):
+            assert "fork" in what and "child" in what, f"the child's error does not name fork: {said!r}"
+    # The parent's group is untouched.
+    assert_group_works(ws)
+    x = torch.full((3,), float(rank))
+    if rank == 0:
+        dist.send(x, dst=1, tag=5)
+    elif rank == 1:
+        dist.recv(x, src=0, tag=5)
+        assert x.eq(0).all()
+    return True
+
+
+@pytest.mark.parametrize("mode", ["exit", "use"])
+@pytest.mark.parametrize("shm", ["1", "0"])
+def test_forked_child_exits_at_once_and_cannot_use_the_parents_group(mode, shm):
+    assert all(run_ranks(_forked_child, 2, timeout=90, env={"COMMUX_SHM": shm}, mode=mode))
+
+
+def _bad_setting(rank, ws, scratch, name):
+    return expect_error(lambda: commux.load_extension().config(), (name,), f"a bad {name}",
+                        exc_types=(ValueError,))
+
+
+@pytest.mark.parametrize("name,value,says", [
+    ("COMMUX_SHM_SLOT_BYTES", str(2 ** 64 - 1), "is outside [0, 268435456]"),
+    ("COMMUX_SHM_SLOT_BYTES", str(2 ** 40), "is outside [0, 268435456]"),
+    ("COMMUX_SHM_POLL_NS", str(2 ** 63 + 5), "too large"),
+    ("COMMUX_SHM_POLL_NS", str(10 ** 12), "is outside [0, 1000000000] nanoseconds"),
+    ("COMMUX_WAIT_SPIN_US", str(2 ** 63), "too large"),
+    ("COMMUX_HANDOFF_DELAY_US", str(10 ** 9), "is outside [0, 60000000] microseconds"),
+    ("COMMUX_PIPELINE_CHUNK_BYTES", "0", "is outside [1, 1073741824]"),
+    ("COMMUX_LOG_ALGORITHMS_MIN_RANKS", str(2 ** 40), "too large"),
+    ("COMMUX_LOG_ALGORITHMS_MIN_RANKS", str(2 ** 20), "is outside [0, 65537] ranks"),
+    ("COMMUX_COALESCE", "2", "use 1, true, on or yes; 0, false, off or no"),
+])
+def test_settings_out_of_range_name_the_variable(name, value, says):
+    msg = run_ranks(_bad_setting, 1, timeout=60, init="none", env={name: value}, name=name)[0]
+    assert says in msg, msg
