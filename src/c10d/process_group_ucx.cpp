@@ -332,7 +332,26 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   // The set-up waits for every rank in the store, which a dead one never reaches.
   if (!shmDecided_ && health_->anyDead()) return nullptr;
   if (!shmDecided_) {
-    ShmSetup setup = connectShm(store_, rank_, size_, engine_);
+    const SetupDeaths deaths{
+        [this](const std::vector<int>& ranks) { peers_->get(ranks, "the shared-memory set-up"); },
+        [this] {
+          std::string why;
+          const int dead = health_->firstDead(&why);
+          return dead < 0 ? std::string() : "rank " + std::to_string(dead) + " died (" + why + ")";
+        }};
+    ShmSetup setup;
+    try {
+      setup = connectShm(store_, rank_, size_, engine_, deaths);
+    } catch (const c10::DistBackendError& e) {
+      // The ranks gave up at different steps of a collective set-up: none runs another
+      // collective in this group.
+      const std::string why = e.what_without_backtrace();
+      health_->collectiveFailed(why);
+      shmDecided_ = true;
+      C10_THROW_ERROR(DistBackendError, "commux: " + why +
+                                            "; this group runs no more collectives; create a "
+                                            "new group without the dead rank to go on");
+    }
     if (setup.hierarchical) layout_ = std::make_shared<const HostLayout>(std::move(setup.layout));
     std::atomic_store(&shm_, std::move(setup.channel));
     shmDecided_ = true;

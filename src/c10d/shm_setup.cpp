@@ -3,9 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
 #include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -26,10 +30,65 @@ std::string key(const std::string& what, int index) {
   return storeKeyPrefix() + "shm/" + what + "/" + std::to_string(index);
 }
 
-std::string take(c10d::Store& store, const std::string& k) {
-  const auto raw = store.get(k);
-  return std::string(raw.begin(), raw.end());
-}
+// What a rank that gives up the set-up writes into the keys others may wait for from it.
+constexpr char kAbandoned[] = "\x01" "abandoned: ";
+
+// The set-up gave up: a rank it waited for died, or another rank gave up and said why.
+struct SetupAbandoned : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The store as the set-up uses it. Every wait gives up as soon as a rank the set-up depends
+// on is known dead, or reads that another rank gave up, instead of waiting out the store's
+// timeout (30 minutes by default) for a key a dead rank will never write.
+class SetupStore {
+ public:
+  SetupStore(c10d::Store& store, const SetupDeaths& deaths) : store_(store), deaths_(deaths) {}
+
+  void put(const std::string& k, const std::string& value) {
+    storePut(store_, k, value);
+    written_.push_back(k);
+  }
+  std::string take(const std::string& k) { return takeAll({k})[0]; }
+  std::vector<std::string> takeAll(const std::vector<std::string>& keys) {
+    waitFor(keys);
+    auto values = storeTakeAll(store_, keys);
+    for (const auto& v : values) {
+      if (v.compare(0, sizeof(kAbandoned) - 1, kAbandoned) == 0) {
+        throw SetupAbandoned(v.substr(sizeof(kAbandoned) - 1));
+      }
+    }
+    return values;
+  }
+  void watch(const std::vector<int>& ranks) { deaths_.watch(ranks); }
+  /// Marks every key this rank wrote, and `more` that others wait for from it, as given up.
+  void abandon(const std::string& why, const std::vector<std::string>& more) {
+    std::vector<std::string> keys = written_;
+    keys.insert(keys.end(), more.begin(), more.end());
+    for (const auto& k : keys) storePut(store_, k, kAbandoned + why);
+  }
+
+ private:
+  void waitFor(const std::vector<std::string>& keys) {
+    // Polled (a key that is there costs one round trip): a TCPStore wait that times out
+    // logs a warning each time, and a file store's throws a plain error.
+    const auto start = std::chrono::steady_clock::now();
+    auto pause = std::chrono::microseconds(100);
+    for (;;) {
+      if (const std::string dead = deaths_.dead(); !dead.empty()) throw SetupAbandoned(dead);
+      if (store_.check(keys)) return;
+      if (std::chrono::steady_clock::now() - start > store_.getTimeout()) {
+        store_.wait(keys, std::chrono::milliseconds(1));  // the store's own timeout error
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+    }
+  }
+
+  c10d::Store& store_;
+  const SetupDeaths& deaths_;
+  std::vector<std::string> written_;
+};
 
 // Rank 0 groups the identities. A rank without one (COMMUX_SHM=0, no /dev/shm) keeps the
 // whole group off shared memory, as documented for COMMUX_SHM: every rank a host of its own.
@@ -106,14 +165,14 @@ HostLayout parseLayout(const std::string& text, int size) {
 
 // Each rank checks that it can read its neighbour on the host (process_vm_readv); the
 // host's leader collects the answers.
-bool canReadNeighbour(c10d::Store& store, int rank, const std::vector<int>& local, int index,
+bool canReadNeighbour(SetupStore& store, int rank, const std::vector<int>& local, int index,
                       bool wanted) {
   if (wanted) shm::allowReaders();
-  storePut(store, key("cma-at", rank),
+  store.put(key("cma-at", rank),
            std::to_string(::getpid()) + " " +
                std::to_string(reinterpret_cast<std::uintptr_t>(shm::cmaCanary())));
   const int neighbour = local[(index + 1) % local.size()];
-  const std::string theirs = take(store, key("cma-at", neighbour));
+  const std::string theirs = store.take(key("cma-at", neighbour));
   long pid = 0;
   unsigned long long address = 0;
   std::uint64_t value = 0;
@@ -129,10 +188,10 @@ bool canReadNeighbour(c10d::Store& store, int rank, const std::vector<int>& loca
   return ok;
 }
 
-bool allSay(c10d::Store& store, const std::string& what, const std::vector<int>& ranks) {
+bool allSay(SetupStore& store, const std::string& what, const std::vector<int>& ranks) {
   std::vector<std::string> keys;
   for (int r : ranks) keys.push_back(key(what, r));
-  const auto answers = storeTakeAll(store, keys);
+  const auto answers = store.takeAll(keys);
   return std::all_of(answers.begin(), answers.end(), [](const std::string& a) { return a == "1"; });
 }
 
@@ -186,7 +245,7 @@ std::string badAnnouncement(const shm::ChannelShape& shape, const std::string& n
 
 // This host's channel: the leader creates the segment and says how it is shaped, the
 // others map it. Null where it failed (logged), and then on every rank of the host.
-std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host,
+std::shared_ptr<shm::Channel> connectHost(SetupStore& store, int rank, int host,
                                           const std::vector<int>& local,
                                           std::shared_ptr<engine::Engine> engine) {
   const Config& config = Config::get();
@@ -195,10 +254,10 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   const int count = static_cast<int>(local.size());
   // Every rank takes part in the probe, whatever its own setting, so none waits for a key
   // that never comes; the leader's COMMUX_SHM_CMA_BYTES counts (the segment key carries it).
-  storePut(store, key("cma-ok", rank),
+  store.put(key("cma-ok", rank),
            canReadNeighbour(store, rank, local, index, config.shmCmaBytes != 0) ? "1" : "0");
 
-  storePut(store, key("cpus", rank), shm::cpuList());
+  store.put(key("cpus", rank), shm::cpuList());
 
   shm::ChannelShape shape;
   shape.size = count;
@@ -216,7 +275,7 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   if (leader) {
     std::vector<std::string> keys;
     for (int r : local) keys.push_back(key("cpus", r));
-    shape.crowded = shm::crowdedBy(storeTakeAll(store, keys));
+    shape.crowded = shm::crowdedBy(store.takeAll(keys));
     chooseSlots(shape);
     setPoll();
     shape.smallBytes = std::min(config.shmSmallBytes, shape.slotBytes);
@@ -235,9 +294,9 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
     } catch (const std::exception& e) {
       problem = e.what();
     }
-    storePut(store, key("segment", host), description);
+    store.put(key("segment", host), description);
   } else {
-    std::istringstream in(take(store, key("segment", host)));
+    std::istringstream in(store.take(key("segment", host)));
     std::string name;
     int checkAll = 0;
     int crowded = 0;
@@ -262,12 +321,12 @@ std::shared_ptr<shm::Channel> connectHost(c10d::Store& store, int rank, int host
   if (!problem.empty()) {
     LOG(WARNING) << problem << "; collectives use UCX instead of shared memory";
   }
-  storePut(store, key("mapped", rank), channel ? "1" : "0");
+  store.put(key("mapped", rank), channel ? "1" : "0");
   if (leader) {
     const bool mapped = allSay(store, "mapped", local);
     // Everyone has it mapped (or gave up): drop the name, so nothing outlives the job.
     if (channel) channel->segment().unlink();
-    storePut(store, key("host-ok", host), mapped ? "1" : "0");
+    store.put(key("host-ok", host), mapped ? "1" : "0");
     if (!mapped) channel.reset();
   }
   return channel;
@@ -295,51 +354,81 @@ bool HostLayout::uniform() const noexcept {
                      [&](const std::vector<int>& h) { return h.size() == hosts[0].size(); });
 }
 
-ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                    std::shared_ptr<engine::Engine> engine) {
+ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, int size,
+                    std::shared_ptr<engine::Engine> engine, const SetupDeaths& deaths) {
+  SetupStore store(*rawStore, deaths);
+  const std::string layoutKey = storeKeyPrefix() + "shm/layout";
+  const std::string verdictKey = storeKeyPrefix() + "shm/verdict";
   const std::string me = hostIdentity();
-  storePut(*store, key("host", rank), me);
+  store.put(key("host", rank), me);
   if (me.empty()) {
     // This rank keeps the whole group off shared memory (groupHosts), which it knows without
     // waiting for anyone: a rank with COMMUX_SHM=0 never waits here. Rank 0 answers for all.
     const std::string alone = groupHosts(std::vector<std::string>(size));
     if (rank == 0) {
-      storePut(*store, storeKeyPrefix() + "shm/layout", alone);
-      storePut(*store, storeKeyPrefix() + "shm/verdict", "1");
+      store.put(layoutKey, alone);
+      store.put(verdictKey, "1");
     }
     return ShmSetup{parseLayout(alone, size), nullptr, false};
   }
-  if (rank == 0) {
-    std::vector<std::string> keys;
-    for (int r = 0; r < size; ++r) keys.push_back(key("host", r));
-    storePut(*store, storeKeyPrefix() + "shm/layout",
-             groupHosts(storeTakeAll(*store, keys)) + hierarchySettings());
-  }
-  ShmSetup setup;
-  setup.layout = parseLayout(take(*store, storeKeyPrefix() + "shm/layout"), size);
-  const HostLayout& layout = setup.layout;
-  const int host = layout.hostOf[rank];
-  const std::vector<int>& local = layout.hosts[host];
-  if (local.size() > 1) setup.channel = connectHost(*store, rank, host, local, engine);
-
-  // One verdict for the whole group: a host whose channel failed would run its collectives
-  // over UCX while the others wait in shared memory.
-  if (rank == 0) {
-    std::vector<int> shared;
-    for (int h = 0; h < layout.hostCount(); ++h) {
-      if (layout.hosts[h].size() > 1) shared.push_back(h);
+  // Whom this rank waits for: rank 0 for everyone's key, the others for rank 0's answers
+  // and, once the layout is known, for their host's ranks.
+  std::vector<int> others;
+  for (int r = 1; r < size; ++r) others.push_back(r);
+  store.watch(rank == 0 ? others : std::vector<int>{0});
+  // Keys others may wait for from this rank that it has not written yet (its host's, once
+  // known): written as given up if this rank gives up.
+  std::vector<std::string> owed;
+  if (rank == 0) owed = {layoutKey, verdictKey};
+  try {
+    if (rank == 0) {
+      std::vector<std::string> keys;
+      for (int r = 0; r < size; ++r) keys.push_back(key("host", r));
+      store.put(layoutKey, groupHosts(store.takeAll(keys)) + hierarchySettings());
     }
-    storePut(*store, storeKeyPrefix() + "shm/verdict",
-             allSay(*store, "host-ok", shared) ? "1" : "0");
-  }
-  if (take(*store, storeKeyPrefix() + "shm/verdict") != "1") {
-    setup.channel.reset();
+    ShmSetup setup;
+    setup.layout = parseLayout(store.take(layoutKey), size);
+    const HostLayout& layout = setup.layout;
+    const int host = layout.hostOf[rank];
+    const std::vector<int>& local = layout.hosts[host];
+    if (local.front() == rank) {
+      owed.push_back(key("segment", host));
+      owed.push_back(key("host-ok", host));
+    }
+    for (const char* what : {"cma-at", "cma-ok", "cpus", "mapped"}) owed.push_back(key(what, rank));
+    if (local.size() > 1) {
+      store.watch(local);
+      setup.channel = connectHost(store, rank, host, local, engine);
+    }
+
+    // One verdict for the whole group: a host whose channel failed would run its collectives
+    // over UCX while the others wait in shared memory.
+    if (rank == 0) {
+      std::vector<int> shared;
+      for (int h = 0; h < layout.hostCount(); ++h) {
+        if (layout.hosts[h].size() > 1) shared.push_back(h);
+      }
+      store.put(verdictKey, allSay(store, "host-ok", shared) ? "1" : "0");
+    }
+    if (store.take(verdictKey) != "1") {
+      setup.channel.reset();
+      return setup;
+    }
+    setup.hierarchical = layout.hostCount() > 1 &&
+                         std::any_of(layout.hosts.begin(), layout.hosts.end(),
+                                     [](const std::vector<int>& ranks) { return ranks.size() > 1; });
     return setup;
+  } catch (const SetupAbandoned& e) {
+    // Nobody waits on this rank in vain: what it owes says why it gave up.
+    try {
+      store.abandon(e.what(), owed);
+    } catch (const std::exception&) {
+      // The store itself is gone: the others' waits end with its errors.
+    }
+    C10_THROW_ERROR(DistBackendError,
+                    std::string("the shared-memory set-up of the group's first collective "
+                                "was given up: ") + e.what());
   }
-  setup.hierarchical = layout.hostCount() > 1 &&
-                       std::any_of(layout.hosts.begin(), layout.hosts.end(),
-                                   [](const std::vector<int>& ranks) { return ranks.size() > 1; });
-  return setup;
 }
 
 }  // namespace commux

@@ -4,6 +4,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <cstddef>
+#include <functional>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -63,7 +65,18 @@ struct ShmSetup {
 /// when this rank has no shared memory (COMMUX_SHM=0, no /dev/shm).
 std::string hostIdentity();
 
+/// How the set-up hears of deaths while it waits for other ranks in the store: `watch`
+/// starts watching ranks (it may read their addresses from the store); `dead` says which
+/// watched rank died and why, or is empty while they all live.
+struct SetupDeaths {
+  std::function<void(const std::vector<int>& ranks)> watch;
+  std::function<std::string()> dead;
+};
+
+/// Raises DistBackendError, on every rank still waiting, when a rank it waits for died
+/// (or another rank gave up): found within the failure detection's bound, not the store's
+/// timeout.
 ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                    std::shared_ptr<engine::Engine> engine);
+                    std::shared_ptr<engine::Engine> engine, const SetupDeaths& deaths);
 
 }  // namespace commux

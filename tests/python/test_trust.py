@@ -154,3 +154,42 @@ def _bad_setting(rank, ws, scratch, name):
 def test_settings_out_of_range_name_the_variable(name, value, says):
     msg = run_ranks(_bad_setting, 1, timeout=60, init="none", env={name: value}, name=name)[0]
     assert says in msg, msg
+
+
+def _dies_before_first_collective(rank, ws, victim):
+    import datetime
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)  # the victim is gone before anyone starts the set-up
+    start = time.monotonic()
+    x = torch.ones(4)
+    try:
+        dist.all_reduce(x)
+    except dist.DistError as e:
+        elapsed = time.monotonic() - start
+        # Rank 0 serves the TCPStore: its death is the store's, named as such.
+        says = "has rank 0 exited" if victim == 0 else f"rank {victim} died"
+        assert says in str(e), f"the error does not name the dead rank: {e}"
+    else:
+        raise AssertionError(f"all_reduce completed although rank {victim} was killed")
+    assert elapsed < 10, f"the death took {elapsed:.1f} s to notice (group timeout 300 s)"
+    if victim == 0:
+        return True  # the store is gone with it: nothing else can start
+    # Later collectives are refused at once; point-to-point between survivors still works.
+    expect_error(lambda: dist.all_reduce(torch.ones(2)), ("runs no more collectives", "refused",
+                                                          "died"), "a collective after it")
+    survivors = [r for r in range(ws) if r != victim]
+    if rank == survivors[0]:
+        dist.send(torch.full((2,), 3.0), dst=survivors[1], tag=4)
+    elif rank == survivors[1]:
+        got = torch.empty(2)
+        dist.recv(got, src=survivors[0], tag=4)
+        assert got.tolist() == [3.0, 3.0]
+    return True
+
+
+@pytest.mark.parametrize("victim", [0, 1, 2])
+def test_a_death_before_the_first_collective_is_found_in_seconds(victim):
+    import datetime
+    run_ranks(_dies_before_first_collective, 3, timeout=90, killed=(victim,),
+              pg_timeout=datetime.timedelta(seconds=300), victim=victim)
