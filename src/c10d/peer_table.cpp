@@ -12,9 +12,10 @@ namespace commux {
 namespace {
 
 // Record layout (little endian): magic, format version, context id, pid, start ticks (u64),
-// length of the PID-space id, the PID-space id, then the worker address bytes.
+// length of the PID-space id, the PID-space id, length of the job id, the job id, then the
+// worker address bytes.
 constexpr std::uint32_t kMagic = 0x584d4d43;  // "CMMX"
-constexpr std::uint32_t kFormat = 2;
+constexpr std::uint32_t kFormat = 3;
 
 void putU32(std::vector<uint8_t>& out, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -53,6 +54,26 @@ std::string nameRanks(const std::vector<int>& ranks) {
 
 }  // namespace
 
+std::string jobIdentity() {
+  const auto get = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+  };
+  // torchrun's run id ("none" unless --standalone or --rdzv-id set it: shared by every job
+  // that does not set it, so it says nothing).
+  if (std::string run = get("TORCHELASTIC_RUN_ID"); !run.empty() && run != "none") {
+    return "torchrun:" + run;
+  }
+  for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid",
+                           "PMI_JOBID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID", "COBALT_JOBID"}) {
+    if (std::string id = get(name); !id.empty()) return std::string(name) + ":" + id;
+  }
+  if (std::string slurm = get("SLURM_JOB_ID"); !slurm.empty()) {
+    return "slurm:" + slurm + "." + get("SLURM_STEP_ID");
+  }
+  return "";
+}
+
 std::string storeKeyPrefix() {
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
   return std::string("commux/") + (restart != nullptr && *restart != '\0' ? restart : "0") + "/";
@@ -64,6 +85,7 @@ PeerTable::PeerTable(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
       rank_(rank),
       onResolved_(std::move(onResolved)),
       prefix_(storeKeyPrefix() + "peer/"),
+      job_(jobIdentity()),
       routes_(static_cast<std::size_t>(size)),
       known_(new std::atomic<bool>[static_cast<std::size_t>(size)]) {
   for (int r = 0; r < size; ++r) known_[r].store(false, std::memory_order_relaxed);
@@ -80,6 +102,8 @@ void PeerTable::publish(const std::string& address, std::uint32_t context) {
   putU32(record, static_cast<std::uint32_t>(self.startTicks >> 32));
   putU32(record, static_cast<std::uint32_t>(self.pidSpace.size()));
   record.insert(record.end(), self.pidSpace.begin(), self.pidSpace.end());
+  putU32(record, static_cast<std::uint32_t>(job_.size()));
+  record.insert(record.end(), job_.begin(), job_.end());
   record.insert(record.end(), address.begin(), address.end());
   store_->set(key(rank_), record);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -111,12 +135,24 @@ PeerTable::Record PeerTable::parse(int rank, const std::vector<uint8_t>& record)
   Record out;
   out.process.pid = static_cast<std::int32_t>(getU32(record, 12));
   out.process.startTicks = getU32(record, 16) | (std::uint64_t{getU32(record, 20)} << 32);
+  // Lengths from the store are checked against the record before they index it.
   const std::size_t spaceLength = getU32(record, 24);
-  TORCH_CHECK(record.size() > 28 + spaceLength, "commux: rank ", rank,
+  TORCH_CHECK(record.size() >= 32 && spaceLength <= record.size() - 32, "commux: rank ", rank,
               " published a truncated peer record");
   out.process.pidSpace.assign(record.begin() + 28, record.begin() + 28 + spaceLength);
+  const std::size_t jobAt = 28 + spaceLength;
+  const std::size_t jobLength = getU32(record, jobAt);
+  TORCH_CHECK(jobLength < record.size() - jobAt - 4, "commux: rank ", rank,
+              " published a truncated peer record");
+  const std::string job(record.begin() + jobAt + 4, record.begin() + jobAt + 4 + jobLength);
+  // Two jobs that meet on one store (a MASTER_PORT reused while the first still runs) would
+  // otherwise mix their ranks silently.
+  TORCH_CHECK(job.empty() || job_.empty() || job == job_, "commux: rank ", rank,
+              "'s record in the group's store (", storeLocation(), ") belongs to another job (",
+              job, "; this rank's is ", job_, "): two jobs share one store; give each its own "
+              "MASTER_PORT (or rendezvous endpoint)");
   out.route = std::make_shared<engine::Route>(engine::Route{
-      std::string(record.begin() + 28 + spaceLength, record.end()), getU32(record, 8)});
+      std::string(record.begin() + jobAt + 4 + jobLength, record.end()), getU32(record, 8)});
   return out;
 }
 
@@ -239,16 +275,20 @@ void PeerTable::throwUnreachable(const std::vector<int>& ranks, std::string_view
   // torch says only "Broken pipe" or "Connection reset by peer": say whose record, what
   // for, and which store. torch's rendezvous (env://, tcp://) serves the store from rank
   // 0's process, so it goes when rank 0 exits; torchrun's agent serves it instead.
+  C10_THROW_ERROR(DistNetworkError,
+                  "commux: rank " + std::to_string(rank_) + " could not read the peer record of " +
+                      nameRanks(ranks) + ", needed for " + std::string(operation) + ": " +
+                      storeLost(why));
+}
+
+std::string PeerTable::storeLost(const std::string& why) const {
   const std::string cause = why.size() > 300 ? why.substr(0, 300) + "..." : why;
   const std::string where = storeLocation();
   const std::string store =
       where.empty() ? "the group's store"
                     : "the group's store (" + where +
                           ", served by rank 0's process unless torchrun's agent serves it)";
-  C10_THROW_ERROR(DistNetworkError,
-                  "commux: rank " + std::to_string(rank_) + " could not read the peer record of " +
-                      nameRanks(ranks) + ", needed for " + std::string(operation) + ": " + store +
-                      " cannot be reached; has rank 0 exited? (store error: " + cause + ")");
+  return store + " cannot be reached; has rank 0 exited? (store error: " + cause + ")";
 }
 
 std::string PeerTable::storeLocation() const {

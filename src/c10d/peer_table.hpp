@@ -29,6 +29,9 @@ namespace commux {
 /// restarts of a job, so keys carry the restart count (TORCHELASTIC_RESTART_COUNT): a
 /// restarted rank must never read the address of the previous attempt's process.
 std::string storeKeyPrefix();
+/// This job as its launcher names it (torchrun's run id, the MPI or batch system's job id),
+/// or empty when it names none. Ranks of two jobs never join one group.
+std::string jobIdentity();
 
 class PeerTable {
  public:
@@ -63,6 +66,8 @@ class PeerTable {
   std::shared_ptr<const engine::Route> reachable(int rank) const;
   /// The ranks resolved so far, ascending.
   std::vector<int> knownRanks() const;
+  /// Says that the store is gone: which store, who serves it, and the store's own `why`.
+  std::string storeLost(const std::string& why) const;
   /// The ranks resolved so far whose process listens at `address`.
   std::vector<int> ranksAt(const std::string& address) const;
 
@@ -94,6 +99,7 @@ class PeerTable {
   int rank_;
   OnResolved onResolved_;
   const std::string prefix_;
+  const std::string job_;  // jobIdentity(), compared with every record read
   mutable std::mutex mutex_;
   std::vector<std::shared_ptr<const engine::Route>> routes_;
   // known_[r]: routes_[r] is set and watched, and never changes again, so it is read

@@ -342,6 +342,13 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
     ShmSetup setup;
     try {
       setup = connectShm(store_, rank_, size_, engine_, deaths);
+    } catch (const c10::DistNetworkError& e) {
+      health_->collectiveFailed(e.what_without_backtrace());
+      shmDecided_ = true;
+      C10_THROW_ERROR(DistNetworkError,
+                      "commux: rank " + std::to_string(rank_) +
+                          " lost the store during the shared-memory set-up of the group's first "
+                          "collective: " + peers_->storeLost(e.what_without_backtrace()));
     } catch (const c10::DistBackendError& e) {
       // The ranks gave up at different steps of a collective set-up: none runs another
       // collective in this group.

@@ -13,12 +13,14 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <string>
 
 #include "c10d/peer_table.hpp"
 #include "c10d/store_text.hpp"
 #include "commux/options.hpp"
+#include "engine/process_id.hpp"
 #include "shm/channel.hpp"
 #include "shm/cma.hpp"
 #include "shm/host_cpus.hpp"
@@ -49,9 +51,11 @@ class SetupStore {
     storePut(store_, k, value);
     written_.push_back(k);
   }
-  std::string take(const std::string& k) { return takeAll({k})[0]; }
-  std::vector<std::string> takeAll(const std::vector<std::string>& keys) {
-    waitFor(keys);
+  /// `k`'s value once `owner` (the rank that writes it) has written it.
+  std::string take(const std::string& k, int owner) { return takeAll({k}, {owner})[0]; }
+  std::vector<std::string> takeAll(const std::vector<std::string>& keys,
+                                   const std::vector<int>& owners) {
+    waitFor(keys, owners);
     auto values = storeTakeAll(store_, keys);
     for (const auto& v : values) {
       if (v.compare(0, sizeof(kAbandoned) - 1, kAbandoned) == 0) {
@@ -60,7 +64,6 @@ class SetupStore {
     }
     return values;
   }
-  void watch(const std::vector<int>& ranks) { deaths_.watch(ranks); }
   /// Marks every key this rank wrote, and `more` that others wait for from it, as given up.
   void abandon(const std::string& why, const std::vector<std::string>& more) {
     std::vector<std::string> keys = written_;
@@ -69,14 +72,26 @@ class SetupStore {
   }
 
  private:
-  void waitFor(const std::vector<std::string>& keys) {
+  void waitFor(const std::vector<std::string>& keys, const std::vector<int>& owners) {
     // Polled (a key that is there costs one round trip): a TCPStore wait that times out
     // logs a warning each time, and a file store's throws a plain error.
     const auto start = std::chrono::steady_clock::now();
     auto pause = std::chrono::microseconds(100);
+    bool watching = false;
     for (;;) {
       if (const std::string dead = deaths_.dead(); !dead.empty()) throw SetupAbandoned(dead);
       if (store_.check(keys)) return;
+      if (!watching && std::chrono::steady_clock::now() - start > kWatchAfter) {
+        // Late: watch whoever still owes a key. Not before, so that a set-up on time reads
+        // no record it does not need (a rank reads its host's and its leaders' only).
+        std::vector<int> late;
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          if (!store_.check({keys[i]})) late.push_back(owners[i]);
+        }
+        deaths_.watch(late);
+        watching = true;
+        continue;
+      }
       if (std::chrono::steady_clock::now() - start > store_.getTimeout()) {
         store_.wait(keys, std::chrono::milliseconds(1));  // the store's own timeout error
       }
@@ -85,6 +100,7 @@ class SetupStore {
     }
   }
 
+  static constexpr std::chrono::milliseconds kWatchAfter{1000};
   c10d::Store& store_;
   const SetupDeaths& deaths_;
   std::vector<std::string> written_;
@@ -172,7 +188,7 @@ bool canReadNeighbour(SetupStore& store, int rank, const std::vector<int>& local
            std::to_string(::getpid()) + " " +
                std::to_string(reinterpret_cast<std::uintptr_t>(shm::cmaCanary())));
   const int neighbour = local[(index + 1) % local.size()];
-  const std::string theirs = store.take(key("cma-at", neighbour));
+  const std::string theirs = store.take(key("cma-at", neighbour), neighbour);
   long pid = 0;
   unsigned long long address = 0;
   std::uint64_t value = 0;
@@ -188,10 +204,12 @@ bool canReadNeighbour(SetupStore& store, int rank, const std::vector<int>& local
   return ok;
 }
 
-bool allSay(SetupStore& store, const std::string& what, const std::vector<int>& ranks) {
+/// Whether every key `what`/index says "1"; `owners[i]` writes the key of `indices[i]`.
+bool allSay(SetupStore& store, const std::string& what, const std::vector<int>& indices,
+            const std::vector<int>& owners) {
   std::vector<std::string> keys;
-  for (int r : ranks) keys.push_back(key(what, r));
-  const auto answers = store.takeAll(keys);
+  for (int i : indices) keys.push_back(key(what, i));
+  const auto answers = store.takeAll(keys, owners);
   return std::all_of(answers.begin(), answers.end(), [](const std::string& a) { return a == "1"; });
 }
 
@@ -236,10 +254,17 @@ std::string badAnnouncement(const shm::ChannelShape& shape, const std::string& n
   if (shape.smallBytes > shape.slotBytes || shape.copyStepBytes > shape.slotBytes) {
     return "small or step size beyond the slot";
   }
-  const bool digitsAndDashes =
-      name.size() > 8 && name.size() < 128 &&
-      name.find_first_not_of("0123456789-", 8) == std::string::npos;
-  if (name.compare(0, 8, "/commux-") != 0 || !digitsAndDashes) return "segment name '" + name + "'";
+  const auto only = [&](std::size_t from, const char* allowed) {
+    return name.size() > from && name.size() < 128 &&
+           name.find_first_not_of(allowed, from) == std::string::npos;
+  };
+  // A name in /dev/shm as Segment makes them, or a process's descriptor (nameless).
+  const bool named = name.compare(0, 8, "/commux-") == 0 && only(8, "0123456789abcdef-");
+  const std::size_t fdAt = name.find("/fd/");
+  const bool viaProc = name.compare(0, 6, "/proc/") == 0 && fdAt != std::string::npos &&
+                       only(fdAt + 4, "0123456789") &&
+                       name.find_first_not_of("0123456789", 6) == fdAt && fdAt > 6;
+  if (!named && !viaProc) return "segment name '" + name + "'";
   return {};
 }
 
@@ -258,6 +283,7 @@ std::shared_ptr<shm::Channel> connectHost(SetupStore& store, int rank, int host,
            canReadNeighbour(store, rank, local, index, config.shmCmaBytes != 0) ? "1" : "0");
 
   store.put(key("cpus", rank), shm::cpuList());
+  store.put(key("pid-space", rank), engine::ProcessId::localPidSpace());
 
   shm::ChannelShape shape;
   shape.size = count;
@@ -272,19 +298,28 @@ std::shared_ptr<shm::Channel> connectHost(SetupStore& store, int rank, int host,
                                                         : shm::SlotCopyMode::Auto;
   std::shared_ptr<shm::Channel> channel;
   std::string problem;
+  bool nameless = false;
   if (leader) {
     std::vector<std::string> keys;
     for (int r : local) keys.push_back(key("cpus", r));
-    shape.crowded = shm::crowdedBy(store.takeAll(keys));
+    shape.crowded = shm::crowdedBy(store.takeAll(keys, local));
+    // Ranks that see the leader's /proc open its nameless segment through its descriptor, so
+    // nothing is ever named in /dev/shm; ranks of another PID namespace (containers that
+    // share /dev/shm) need a name.
+    keys.clear();
+    for (int r : local) keys.push_back(key("pid-space", r));
+    const auto spaces = store.takeAll(keys, local);
+    nameless = !spaces[0].empty() &&
+               std::all_of(spaces.begin(), spaces.end(), [&](const auto& s) { return s == spaces[0]; });
     chooseSlots(shape);
     setPoll();
     shape.smallBytes = std::min(config.shmSmallBytes, shape.slotBytes);
-    shape.cmaBytes = allSay(store, "cma-ok", local) ? config.shmCmaBytes : 0;
+    shape.cmaBytes = allSay(store, "cma-ok", local, local) ? config.shmCmaBytes : 0;
     shape.checkAll = config.checkCollectives;
     std::string description;
     try {
       channel =
-          std::make_shared<shm::Channel>(shm::Segment::create(shm::Channel::segmentBytes(shape)),
+          std::make_shared<shm::Channel>(shm::Segment::create(shm::Channel::segmentBytes(shape), nameless),
                                          index, shape, true, engine, local);
       // The sizes that pick the algorithms: every rank must use the same.
       description = std::to_string(shape.depth) + " " + std::to_string(shape.slotBytes) + " " +
@@ -296,7 +331,7 @@ std::shared_ptr<shm::Channel> connectHost(SetupStore& store, int rank, int host,
     }
     store.put(key("segment", host), description);
   } else {
-    std::istringstream in(store.take(key("segment", host)));
+    std::istringstream in(store.take(key("segment", host), local[0]));
     std::string name;
     int checkAll = 0;
     int crowded = 0;
@@ -323,7 +358,7 @@ std::shared_ptr<shm::Channel> connectHost(SetupStore& store, int rank, int host,
   }
   store.put(key("mapped", rank), channel ? "1" : "0");
   if (leader) {
-    const bool mapped = allSay(store, "mapped", local);
+    const bool mapped = allSay(store, "mapped", local, local);
     // Everyone has it mapped (or gave up): drop the name, so nothing outlives the job.
     if (channel) channel->segment().unlink();
     store.put(key("host-ok", host), mapped ? "1" : "0");
@@ -371,11 +406,6 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
     }
     return ShmSetup{parseLayout(alone, size), nullptr, false};
   }
-  // Whom this rank waits for: rank 0 for everyone's key, the others for rank 0's answers
-  // and, once the layout is known, for their host's ranks.
-  std::vector<int> others;
-  for (int r = 1; r < size; ++r) others.push_back(r);
-  store.watch(rank == 0 ? others : std::vector<int>{0});
   // Keys others may wait for from this rank that it has not written yet (its host's, once
   // known): written as given up if this rank gives up.
   std::vector<std::string> owed;
@@ -384,10 +414,12 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
     if (rank == 0) {
       std::vector<std::string> keys;
       for (int r = 0; r < size; ++r) keys.push_back(key("host", r));
-      store.put(layoutKey, groupHosts(store.takeAll(keys)) + hierarchySettings());
+      std::vector<int> all(static_cast<std::size_t>(size));
+      std::iota(all.begin(), all.end(), 0);
+      store.put(layoutKey, groupHosts(store.takeAll(keys, all)) + hierarchySettings());
     }
     ShmSetup setup;
-    setup.layout = parseLayout(store.take(layoutKey), size);
+    setup.layout = parseLayout(store.take(layoutKey, 0), size);
     const HostLayout& layout = setup.layout;
     const int host = layout.hostOf[rank];
     const std::vector<int>& local = layout.hosts[host];
@@ -395,22 +427,24 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
       owed.push_back(key("segment", host));
       owed.push_back(key("host-ok", host));
     }
-    for (const char* what : {"cma-at", "cma-ok", "cpus", "mapped"}) owed.push_back(key(what, rank));
-    if (local.size() > 1) {
-      store.watch(local);
-      setup.channel = connectHost(store, rank, host, local, engine);
+    for (const char* what : {"cma-at", "cma-ok", "cpus", "pid-space", "mapped"}) {
+      owed.push_back(key(what, rank));
     }
+    if (local.size() > 1) setup.channel = connectHost(store, rank, host, local, engine);
 
     // One verdict for the whole group: a host whose channel failed would run its collectives
     // over UCX while the others wait in shared memory.
     if (rank == 0) {
-      std::vector<int> shared;
+      std::vector<int> shared, leaders;
       for (int h = 0; h < layout.hostCount(); ++h) {
-        if (layout.hosts[h].size() > 1) shared.push_back(h);
+        if (layout.hosts[h].size() > 1) {
+          shared.push_back(h);
+          leaders.push_back(layout.hosts[h][0]);
+        }
       }
-      store.put(verdictKey, allSay(store, "host-ok", shared) ? "1" : "0");
+      store.put(verdictKey, allSay(store, "host-ok", shared, leaders) ? "1" : "0");
     }
-    if (store.take(verdictKey) != "1") {
+    if (store.take(verdictKey, 0) != "1") {
       setup.channel.reset();
       return setup;
     }

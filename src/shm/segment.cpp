@@ -1,12 +1,17 @@
 #include "shm/segment.hpp"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -19,30 +24,43 @@ std::runtime_error systemError(const std::string& what, const std::string& name)
                             std::strerror(errno));
 }
 
-// pid, a per-process counter and the clock: unique on the host even across containers
-// that share /dev/shm, since O_EXCL turns a clash into a retry, never into sharing.
+// pid, a per-process counter and 64 random bits: unique on the host even across containers
+// that share /dev/shm (O_EXCL turns a clash into a retry, never into sharing), and not
+// guessable by another process before the name is published.
 std::string freshName() {
   static std::atomic<unsigned> counter{0};
-  const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
-  return "/commux-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
-         std::to_string(static_cast<unsigned long long>(ticks) % 1000000007ULL);
+  std::uint64_t secret = 0;
+  if (::getrandom(&secret, sizeof(secret), 0) != sizeof(secret)) {
+    secret = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(secret));
+  return "/commux-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + hex;
 }
 
-void* mapShared(int fd, std::size_t bytes, const std::string& name) {
+// Maps `fd`; closes it unless `keep`.
+void* mapShared(int fd, std::size_t bytes, const std::string& name, bool keep = false) {
   void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {
     const auto error = systemError("cannot map", name);
     ::close(fd);
     throw error;
   }
-  ::close(fd);
+  if (!keep) ::close(fd);
   return data;
+}
+
+// posix_fallocate reserves the pages now: on a full /dev/shm, ftruncate alone would succeed
+// and the first touch of a page would kill the process with SIGBUS. 0 or an errno.
+int reserve(int fd, std::size_t bytes) {
+  return ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno
+                                                         : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
 }
 
 }  // namespace
 
-Segment::Segment(std::string name, void* data, std::size_t size, bool owner)
-    : name_(std::move(name)), data_(data), size_(size), linked_(owner) {}
+Segment::Segment(std::string name, void* data, std::size_t size, bool owner, int fd)
+    : name_(std::move(name)), data_(data), size_(size), linked_(owner), fd_(fd) {}
 
 Segment::~Segment() {
   unlink();
@@ -52,10 +70,30 @@ Segment::~Segment() {
 void Segment::unlink() {
   if (!linked_) return;
   linked_ = false;
-  ::shm_unlink(name_.c_str());
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  } else {
+    ::shm_unlink(name_.c_str());
+  }
 }
 
-std::unique_ptr<Segment> Segment::create(std::size_t bytes) {
+std::unique_ptr<Segment> Segment::create(std::size_t bytes, bool nameless) {
+  if (nameless) {
+    const int fd = ::memfd_create("commux-channel", MFD_CLOEXEC);
+    if (fd < 0) throw systemError("cannot create", "(memfd)");
+    const std::string path = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd);
+    // memfd files start 0777; the others check for what a named segment has.
+    const int rc = ::fchmod(fd, 0600) != 0 ? errno : reserve(fd, bytes);
+    if (rc != 0) {
+      errno = rc;
+      const auto error = systemError("cannot size (" + std::to_string(bytes) + " bytes)", path);
+      ::close(fd);
+      throw error;
+    }
+    void* data = mapShared(fd, bytes, path, true);
+    return std::unique_ptr<Segment>(new Segment(path, data, bytes, true, fd));
+  }
   for (int attempt = 0;; ++attempt) {
     const std::string name = freshName();
     const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -63,10 +101,7 @@ std::unique_ptr<Segment> Segment::create(std::size_t bytes) {
       if (errno == EEXIST && attempt < 8) continue;
       throw systemError("cannot create", name);
     }
-    // posix_fallocate reserves the pages now: on a full /dev/shm, ftruncate alone would
-    // succeed and the first touch of a page would kill the process with SIGBUS.
-    const int rc = ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno
-                   : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    const int rc = reserve(fd, bytes);
     if (rc != 0) {
       errno = rc;
       const auto error = systemError("cannot size (" + std::to_string(bytes) + " bytes)", name);
@@ -84,7 +119,8 @@ std::unique_ptr<Segment> Segment::create(std::size_t bytes) {
 }
 
 std::unique_ptr<Segment> Segment::open(const std::string& name, std::size_t bytes) {
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  const bool viaProc = name.compare(0, 6, "/proc/") == 0;
+  const int fd = viaProc ? ::open(name.c_str(), O_RDWR | O_CLOEXEC) : ::shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) throw systemError("cannot open", name);
   // The name came through the store: map only a segment this user made as commux makes
   // them (mode 0600, exactly the announced size), never another file under /dev/shm.
@@ -92,6 +128,10 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, std::size_t byte
   std::string problem;
   if (::fstat(fd, &st) != 0) {
     problem = std::string("cannot be examined: ") + std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = "is not a regular file";
+  } else if (struct statfs fs {}; ::fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
+    problem = "is not in shared memory";
   } else if (st.st_uid != ::geteuid()) {
     problem = "belongs to another user (uid " + std::to_string(st.st_uid) + ")";
   } else if ((st.st_mode & 07777) != 0600) {

@@ -1,8 +1,10 @@
 #pragma once
-// A POSIX shared-memory segment mapped into this process (RAII: unmapped on destruction).
-// One rank creates it under a fresh name, the others open it by that name, and the
-// creator unlinks the name once everyone has mapped it, so a crashed job leaves nothing
-// behind in /dev/shm.
+// A shared-memory segment mapped into this process (RAII: unmapped on destruction). One rank
+// creates it, the others open it, and the creator withdraws the way to open it once
+// everyone has mapped it. A nameless segment (memfd) is opened through the creator's open
+// descriptor (/proc/<pid>/fd/<fd>) and never appears in /dev/shm, so a job killed at any
+// moment leaves nothing behind; a named one (for ranks in another PID namespace, which
+// cannot reach the creator's /proc) is in /dev/shm until everyone has mapped it.
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -11,9 +13,11 @@ namespace commux::shm {
 
 class Segment {
  public:
-  /// Creates and maps a zero-filled segment of `bytes` under a new unique name.
-  static std::unique_ptr<Segment> create(std::size_t bytes);
-  /// Maps the segment `name` that another process created; it must hold `bytes`.
+  /// Creates and maps a zero-filled segment of `bytes`: nameless (name() is the path of its
+  /// descriptor under /proc), or under a new unique name in /dev/shm.
+  static std::unique_ptr<Segment> create(std::size_t bytes, bool nameless = false);
+  /// Maps the segment `name` (a /dev/shm name, or a /proc/<pid>/fd/<fd> path) that another
+  /// process created: only a file of this user's, mode 0600, of exactly `bytes`.
   static std::unique_ptr<Segment> open(const std::string& name, std::size_t bytes);
 
   ~Segment();
@@ -23,16 +27,18 @@ class Segment {
   const std::string& name() const noexcept { return name_; }
   char* data() const noexcept { return static_cast<char*>(data_); }
   std::size_t size() const noexcept { return size_; }
-  /// Removes the name (the mapping stays valid); idempotent.
+  /// Withdraws the way to open it: removes the name, or closes a nameless segment's
+  /// descriptor (the mapping stays valid); idempotent.
   void unlink();
 
  private:
-  Segment(std::string name, void* data, std::size_t size, bool owner);
+  Segment(std::string name, void* data, std::size_t size, bool owner, int fd = -1);
 
   std::string name_;
   void* data_;
   std::size_t size_;
   bool linked_;
+  int fd_;  // a nameless segment's descriptor while others may still open it, else -1
 };
 
 }  // namespace commux::shm

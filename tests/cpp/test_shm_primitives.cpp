@@ -79,6 +79,23 @@ TEST(ShmSegment, OpenRejectsAnyOtherShapeOfFile) {
   EXPECT_EQ(message(8192), "no error");
 }
 
+// A nameless segment is reached through its creator's descriptor and never appears in
+// /dev/shm; once withdrawn, nobody else can open it, while the mappings live on.
+TEST(ShmSegment, NamelessSegmentIsOpenedThroughTheCreatorsDescriptor) {
+  auto created = Segment::create(8192, true);
+  EXPECT_EQ(created->name().rfind("/proc/", 0), 0u) << created->name();
+  std::memcpy(created->data(), "nameless", 9);
+  const std::string name = created->name();
+  EXPECT_EQ(inChild([&] {
+              auto opened = Segment::open(name, 8192);
+              return std::strcmp(opened->data(), "nameless") == 0 ? 0 : 1;
+            }),
+            0);
+  created->unlink();
+  EXPECT_THROW(Segment::open(name, 8192), std::runtime_error);
+  EXPECT_STREQ(created->data(), "nameless");
+}
+
 TEST(ShmBell, RingFromAnotherProcessWakesAWaiter) {
   auto seg = Segment::create(4096);
   auto* words = reinterpret_cast<BellWords*>(seg->data());

@@ -178,13 +178,18 @@ def _dies_before_first_collective(rank, ws, victim):
     # Later collectives are refused at once; point-to-point between survivors still works.
     expect_error(lambda: dist.all_reduce(torch.ones(2)), ("runs no more collectives", "refused",
                                                           "died"), "a collective after it")
+    # A round trip: neither survivor exits (rank 0 takes the store with it) before the
+    # other is through.
     survivors = [r for r in range(ws) if r != victim]
+    other = survivors[1 - survivors.index(rank)]
+    got = torch.empty(2)
     if rank == survivors[0]:
-        dist.send(torch.full((2,), 3.0), dst=survivors[1], tag=4)
-    elif rank == survivors[1]:
-        got = torch.empty(2)
-        dist.recv(got, src=survivors[0], tag=4)
-        assert got.tolist() == [3.0, 3.0]
+        dist.send(torch.full((2,), 3.0), dst=other, tag=4)
+        dist.recv(got, src=other, tag=5)
+    else:
+        dist.recv(got, src=other, tag=4)
+        dist.send(torch.full((2,), 3.0), dst=other, tag=5)
+    assert got.tolist() == [3.0, 3.0]
     return True
 
 
