@@ -7,6 +7,7 @@ import ctypes
 import gc
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -198,3 +199,63 @@ def test_a_death_before_the_first_collective_is_found_in_seconds(victim):
     import datetime
     run_ranks(_dies_before_first_collective, 3, timeout=90, killed=(victim,),
               pg_timeout=datetime.timedelta(seconds=300), victim=victim)
+
+
+def _other_job(rank, ws):
+    # Each rank was started by a different launch (another torchrun run id) on one store.
+    msg = expect_error(lambda: dist.send(torch.ones(2), dst=1 - rank, tag=1)
+                       if rank == 0 else dist.recv(torch.ones(2), src=0, tag=1),
+                       "belongs to another job", "a peer record of another job")
+    assert "torchrun:job-" in msg and "MASTER_PORT" in msg, msg
+    return True
+
+
+def test_ranks_of_two_jobs_on_one_store_are_refused_by_name():
+    assert all(run_ranks(_other_job, 2, timeout=60,
+                         env={"TORCHELASTIC_RUN_ID": ["job-a", "job-b"], "COMMUX_SHM": "0"}))
+
+
+# A job that creates groups and runs collectives as fast as it can, killed at a random moment
+# (set-up included) by SIGKILL to every rank, as a scheduler or an OOM killer would.
+_CHURN = r"""
+import os, sys, datetime, torch, torch.distributed as dist
+import commux; commux.register()
+rank, ws, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+store = dist.FileStore(path, ws)
+dist.init_process_group("ucx", store=store, rank=rank, world_size=ws,
+                        timeout=datetime.timedelta(seconds=60))
+os.write(1, b"up\n")
+while True:
+    g = dist.new_group(list(range(ws)))
+    t = torch.ones(64)
+    dist.all_reduce(t, group=g)
+    dist.destroy_process_group(g)
+"""
+
+
+def test_ranks_killed_at_random_moments_leave_nothing_in_dev_shm(tmp_path):
+    import random
+    import subprocess
+    seed = int(os.environ.get("COMMUX_KILL_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    script = tmp_path / "churn.py"
+    script.write_text(_CHURN)
+    pids = []
+    for round_ in range(6):
+        path = str(tmp_path / f"store{round_}")
+        procs = [subprocess.Popen([sys.executable, str(script), str(r), "3", path],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                 for r in range(3)]
+        try:
+            for p in procs:
+                assert p.stdout.readline() == b"up\n", f"a rank did not start (seed {seed})"
+            time.sleep(rng.uniform(0.05, 1.5))
+        finally:
+            for p in procs:
+                p.kill()
+            for p in procs:
+                p.wait(timeout=30)
+        pids += [p.pid for p in procs]
+    left = [n for n in os.listdir("/dev/shm")
+            if n.startswith("commux-") and int(n.split("-")[1]) in pids]
+    assert not left, f"segments left behind: {left} (COMMUX_KILL_SEED={seed} replays)"
