@@ -1,0 +1,143 @@
+"""Bad-input fuzzer at the Python boundary (issue 37, item 2): every collective and
+point-to-point call of torch.distributed on CPU tensors, with seeded argument sets, valid ones
+mixed with wrong ones (numel, split sizes, negative and 2**62 splits, int64 sums that wrap,
+dtypes between input and output and between ranks, non-contiguous and overlapping tensors,
+zero sizes, roots and tags out of range, and calls where only some ranks are wrong).
+
+Every tensor is a view into a buffer with sentinel guards around (and, for strided views,
+between) its elements: commux must never write outside the caller's tensors, must leave
+inputs alone, must give the right result to a valid call and a clear ValueError/RuntimeError
+to the rank that is wrong, must not hang a rank past a short per-op timeout when only some
+ranks are wrong, and must leave the group working when every rank made the same mistake.
+What each case expects is in bad_inputs.py.
+
+Seeds: COMMUX_FUZZ_SEED (default: a fixed seed per parametrization), COMMUX_FUZZ_CASES (cases
+per world, default 30), COMMUX_FUZZ_ONLY (comma-separated case indices: replay just those),
+COMMUX_FUZZ_SHORT_S (the per-op timeout of one-sided cases, default 2). A failure names the
+seed, each failing case with its exact arguments, and the command that replays it. Longer
+runs across seeds: scripts/fuzz_bad_inputs.sh.
+"""
+
+import datetime
+import os
+import shutil
+import time
+import tempfile
+
+import pytest
+
+import bad_inputs
+from harness import is_ucx, run_ranks
+
+CASES = int(os.environ.get("COMMUX_FUZZ_CASES", "30"))
+SHORT_S = float(os.environ.get("COMMUX_FUZZ_SHORT_S", "2"))
+ONLY = os.environ.get("COMMUX_FUZZ_ONLY")
+# The default group's timeout, and so its store's: bounds whatever waits in the store.
+PG_TIMEOUT_S = 60
+
+PARAMS = [pytest.param(path, world, id=f"{path}-w{world}")
+          for path in ("shm", "ucx") for world in (2, 3, 4)]
+
+
+def _seed(path, world):
+    env = os.environ.get("COMMUX_FUZZ_SEED")
+    if env:
+        return int(env)
+    return 37_000 + 10 * world + (0 if path == "shm" else 5)
+
+
+@pytest.mark.skipif(not is_ucx(), reason="commux's promises (README): not another backend's")
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("path, world", PARAMS)
+def test_bad_inputs(path, world):
+    seed = _seed(path, world)
+    label = f"{path}-w{world}"
+    only = sorted({int(x) for x in ONLY.split(",")}) if ONLY else None
+    print(f"bad-input fuzzer: seed {seed}, {CASES} cases, world {world}, "
+          f"COMMUX_SHM={'1' if path == 'shm' else '0'}" + (f", only cases {only}" if only else ""))
+
+    def replay(idx):
+        cases = f" COMMUX_FUZZ_ONLY={idx}" if idx is not None else ""
+        return (f"COMMUX_FUZZ_SEED={seed} COMMUX_FUZZ_CASES={CASES}{cases} python3 -m pytest "
+                f"tests/python/test_bad_inputs.py -k '{label}'")
+
+    progress = tempfile.mkdtemp(prefix="commux_fuzz_")
+    descriptions = {c.index: c.describe() for c in bad_inputs.make_cases(seed, world, CASES)}
+    try:
+        try:
+            results = run_ranks(bad_inputs.rank_main, world, timeout=90 + 8 * CASES,
+                                env={"COMMUX_SHM": "1" if path == "shm" else "0"},
+                                pg_timeout=datetime.timedelta(seconds=PG_TIMEOUT_S),
+                                seed=seed, count=CASES, only=only, short_s=SHORT_S,
+                                progress=progress, label=label)
+        except BaseException as e:  # the harness failed: a crash, a hang, a rank that died
+            where = []
+            for r in range(world):
+                try:
+                    with open(os.path.join(progress, f"rank{r}")) as f:
+                        idx = int(f.read().strip())
+                    where.append(f"rank {r} was in {descriptions[idx]}\n  replay: {replay(idx)}")
+                except (OSError, ValueError):
+                    where.append(f"rank {r}: no case started")
+            pytest.fail(f"bad-input fuzzer, seed {seed}, world {world}, {label}: the run "
+                        f"failed (crash/hang/error) in:\n" + "\n".join(where) +
+                        f"\nreplay the run: {replay(None)}\n\n{str(e)[:20000]}", pytrace=False)
+    finally:
+        shutil.rmtree(progress, ignore_errors=True)
+    counts = results[0]["counts"]
+    print(f"bad-input fuzzer: {counts['cases']} cases ({counts['bad']} bad, {counts['valid']} "
+          f"valid), {counts['groups']} fresh groups")
+    for n in results[0]["notes"]:
+        print(f"note, case {n['case']}: {n['note']}")
+    msg = bad_inputs.report(seed, world, CASES, results, replay)
+    if msg:
+        pytest.fail(msg, pytrace=False)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _first_collective_one_rank_wrong(rank, world_size, short_s):
+    import torch
+    import torch.distributed as dist
+
+    from harness import side_barrier
+
+    g = dist.new_group(ranks=list(range(world_size)))
+    start = time.monotonic()
+    outcome = "finished"
+    try:
+        if rank == 0:  # a local mistake: float64 input, float32 output
+            w = dist.all_gather_into_tensor(torch.zeros(2 * world_size), torch.ones(2).double(),
+                                            group=g, async_op=True)
+        else:
+            w = dist.all_gather_into_tensor(torch.zeros(2 * world_size), torch.ones(2),
+                                            group=g, async_op=True)
+        w.wait(timeout=datetime.timedelta(seconds=short_s))
+    except (RuntimeError, ValueError) as e:
+        outcome = f"{type(e).__name__}: {str(e)[:300]}"
+    took = time.monotonic() - start
+    side_barrier("first-collective-done", timeout_s=120)
+    return took, outcome
+
+
+@pytest.mark.skipif(not is_ucx(), reason="commux's promises (README): not another backend's")
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("path", ["shm", "ucx"])
+def test_first_collective_of_a_group_with_one_rank_wrong(path):
+    """Found by the fuzzer (seed 37030, shm-w3, case 23, before fresh groups were warmed up):
+    on shared memory, the FIRST collective of a group sets up the segment through the store
+    inside the call. When one rank raises a local error there (here a dtype mismatch), the
+    other ranks' call with async_op=True does not return a Work at all: it blocks in the
+    store until the store's timeout (the default group's timeout, 30 minutes by default; 20 s
+    here), so wait(timeout=2 s) never runs. The others must instead raise or finish within
+    the op's timeout."""
+    short_s = 2.0
+    res = run_ranks(_first_collective_one_rank_wrong, 2, timeout=150,
+                    env={"COMMUX_SHM": "1" if path == "shm" else "0"},
+                    pg_timeout=datetime.timedelta(seconds=20), short_s=short_s)
+    took, outcome = res[1]
+    assert "dtype" in res[0][1], f"rank 0 should have raised a dtype error: {res[0]}"
+    assert took < short_s + 5, (
+        f"rank 1 (valid call) took {took:.1f}s to come back from the first collective of a "
+        f"group whose rank 0 raised a local error (op timeout {short_s}s): {outcome}")
