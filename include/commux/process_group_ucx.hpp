@@ -242,6 +242,11 @@ class ProcessGroupUCX : public c10d::Backend {
                                            std::chrono::milliseconds timeout);
   /// Raises once the group was aborted or shut down, or in a child forked after it was made.
   void checkUsable() const;
+  /// Raises ValueError naming the operation when an operation of this group still in flight
+  /// reads or writes `tensor`'s storage (`op` would free or move it under that operation).
+  void checkStorageIdle(const char* op, const at::Tensor& tensor);
+  /// Keeps `tensor`'s memory until the group is destroyed: peers may still write into it.
+  void keepUntilDestroyed(at::Tensor tensor);
   /// True in a child forked after the group was made.
   bool inheritedByFork() const noexcept;
   /// sendBlocking/recvBlocking's wait for a transfer posted on this thread, and its outcome.
@@ -312,6 +317,8 @@ class ProcessGroupUCX : public c10d::Backend {
   std::vector<c10::intrusive_ptr<WorkUCX>> deferredWorks_;
   // Operations abort() must cancel; completed entries are pruned as the list grows.
   std::vector<c10::weak_intrusive_ptr<WorkUCX>> inflight_;
+  // Memory of windows released without every peer's agreement (keepUntilDestroyed).
+  std::vector<at::Tensor> keptAlive_;
   std::size_t pruneAt_ = 64;
 
   mutable std::mutex shmMutex_;

@@ -48,6 +48,9 @@ class WindowUCX final : public c10d::Window {
   ~WindowUCX() override;
 
   void tensor_register(const at::Tensor& tensor, bool owning = true) override;
+  /// The checks a registration makes before it talks to anyone (raising what is wrong);
+  /// true when the tensor's storage then moves into shared memory.
+  static bool checkRegistrable(ProcessGroupUCX& group, const at::Tensor& tensor, bool owning);
   void tensor_deregister() override;
   c10::intrusive_ptr<c10d::Work> put(const at::Tensor& tensor, int64_t dstRank,
                                      int64_t targetOffsetNelems, bool asyncOp,
@@ -122,7 +125,9 @@ class WindowUCX final : public c10d::Window {
   c10::intrusive_ptr<c10d::Work> doneNow(std::unique_lock<std::mutex>& lock,
                                          c10d::OpType type) const;
   /// Stops receiving and gives the context back (deregister, or destruction without it).
-  void dropRegistration();
+  /// Lets the registration go; `closed`: every peer agreed (deregister), so none writes into
+  /// the memory any more; otherwise the group keeps the tensor alive.
+  void dropRegistration(bool closed);
 
   c10::intrusive_ptr<ProcessGroupUCX> group_;
   std::shared_ptr<engine::Engine> engine_;
@@ -132,6 +137,7 @@ class WindowUCX final : public c10d::Window {
   mutable std::mutex mutex_;
   bool registered_ = false;
   at::Tensor owned_;  // the registered tensor, when the window owns it
+  at::Tensor registeredTensor_;  // the registered tensor, owned or not, while registered
   char* base_ = nullptr;
   c10::Device device_{c10::kCPU};
   std::uint32_t context_ = 0;

@@ -43,6 +43,26 @@ void ProcessGroupUCX::checkUsable() const {
                       "; create a new one to communicate");
 }
 
+void ProcessGroupUCX::checkStorageIdle(const char* op, const at::Tensor& tensor) {
+  if (!tensor.has_storage()) return;
+  const c10::Storage& storage = tensor.storage();
+  std::lock_guard<std::mutex> lock(trackMutex_);
+  for (const auto& weak : inflight_) {
+    const auto work = weak.lock();
+    if (!work || work->isCompleted()) continue;
+    for (const auto& t : work->tensors()) {
+      TORCH_CHECK_VALUE(!t.defined() || !t.has_storage() || !t.storage().is_alias_of(storage),
+                        "commux: ", op, ": the tensor's memory is in use by an operation still in "
+                        "flight (", work->description(), "); wait for it first");
+    }
+  }
+}
+
+void ProcessGroupUCX::keepUntilDestroyed(at::Tensor tensor) {
+  std::lock_guard<std::mutex> lock(trackMutex_);
+  keptAlive_.push_back(std::move(tensor));
+}
+
 void ProcessGroupUCX::startCoalescing() {
   checkSameProcess();
   std::lock_guard<std::mutex> lock(trackMutex_);

@@ -234,7 +234,7 @@ WindowUCX::WindowUCX(c10::intrusive_ptr<ProcessGroupUCX> group, std::uint64_t in
 WindowUCX::~WindowUCX() {
   try {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (registered_) dropRegistration();
+    if (registered_) dropRegistration(false);
   } catch (...) {
     // A destructor must not throw; the engine may be stopping (process exit).
   }
@@ -246,24 +246,35 @@ void WindowUCX::checkRegistered(const char* op) const {
               "every rank)");
 }
 
+bool WindowUCX::checkRegistrable(ProcessGroupUCX& group, const at::Tensor& tensor, bool owning) {
+  checkTensors("window.tensor_register", {tensor}, false);
+  checkDevice("window.tensor_register", tensor);
+  TORCH_CHECK_VALUE(tensor.is_contiguous(),
+                    "commux: window.tensor_register: the tensor must "
+                    "be contiguous");
+  // Only a tensor that is its whole storage moves: a view's storage holds more than what
+  // is registered, and all of it would be copied (and exposed to the peers' mappings).
+  // With COMMUX_SHM=0 no peer maps it: the move would only cost.
+  const bool whole = tensor.storage_offset() == 0 && tensor.nbytes() == tensor.storage().nbytes();
+  const bool moves = Config::get().windowShare && Config::get().shm && owning && group.size_ > 1 &&
+                     !tensor.is_cuda() && whole;
+  // The move frees the old memory: never under a transfer still using it.
+  if (moves) group.checkStorageIdle("window.tensor_register", tensor);
+  return moves;
+}
+
 void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   std::lock_guard<std::mutex> lock(mutex_);
   group_->checkUsable();
   TORCH_CHECK(!registered_,
               "commux: window.tensor_register: a tensor is registered already; "
               "call tensor_deregister first");
-  checkTensors("window.tensor_register", {tensor}, false);
-  checkDevice("window.tensor_register", tensor);
-  TORCH_CHECK_VALUE(tensor.is_contiguous(),
-                    "commux: window.tensor_register: the tensor must "
-                    "be contiguous");
+  const bool moves = checkRegistrable(*group_, tensor, owning);
   const int rank = group_->rank_;
   const int size = group_->size_;
   shm::allowReaders();
   const bool onCuda = tensor.is_cuda();
-  if (Config::get().windowShare && Config::get().shm && owning && size > 1 && !onCuda) {
-    moveToSharedMemory(tensor);  // with COMMUX_SHM=0 no peer maps it: it would only cost
-  }
+  if (moves) moveToSharedMemory(tensor);
 
   Record mine;
   mine.context = engine_->contexts().acquire();
@@ -347,6 +358,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   }
   ++registrations_;
   if (owning) owned_ = tensor;
+  registeredTensor_ = tensor;
   base_ = base;
   device_ = tensor.device();
   context_ = mine.context;
@@ -354,10 +366,17 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   registered_ = true;
 }
 
-void WindowUCX::dropRegistration() {
+void WindowUCX::dropRegistration(bool closed) {
   if (!inbox_->finished()) {
     engine_->cancel(inbox_, engine::commError("commux: the window was released"));
   }
+  if (!closed && base_ != nullptr) {
+    // Not every peer agreed the window is closed: a peer may still put into this memory (a
+    // message landing, or process_vm_writev into it directly). It lives as long as the
+    // group, not the window, so no later allocation can sit where such a write lands.
+    group_->keepUntilDestroyed(registeredTensor_);
+  }
+  registeredTensor_ = at::Tensor();
   engine_->purgeContext(context_);
   engine_->contexts().release(context_);
   inbox_.reset();
@@ -385,10 +404,10 @@ void WindowUCX::tensor_deregister() {
                              work->parts(), work->completer()));
     work->wait();
   } catch (...) {
-    dropRegistration();
+    dropRegistration(false);
     throw;
   }
-  dropRegistration();
+  dropRegistration(true);
 }
 
 const WindowUCX::Peer& WindowUCX::target(const char* op, int64_t rank) const {
@@ -717,6 +736,9 @@ c10d::WindowAttr WindowUCX::get_attr(int64_t peerRank) {
 c10::intrusive_ptr<c10d::Window> ProcessGroupUCX::new_window(
     const std::optional<at::Tensor>& tensor) {
   checkUsable();
+  // Before the window takes its number: a refusal here leaves the numbering as it was, so
+  // the next window of this rank still meets the same window of the others.
+  if (tensor) WindowUCX::checkRegistrable(*this, *tensor, true);
   auto window = c10::make_intrusive<WindowUCX>(
       c10::intrusive_ptr<ProcessGroupUCX>::reclaim_copy(this), windows_++);
   if (tensor) window->tensor_register(*tensor, true);

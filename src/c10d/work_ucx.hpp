@@ -75,6 +75,8 @@ class WorkUCX : public c10d::Work {
 
   /// For messages: formatted on each call.
   std::string description() const { return description_.str(); }
+  /// The tensors the operation writes or sends (its result, once complete).
+  const std::vector<at::Tensor>& tensors() const noexcept { return outputs_; }
   /// What the Op of this Work is given.
   const engine::Description& parts() const noexcept { return description_; }
   /// Set while the operation waits for endCoalescing to be posted (COMMUX_GROUP): waiting

@@ -583,3 +583,72 @@ def test_seeded_random_window_operations(path):
     seed = int(os.environ.get("COMMUX_WINDOW_SEED", "0")) or int.from_bytes(os.urandom(3), "big")
     print(f"window random seed {seed} (COMMUX_WINDOW_SEED={seed} replays it)")
     run_ranks(_random_ops, 3, timeout=180, env=env, seed=seed, rounds=12, region=300_000)
+
+
+def _registration_and_transfers(rank, world_size):
+    peer = 1 - rank
+    # A tensor under an irecv still in flight is not moved (its old memory would be freed
+    # under the receive): refused by name, and registered once the receive is done.
+    buf = torch.zeros(1000)
+    if rank == 0:
+        work = dist.irecv(buf, src=1, tag=9)
+        expect_error(lambda: dist._new_window(buf), "in use by an operation still in flight",
+                     "a register under an irecv", exc_types=(ValueError,))
+        dist.send(torch.ones(1), dst=1, tag=10)  # now rank 1 sends
+        work.wait()
+        assert buf.eq(3.0).all()
+    else:
+        dist.recv(torch.empty(1), src=0, tag=10)
+        dist.send(torch.full((1000,), 3.0), dst=0, tag=9)
+    win = dist._new_window(buf)
+    assert win.path(peer) == "mapped", win.path(peer)
+    win.tensor_deregister()
+    # A view registers what it covers and leaves its storage where it is (moving it would
+    # copy and expose the whole storage).
+    big = torch.zeros(10_000)
+    view = big[100:200]
+    win = dist._new_window(view)
+    assert not big.is_shared(), "registering a view moved the whole storage"
+    assert win.path(peer) == "cma", win.path(peer)
+    win.put(torch.full((100,), 1.0 + rank), peer, 0, False)
+    win.signal(peer, False)
+    win.wait_signal(peer, False)
+    assert view.eq(1.0 + peer).all() and big[:100].eq(0).all() and big[200:].eq(0).all()
+    win.tensor_deregister()
+    assert_group_works(world_size)
+    return True
+
+
+def test_registration_never_moves_memory_under_a_transfer_nor_a_views_whole_storage():
+    assert all(run_ranks(_registration_and_transfers, 2, timeout=90))
+
+
+def _dropped_window(rank, world_size):
+    import gc
+    peer = 1 - rank
+    plain = torch.zeros(4096)
+    win = dist._new_window(plain)
+    ptr = plain.data_ptr()
+    dist.barrier()
+    if rank == 0:
+        # Dropped without tensor_deregister: rank 1 may still put into it.
+        del win, plain
+        gc.collect()
+        # Were the memory freed, these would take its place, and the put below would land
+        # in them: another rank writing into this process's unrelated data.
+        fresh = [torch.zeros(4096) for _ in range(16)]
+        dist.barrier()
+        dist.barrier()  # rank 1 has put
+        assert all(t.data_ptr() != ptr for t in fresh)
+        assert all(t.eq(0).all() for t in fresh), "a put landed in memory reused after the drop"
+    else:
+        dist.barrier()
+        win.put(torch.full((4096,), 9.0), peer, 0, False)
+        dist.barrier()
+    return True
+
+
+@pytest.mark.parametrize("path", ["cma", "moved", "messages"])
+def test_a_window_dropped_without_deregister_keeps_its_memory_while_peers_may_write(path):
+    env, _, _ = PATHS[path]
+    assert all(run_ranks(_dropped_window, 2, timeout=90, env=env))
