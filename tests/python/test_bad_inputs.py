@@ -141,3 +141,44 @@ def test_first_collective_of_a_group_with_one_rank_wrong(path):
     assert took < short_s + 5, (
         f"rank 1 (valid call) took {took:.1f}s to come back from the first collective of a "
         f"group whose rank 0 raised a local error (op timeout {short_s}s): {outcome}")
+
+
+def test_guard_checker_sees_every_stray_write():
+    """The fuzzer's own check (no process group): a write just before or after a view, into
+    the gap of a strided view, or into an input is reported; writes inside an output are not."""
+    import types
+
+    import torch
+
+    runner = types.SimpleNamespace(seed=1)
+    case = types.SimpleNamespace(index=0)
+    for layout in ("c", "g", "t"):
+        for where in ("before", "after", "gap", "inside", "input"):
+            if where == "gap" and layout != "g":
+                continue
+            ctx = bad_inputs.CaseCtx(runner, case, 0)
+            spec = bad_inputs.T((3, 4), "float32", layout, 2, 3)
+            role = "in" if where == "input" else "out"
+            v = ctx.one("t", spec, ctx.data(0, "t", spec), role)
+            b = ctx.buffers[0]
+            first = v.storage_offset()
+            if where == "before":
+                b.buf[first - 1] = 1.0
+            elif where == "after":
+                b.buf[-1] = 1.0
+            elif where == "gap":
+                b.buf[first + 1] = 1.0
+            else:
+                v[1, 1] += 1.0
+            problems = b.check(may_write_views=role != "in")
+            should = where != "inside"
+            assert bool(problems) == should, (layout, where, problems)
+            if where in ("before", "after", "gap"):
+                assert "GUARD OVERWRITTEN" in problems[0], problems
+    # bfloat16 and complex buffers compare bit patterns
+    for dtype in ("bfloat16", "complex64"):
+        ctx = bad_inputs.CaseCtx(runner, case, 0)
+        spec = bad_inputs.T((5,), dtype, "c", 1, 1)
+        ctx.one("t", spec, torch.zeros(5).to(getattr(torch, dtype)), "out")
+        ctx.buffers[0].buf[0] = 0
+        assert ctx.buffers[0].check(True), dtype
