@@ -194,6 +194,11 @@ class ProcessGroupUCX : public c10d::Backend {
   /// Raises in a child forked after the group was made: the group's UCX worker, connections,
   /// store client and shared memory are the parent's, and its threads exist only there.
   void checkSameProcess() const;
+  /// Every collective's first step, before it validates its arguments: the group's
+  /// collective set-up (shared memory) at its first collective, so that a rank whose
+  /// arguments are refused still takes part and the others never wait for it there (they
+  /// wait in the collective itself, under its timeout).
+  void joinSetUp();
 
  private:
   c10::intrusive_ptr<WorkUCX> makeWork(c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -322,7 +327,7 @@ class ProcessGroupUCX : public c10d::Backend {
   std::size_t pruneAt_ = 64;
 
   mutable std::mutex shmMutex_;
-  bool shmDecided_ = false;
+  std::atomic<bool> shmDecided_{false};  // written under shmMutex_; read without it by joinSetUp
   // Set (before shmDecided_) when the group spans hosts and shares memory inside them.
   std::shared_ptr<const HostLayout> layout_;
   // Set once layout_ is and the relay listens (startRelay); read by markDead on any thread.

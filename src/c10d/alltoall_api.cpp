@@ -137,7 +137,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   checkTensors("all_to_all_single", {outputBuffer, inputBuffer}, false);
   TORCH_CHECK_VALUE(outputBuffer.scalar_type() == inputBuffer.scalar_type(),
                     "commux: all_to_all_single: input and output dtypes differ");
@@ -181,7 +181,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>& outputTensors,
                                                          std::vector<at::Tensor>& inputTensors,
                                                          const c10d::AllToAllOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   TORCH_CHECK_VALUE(outputTensors.size() == static_cast<std::size_t>(size_) &&
                         inputTensors.size() == static_cast<std::size_t>(size_),
                     "commux: all_to_all takes world size (", size_, ") input and output tensors");

@@ -14,7 +14,7 @@ namespace commux {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::AllgatherOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   checkTensors("all_gather_into_tensor", {outputBuffer, inputBuffer}, false);
   checkSameKind("all_gather_into_tensor", inputBuffer, outputBuffer);
   const std::size_t n = elementCount(inputBuffer);
@@ -51,7 +51,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
     std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   TORCH_CHECK_VALUE(inputTensors.size() == 1 && outputTensors.size() == 1,
                     "commux: all_gather takes one input tensor and one output list per rank");
   auto& outputs = outputTensors[0];
@@ -95,7 +95,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::ReduceScatterOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   checkTensors("reduce_scatter_tensor", {outputBuffer, inputBuffer}, false);
   checkSameKind("reduce_scatter_tensor", inputBuffer, outputBuffer);
   const auto reduction =
@@ -153,7 +153,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce_scatter(
     std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ReduceScatterOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   TORCH_CHECK_VALUE(outputTensors.size() == 1 && inputTensors.size() == 1,
                     "commux: reduce_scatter takes one output tensor and one input list per rank");
   auto& inputs = inputTensors[0];

@@ -74,7 +74,7 @@ at::Tensor stageGather(const std::vector<at::Tensor>& inputs, const Packing& p, 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   checkTensors("allreduce_coalesced", tensors, false);
   checkOneDtype("allreduce_coalesced", tensors);
   const auto reduction =
@@ -103,7 +103,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputTensorLists,
     std::vector<at::Tensor>& inputTensors, const c10d::AllgatherOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   const char* op = "all_gather_coalesced";
   checkTensors(op, inputTensors, false);
   TORCH_CHECK_VALUE(outputTensorLists.size() == static_cast<std::size_t>(size_), "commux: ", op,
@@ -150,7 +150,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   const char* op = "all_gather_into_tensor_coalesced";
   checkTensors(op, inputs, false);
   checkTensors(op, outputs, false);
@@ -189,7 +189,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_into_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   const char* op = "reduce_scatter_tensor_coalesced";
   checkTensors(op, inputs, false);
   checkTensors(op, outputs, false);

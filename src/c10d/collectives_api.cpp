@@ -119,7 +119,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShared(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   if (!tensors.empty() && tensors[0].defined() && tensors[0].layout() == at::kSparse) {
     return allreduce_sparse(tensors, opts);
   }
@@ -155,7 +155,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   checkTensors("reduce", tensors, true);
   checkPeer("reduce", "root", static_cast<int>(opts.rootRank), size_);
   const auto reduction = Reduction::of("reduce", opts.reduceOp, tensors[0].scalar_type());
@@ -200,7 +200,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor>& tensors,
                                                           const c10d::BroadcastOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   checkTensors("broadcast", tensors, true);
   checkPeer("broadcast", "root", static_cast<int>(opts.rootRank), size_);
   TORCH_CHECK_VALUE(opts.rootTensor >= 0 && opts.rootTensor < static_cast<int64_t>(tensors.size()),
@@ -238,7 +238,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   auto channel = shmFor("barrier", true);
   if (channel || hierarchical(shm::Kind::Barrier, true, 0)) {
     return launchShared(c10d::OpType::BARRIER, channel, shm::Job{}, "barrier", {}, "", {}, nullptr,

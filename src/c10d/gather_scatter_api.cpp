@@ -13,7 +13,7 @@ namespace commux {
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
     std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
     const c10d::GatherOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   const int root = static_cast<int>(opts.rootRank);
   checkPeer("gather", "root", root, size_);
   TORCH_CHECK_VALUE(inputTensors.size() == 1, "commux: gather takes one input tensor");
@@ -75,7 +75,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
     std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ScatterOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   const int root = static_cast<int>(opts.rootRank);
   checkPeer("scatter", "root", root, size_);
   TORCH_CHECK_VALUE(outputTensors.size() == 1, "commux: scatter takes one output tensor");

@@ -326,6 +326,10 @@ std::map<std::string, std::int64_t> ProcessGroupUCX::sharedMemoryShape() const {
           {"poll_ns", n(shape.poll.count())}};
 }
 
+void ProcessGroupUCX::joinSetUp() {
+  if (!shmDecided_.load(std::memory_order_acquire)) shmChannel();
+}
+
 std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   if (size_ < 2) return nullptr;
   std::lock_guard<std::mutex> lock(shmMutex_);

@@ -21,7 +21,7 @@ int64_t padded(int64_t bytes) { return (bytes + kBlockAlign - 1) / kBlockAlign *
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_sparse(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  const OpEntry entry(*this);
+  const CollectiveEntry entry(*this);
   const char* op = "allreduce (sparse)";
   TORCH_CHECK_VALUE(tensors.size() == 1, "commux: ", op, " takes one tensor, got ", tensors.size());
   const at::Tensor& target = tensors[0];

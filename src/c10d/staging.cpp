@@ -10,6 +10,8 @@ namespace commux {
 
 OpEntry::OpEntry(const ProcessGroupUCX& group) { group.checkSameProcess(); }
 
+CollectiveEntry::CollectiveEntry(ProcessGroupUCX& group) : entry_(group) { group.joinSetUp(); }
+
 
 collectives::Thresholds thresholds(const at::Tensor& buffer) {
   const Config& c = Config::get();

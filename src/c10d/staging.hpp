@@ -31,6 +31,16 @@ class OpEntry {
   NoAutograd noAutograd_;
 };
 
+/// The first line of every collective: an OpEntry, then the group's set-up at its first
+/// collective (ProcessGroupUCX::joinSetUp), before anything of the call is validated.
+class CollectiveEntry {
+ public:
+  explicit CollectiveEntry(ProcessGroupUCX& group);
+
+ private:
+  OpEntry entry_;
+};
+
 /// The selection's settings for an operation on `buffer` (host memory when undefined).
 collectives::Thresholds thresholds(const at::Tensor& buffer = at::Tensor());
 
