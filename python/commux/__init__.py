@@ -29,6 +29,7 @@ __all__ = [
     "preferred_backend",
     "load_extension",
     "health",
+    "config",
     "BACKEND_NAMES",
     "__version__",
 ]
@@ -132,7 +133,8 @@ def _skip_torch_flight_recorder() -> None:
         exempt.update(BACKEND_NAMES)
     else:
         raise ValueError(
-            f"COMMUX_TORCH_FLIGHT_RECORDER={value!r} is not a boolean (use 0 or 1)"
+            f"COMMUX_TORCH_FLIGHT_RECORDER={value!r} is not a boolean "
+            "(use 1, true, on or yes; 0, false, off or no)"
         )
 
 
@@ -182,6 +184,22 @@ def preferred_backend() -> str:
     """Registers commux and returns the backend name to pass to init_process_group."""
     register()
     return "ucx"
+
+
+def config() -> dict:
+    """Every ``COMMUX_*`` setting as this process reads it (name -> value): the C++ core's
+    (read once per process; a value out of its range raises ``ValueError`` naming the
+    variable) and the Python package's own (``COMMUX_LAUNCHER``,
+    ``COMMUX_TORCH_FLIGHT_RECORDER``, ``COMMUX_UCX_HOME``). The README's environment table
+    lists the same names (a test keeps them in step)."""
+    from . import launcher
+
+    values = dict(load_extension().config())
+    values["COMMUX_LAUNCHER"] = not launcher._disabled(os.environ)
+    recorder = os.environ.get("COMMUX_TORCH_FLIGHT_RECORDER", "0").strip().lower()
+    values["COMMUX_TORCH_FLIGHT_RECORDER"] = recorder in ("1", "true", "on", "yes")
+    values["COMMUX_UCX_HOME"] = os.environ.get("COMMUX_UCX_HOME", "")
+    return values
 
 
 def health(group=None) -> dict:

@@ -26,7 +26,7 @@ def collect() -> dict:
         "CUDA devices visible": _C.cuda_device_count(),
         "UCX transports": ", ".join(_C.transports()) or "none found",
         "UCX job hints": _hints(_C),
-        "configuration": ", ".join(f"{k}={v}" for k, v in _C.config().items()),
+        "configuration": ", ".join(f"{k}={v}" for k, v in commux.config().items()),
     }
 
 

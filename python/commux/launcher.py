@@ -384,7 +384,12 @@ _DETECTORS = (_open_mpi, _slurm, _hydra, _pmix)
 
 def _disabled(env: Mapping[str, str]) -> bool:
     value = (env.get("COMMUX_LAUNCHER") or "").strip().lower()
-    return value in ("0", "off", "false", "no")
+    if value in ("", "1", "on", "true", "yes"):
+        return False
+    if value in ("0", "off", "false", "no"):
+        return True
+    raise LauncherError(f"COMMUX_LAUNCHER={env.get('COMMUX_LAUNCHER')!r} is not a boolean "
+                        "(use 1, true, on or yes; 0, false, off or no)")
 
 
 def _torchrun_present(env: Mapping[str, str]) -> bool:

@@ -346,6 +346,11 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
     ShmSetup setup;
     try {
       setup = connectShm(store_, rank_, size_, engine_, deaths);
+    } catch (const c10::ValueError& e) {
+      // This rank's settings differ from rank 0's: no collective of the group can work.
+      health_->collectiveFailed(e.what_without_backtrace());
+      shmDecided_ = true;
+      throw;
     } catch (const c10::DistNetworkError& e) {
       health_->collectiveFailed(e.what_without_backtrace());
       shmDecided_ = true;
@@ -361,7 +366,7 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
       shmDecided_ = true;
       C10_THROW_ERROR(DistBackendError, "commux: " + why +
                                             "; this group runs no more collectives; create a "
-                                            "new group without the dead rank to go on");
+                                            "new group (without a dead rank) to go on");
     }
     if (setup.hierarchical) layout_ = std::make_shared<const HostLayout>(std::move(setup.layout));
     std::atomic_store(&shm_, std::move(setup.channel));

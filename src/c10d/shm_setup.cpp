@@ -137,6 +137,47 @@ std::string hierarchySettings() {
          std::to_string(c.hierarchyParallelMinBytes) + " " + std::to_string(c.hierarchyMinBytes);
 }
 
+// The settings that choose algorithms, chunk sizes and tag fields: ranks that differ in any
+// of them take different schedules and wait for messages that never come. Rank 0 publishes
+// its own; a rank that differs refuses the set-up, and with it every rank.
+std::vector<std::pair<const char*, std::string>> agreedSettings() {
+  const Config& c = Config::get();
+  const auto n = [](auto v) { return std::to_string(v); };
+  return {{"COMMUX_ALLREDUCE_RING_MIN_BYTES", n(c.allreduceRingMinBytes)},
+          {"COMMUX_CHAIN_MIN_BYTES", n(c.chainMinBytes)},
+          {"COMMUX_PIPELINE_CHUNK_BYTES", n(c.pipelineChunkBytes)},
+          {"COMMUX_CUDA_CHUNK_BYTES", n(c.cudaChunkBytes)},
+          {"COMMUX_LOG_ALGORITHMS_MIN_RANKS", n(c.logAlgorithmsMinRanks)},
+          {"COMMUX_RING_MIN_BLOCK_BYTES", n(c.ringMinBlockBytes)},
+          {"COMMUX_SEQUENCE_WRAP", n(c.sequenceWrap)},
+          {"COMMUX_ROUND_WRAP", n(c.roundWrap)},
+          {"COMMUX_COALESCE", n(c.coalesce)}};
+}
+
+std::string encodeSettings() {
+  std::string out;
+  for (const auto& [name, value] : agreedSettings()) out += std::string(name) + "=" + value + "\n";
+  return out;
+}
+
+// Empty when this rank's settings are rank 0's (as `published` says), else what differs.
+std::string settingsDiffer(const std::string& published, int rank) {
+  std::string differ;
+  for (const auto& [name, value] : agreedSettings()) {
+    const std::string field = std::string(name) + "=";
+    const auto at = published.find(field);
+    const std::string theirs =
+        at == std::string::npos
+            ? "(unset)"
+            : published.substr(at + field.size(), published.find('\n', at) - at - field.size());
+    if (theirs != value) {
+      differ += (differ.empty() ? "" : "; ") + std::string(name) + " is " + theirs +
+                " on rank 0 but " + value + " on rank " + std::to_string(rank);
+    }
+  }
+  return differ;
+}
+
 HostLayout parseLayout(const std::string& text, int size) {
   HostLayout layout;
   layout.hostOf.resize(size);
@@ -394,8 +435,32 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
   SetupStore store(*rawStore, deaths);
   const std::string layoutKey = storeKeyPrefix() + "shm/layout";
   const std::string verdictKey = storeKeyPrefix() + "shm/verdict";
+  const std::string settingsKey = storeKeyPrefix() + "shm/settings";
   const std::string me = hostIdentity();
   store.put(key("host", rank), me);
+  if (rank == 0) store.put(settingsKey, encodeSettings());
+  if (rank != 0) {
+    // Read by every rank, shared memory or not: a rank whose settings differ refuses, and
+    // what it owes tells the others why (SetupStore::abandon).
+    std::string differ;
+    try {
+      differ = settingsDiffer(store.take(settingsKey, 0), rank);
+    } catch (const SetupAbandoned& e) {
+      C10_THROW_ERROR(DistBackendError, std::string("the set-up of the group's first collective "
+                                                    "was given up: ") + e.what());
+    }
+    if (!differ.empty()) {
+      const std::string why = "the ranks' settings differ (" + differ +
+                              "); every rank must run with the same COMMUX_* algorithm settings";
+      try {
+        std::vector<std::string> owed = {key("cma-at", rank), key("cma-ok", rank), key("cpus", rank),
+                                         key("pid-space", rank), key("mapped", rank)};
+        store.abandon(why, owed);
+      } catch (const std::exception&) {
+      }
+      C10_THROW_ERROR(ValueError, "commux: " + why);
+    }
+  }
   if (me.empty()) {
     // This rank keeps the whole group off shared memory (groupHosts), which it knows without
     // waiting for anyone: a rank with COMMUX_SHM=0 never waits here. Rank 0 answers for all.

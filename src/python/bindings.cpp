@@ -144,6 +144,8 @@ PYBIND11_MODULE(_C, m) {
     d["COMMUX_CHAIN_MIN_BYTES"] = c.chainMinBytes;
     d["COMMUX_PIPELINE_CHUNK_BYTES"] = c.pipelineChunkBytes;
     d["COMMUX_CUDA_CHUNK_BYTES"] = c.cudaChunkBytes;
+    d["COMMUX_LOG_ALGORITHMS_MIN_RANKS"] = c.logAlgorithmsMinRanks;
+    d["COMMUX_RING_MIN_BLOCK_BYTES"] = c.ringMinBlockBytes;
     d["COMMUX_SHM"] = c.shm;
     d["COMMUX_WINDOW_SHARE"] = c.windowShare;
     d["COMMUX_SHM_SLOT_BYTES"] = c.shmSlotBytes;

@@ -259,3 +259,68 @@ def test_ranks_killed_at_random_moments_leave_nothing_in_dev_shm(tmp_path):
     left = [n for n in os.listdir("/dev/shm")
             if n.startswith("commux-") and int(n.split("-")[1]) in pids]
     assert not left, f"segments left behind: {left} (COMMUX_KILL_SEED={seed} replays)"
+
+
+def _settings_differ(rank, ws):
+    import datetime
+    start = time.monotonic()
+    try:
+        work = dist.all_reduce(torch.ones(4), async_op=True)
+        work.wait(timeout=datetime.timedelta(seconds=5))
+    except (ValueError, RuntimeError) as e:
+        msg = str(e)
+    else:
+        raise AssertionError("a group whose ranks' algorithm settings differ ran a collective")
+    took = time.monotonic() - start
+    assert took < 15, f"rank {rank} took {took:.1f} s to fail"
+    print(f"rank {rank} after {took:.1f} s: {msg[:300]}", file=sys.stderr)
+    if rank == 1:
+        assert "COMMUX_ALLREDUCE_RING_MIN_BYTES is 262144 on rank 0 but 4096 on rank 1" in msg, msg
+    # Later collectives are refused at once, on every rank.
+    expect_error(lambda: dist.all_reduce(torch.ones(2)), ("refused", "settings differ",
+                                                          "no more collectives", "runs no"),
+                 "a collective after the mismatch")
+    return True
+
+
+@pytest.mark.parametrize("shm", ["1", "0"])
+def test_algorithm_settings_that_differ_between_ranks_are_refused(shm):
+    assert all(run_ranks(_settings_differ, 2, timeout=90,
+                         env={"COMMUX_SHM": shm,
+                              "COMMUX_ALLREDUCE_RING_MIN_BYTES": ["262144", "4096"]}))
+
+
+# CMake options and test-harness variables share the prefix but are no run-time settings.
+_NOT_RUNTIME = {"COMMUX_UCX_PROVIDER", "COMMUX_CUDA", "COMMUX_BUILD_PYTHON", "COMMUX_BUILD_BENCH",
+                "COMMUX_INSTALL", "COMMUX_BUILD_TESTS", "COMMUX_SANITIZE", "COMMUX_UNITY_BUILD",
+                "COMMUX_TEST_BACKEND"}
+
+
+def test_every_setting_is_in_config_info_and_the_readme_table():
+    import re
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    readme = open(os.path.join(root, "README.md")).read()
+    table = set(re.findall(r"^\| `(COMMUX_[A-Z_]+)` \|", readme, re.M)) - _NOT_RUNTIME
+    names = set(commux.config())
+    assert names == table, (f"in commux.config() only: {sorted(names - table)}; "
+                            f"in the README's table only: {sorted(table - names)}")
+    # Every variable the sources read is one of them.
+    read = set()
+    for folder in ("src", "python/commux"):
+        for dirpath, _, files in os.walk(os.path.join(root, folder)):
+            for f in files:
+                if f.endswith((".cpp", ".hpp", ".py")):
+                    text = open(os.path.join(dirpath, f)).read()
+                    read |= set(re.findall(r"""(?:getenv|read\w*|environ\.get|environ\[)\(?\s*["'](COMMUX_[A-Z_]+)["']""", text))
+    assert read <= names, f"read but not in commux.config(): {sorted(read - names)}"
+    info = subprocess.run([sys.executable, "-m", "commux.info"], capture_output=True, text=True,
+                          timeout=120)
+    assert info.returncode == 0, info.stderr
+    missing = [n for n in names if f"{n}=" not in info.stdout]
+    assert not missing, f"python3 -m commux.info omits {missing}"
+
+
+def test_launcher_switch_takes_only_booleans():
+    proc = run_python("import commux; commux.config()", env={"COMMUX_LAUNCHER": "maybe"})
+    assert proc.returncode != 0 and "COMMUX_LAUNCHER='maybe' is not a boolean" in proc.stderr, proc.stderr
