@@ -23,7 +23,7 @@ import sys
 import torch.distributed as dist
 
 from halo_exchange import format_stats, run
-from latency_table import format_table, latency_table
+from latency_table import print_latencies
 
 
 def register_commux() -> None:
@@ -63,10 +63,7 @@ def main() -> int:
     # The world group keeps the backend's name unless that would clash with the new gloo group.
     world_name = args.backend if args.backend != "gloo" else "gloo-world"
     groups = {world_name: dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
-    rows = latency_table(groups)
-    if rank == 0:
-        print("latency (median, rank 0's clock; p2p is one-way = half a round trip):")
-        print(format_table(rows), flush=True)
+    print_latencies(groups)
 
     dist.destroy_process_group()
     return 0

@@ -157,6 +157,14 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, lines)])
 
 
+def print_latencies(groups: Mapping[str, dist.ProcessGroup], **kwargs) -> None:
+    """Measures `groups` side by side (collective) and prints the table on rank 0."""
+    rows = latency_table(groups, **kwargs)
+    if dist.get_rank() == 0:
+        print("latency (median, rank 0's clock; p2p is one-way = half a round trip):")
+        print(format_table(rows), flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="p2p and allreduce latency, commux (ucx) vs gloo, same run")
     parser.add_argument("--iters", type=int, default=200, help="timed iterations per (size, group)")
@@ -170,10 +178,7 @@ def main() -> int:
         dist.destroy_process_group()
         return 2
     groups = {"ucx": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
-    rows = latency_table(groups, iters=args.iters)
-    if dist.get_rank() == 0:
-        print("latency (median, rank 0's clock; p2p is one-way = half a round trip):")
-        print(format_table(rows), flush=True)
+    print_latencies(groups, iters=args.iters)
     dist.destroy_process_group()
     return 0
 
