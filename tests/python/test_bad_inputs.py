@@ -13,7 +13,9 @@ What each case expects is in bad_inputs.py.
 
 Seeds: COMMUX_FUZZ_SEED (default: a fixed seed per parametrization), COMMUX_FUZZ_CASES (cases
 per world, default 30), COMMUX_FUZZ_ONLY (comma-separated case indices: replay just those),
-COMMUX_FUZZ_SHORT_S (the per-op timeout of one-sided cases, default 2). A failure names the
+COMMUX_FUZZ_SHORT_S (the per-op timeout of one-sided cases, default 2), COMMUX_FUZZ_SKIP
+(comma-separated strings: leave out cases whose description contains one, e.g. a known
+finding while it is being fixed). A failure names the
 seed, each failing case with its exact arguments, and the command that replays it. Longer
 runs across seeds: scripts/fuzz_bad_inputs.sh.
 """
@@ -32,6 +34,7 @@ from harness import is_ucx, run_ranks
 CASES = int(os.environ.get("COMMUX_FUZZ_CASES", "30"))
 SHORT_S = float(os.environ.get("COMMUX_FUZZ_SHORT_S", "2"))
 ONLY = os.environ.get("COMMUX_FUZZ_ONLY")
+SKIP = tuple(k for k in os.environ.get("COMMUX_FUZZ_SKIP", "").split(",") if k)
 # The default group's timeout, and so its store's: bounds whatever waits in the store.
 PG_TIMEOUT_S = 60
 
@@ -58,7 +61,8 @@ def test_bad_inputs(path, world):
 
     def replay(idx):
         cases = f" COMMUX_FUZZ_ONLY={idx}" if idx is not None else ""
-        return (f"COMMUX_FUZZ_SEED={seed} COMMUX_FUZZ_CASES={CASES}{cases} python3 -m pytest "
+        skip = f" COMMUX_FUZZ_SKIP='{','.join(SKIP)}'" if SKIP else ""
+        return (f"COMMUX_FUZZ_SEED={seed} COMMUX_FUZZ_CASES={CASES}{cases}{skip} python3 -m pytest "
                 f"tests/python/test_bad_inputs.py -k '{label}'")
 
     progress = tempfile.mkdtemp(prefix="commux_fuzz_")
@@ -69,7 +73,7 @@ def test_bad_inputs(path, world):
                                 env={"COMMUX_SHM": "1" if path == "shm" else "0"},
                                 pg_timeout=datetime.timedelta(seconds=PG_TIMEOUT_S),
                                 seed=seed, count=CASES, only=only, short_s=SHORT_S,
-                                progress=progress, label=label)
+                                progress=progress, label=label, skip=SKIP)
         except BaseException as e:  # the harness failed: a crash, a hang, a rank that died
             where = []
             for r in range(world):
@@ -90,6 +94,78 @@ def test_bad_inputs(path, world):
     for n in results[0]["notes"]:
         print(f"note, case {n['case']}: {n['note']}")
     msg = bad_inputs.report(seed, world, CASES, results, replay)
+    if msg:
+        pytest.fail(msg, pytrace=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Pinned cases: what the fuzzer found, spelled out, so that they run whatever the generator
+# draws. They go through the fuzzer's own runner and checks.
+
+
+def _pinned_cases():
+    T, Case = bad_inputs.T, bad_inputs.Case
+    f32 = "float32"
+    kw_a2a = bad_inputs.KW_SIZE + bad_inputs.KW_SPLIT + ("itself",)
+    kw_x = bad_inputs.KW_EXPANDED
+    cases = [
+        # The all_to_all_single self block the brief named (fixed in 27a1b52): rank 0 sends
+        # 8 rows to itself and expects 2; on shared memory it wrote past the output.
+        Case(0, "all_to_all_single", "some_bad", "self block 8 rows sent, 2 expected",
+             [{"in": T((10, 1), f32, "c", 2, 3), "out": T((4, 1), f32, "c", 3, 4),
+               "isplit": [8, 2], "osplit": [2, 2]},
+              {"in": T((4, 1), f32, "c", 1, 1), "out": T((4, 1), f32, "c", 1, 1),
+               "isplit": [2, 2], "osplit": [2, 2]}],
+             (0,), kw_a2a),
+        # Same, every rank wrong (each expects one row less from itself than it sends).
+        Case(1, "all_to_all_single", "all_bad", "self blocks differ on every rank",
+             [{"in": T((5, 2), f32, "c", 1, 2), "out": T((4, 2), f32, "c", 2, 1),
+               "isplit": [3, 2], "osplit": [2, 2]},
+              {"in": T((5, 2), f32, "c", 1, 2), "out": T((4, 2), f32, "c", 2, 1),
+               "isplit": [2, 3], "osplit": [2, 2]}],
+             (0, 1), kw_a2a),
+        # FINDING: an expanded (stride-0) output is not refused before the collective runs;
+        # it fails in the copy-out, after the data moved, and the group then refuses every
+        # later collective (fuzzer seed 37020 shm-w2 case 5; seeds 200, 201 at 2 and 3 ranks).
+        Case(2, "all_gather_into_tensor", "all_bad", "an expanded output (stride 0)",
+             [{"in": T((3,), f32, "c", 1, 1), "out": T((6,), f32, "x", 2, 2)},
+              {"in": T((3,), f32, "c", 1, 1), "out": T((6,), f32, "x", 2, 2)}],
+             (0, 1), kw_x),
+        Case(3, "all_reduce", "all_bad", "an expanded tensor (stride 0)",
+             [{"t": T((4,), f32, "x", 1, 1), "op": "SUM"},
+              {"t": T((4,), f32, "x", 1, 1), "op": "SUM"}],
+             (0, 1), kw_x),
+        Case(4, "all_to_all_single", "all_bad", "an expanded output (stride 0)",
+             [{"in": T((4, 3), f32, "c", 1, 1), "out": T((4, 3), f32, "x", 1, 1)},
+              {"in": T((4, 3), f32, "c", 1, 1), "out": T((4, 3), f32, "x", 1, 1)}],
+             (0, 1), kw_x),
+        # A receive into an expanded tensor (only the receiver is wrong).
+        Case(5, "isend/irecv", "some_bad", "receive into an expanded tensor (stride 0)",
+             [{"role": "send", "peer": 1, "tag": 5 << 10 | 5, "t": T((4,), f32, "c", 1, 1)},
+              {"role": "recv", "peer": 0, "tag": 5 << 10 | 5, "t": T((4,), f32, "x", 1, 1)}],
+             (1,), kw_x),
+    ]
+    return cases
+
+
+@pytest.mark.skipif(not is_ucx(), reason="commux's promises (README): not another backend's")
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("path", ["shm", "ucx"])
+def test_pinned_cases(path):
+    """The pinned cases above at 2 ranks. Expected to fail until an expanded output is
+    refused before anything moves (then the group keeps working)."""
+    cases = _pinned_cases()
+
+    def replay(idx):
+        return (f"python3 -m pytest tests/python/test_bad_inputs.py -k 'test_pinned_cases and "
+                f"{path}'" + (f"  (pinned case {idx})" if idx is not None else ""))
+
+    results = run_ranks(bad_inputs.rank_main, 2, timeout=150,
+                        env={"COMMUX_SHM": "1" if path == "shm" else "0"},
+                        pg_timeout=datetime.timedelta(seconds=PG_TIMEOUT_S),
+                        seed=0, count=len(cases), short_s=SHORT_S, cases=cases,
+                        label=f"pinned-{path}")
+    msg = bad_inputs.report(0, 2, len(cases), results, replay, cases=cases)
     if msg:
         pytest.fail(msg, pytrace=False)
 
