@@ -18,6 +18,7 @@
 #include <string>
 
 namespace commux {
+struct SetupDeaths;
 
 namespace engine {
 class Engine;
@@ -247,6 +248,8 @@ class ProcessGroupUCX : public c10d::Backend {
                                            std::chrono::milliseconds timeout);
   /// Raises once the group was aborted or shut down, or in a child forked after it was made.
   void checkUsable() const;
+  /// How a collective set-up through the store (`what`) hears of this group's deaths.
+  SetupDeaths setupDeaths(const char* what);
   /// Raises ValueError naming the operation when an operation of this group still in flight
   /// reads or writes `tensor`'s storage (`op` would free or move it under that operation).
   void checkStorageIdle(const char* op, const at::Tensor& tensor);

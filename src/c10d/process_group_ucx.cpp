@@ -326,6 +326,16 @@ std::map<std::string, std::int64_t> ProcessGroupUCX::sharedMemoryShape() const {
           {"poll_ns", n(shape.poll.count())}};
 }
 
+SetupDeaths ProcessGroupUCX::setupDeaths(const char* what) {
+  return SetupDeaths{
+      [this, what](const std::vector<int>& ranks) { peers_->get(ranks, what); },
+      [this] {
+        std::string why;
+        const int dead = health_->firstDead(&why);
+        return dead < 0 ? std::string() : "rank " + std::to_string(dead) + " died (" + why + ")";
+      }};
+}
+
 void ProcessGroupUCX::joinSetUp() {
   if (!shmDecided_.load(std::memory_order_acquire)) shmChannel();
 }
@@ -336,13 +346,7 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   // The set-up waits for every rank in the store, which a dead one never reaches.
   if (!shmDecided_ && health_->anyDead()) return nullptr;
   if (!shmDecided_) {
-    const SetupDeaths deaths{
-        [this](const std::vector<int>& ranks) { peers_->get(ranks, "the shared-memory set-up"); },
-        [this] {
-          std::string why;
-          const int dead = health_->firstDead(&why);
-          return dead < 0 ? std::string() : "rank " + std::to_string(dead) + " died (" + why + ")";
-        }};
+    const SetupDeaths deaths = setupDeaths("the shared-memory set-up");
     ShmSetup setup;
     try {
       setup = connectShm(store_, rank_, size_, engine_, deaths);

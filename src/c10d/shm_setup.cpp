@@ -18,6 +18,7 @@
 #include <string>
 
 #include "c10d/peer_table.hpp"
+#include "c10d/setup_store.hpp"
 #include "c10d/store_text.hpp"
 #include "commux/options.hpp"
 #include "engine/process_id.hpp"
@@ -31,80 +32,6 @@ namespace {
 std::string key(const std::string& what, int index) {
   return storeKeyPrefix() + "shm/" + what + "/" + std::to_string(index);
 }
-
-// What a rank that gives up the set-up writes into the keys others may wait for from it.
-constexpr char kAbandoned[] = "\x01" "abandoned: ";
-
-// The set-up gave up: a rank it waited for died, or another rank gave up and said why.
-struct SetupAbandoned : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// The store as the set-up uses it. Every wait gives up as soon as a rank the set-up depends
-// on is known dead, or reads that another rank gave up, instead of waiting out the store's
-// timeout (30 minutes by default) for a key a dead rank will never write.
-class SetupStore {
- public:
-  SetupStore(c10d::Store& store, const SetupDeaths& deaths) : store_(store), deaths_(deaths) {}
-
-  void put(const std::string& k, const std::string& value) {
-    storePut(store_, k, value);
-    written_.push_back(k);
-  }
-  /// `k`'s value once `owner` (the rank that writes it) has written it.
-  std::string take(const std::string& k, int owner) { return takeAll({k}, {owner})[0]; }
-  std::vector<std::string> takeAll(const std::vector<std::string>& keys,
-                                   const std::vector<int>& owners) {
-    waitFor(keys, owners);
-    auto values = storeTakeAll(store_, keys);
-    for (const auto& v : values) {
-      if (v.compare(0, sizeof(kAbandoned) - 1, kAbandoned) == 0) {
-        throw SetupAbandoned(v.substr(sizeof(kAbandoned) - 1));
-      }
-    }
-    return values;
-  }
-  /// Marks every key this rank wrote, and `more` that others wait for from it, as given up.
-  void abandon(const std::string& why, const std::vector<std::string>& more) {
-    std::vector<std::string> keys = written_;
-    keys.insert(keys.end(), more.begin(), more.end());
-    for (const auto& k : keys) storePut(store_, k, kAbandoned + why);
-  }
-
- private:
-  void waitFor(const std::vector<std::string>& keys, const std::vector<int>& owners) {
-    // Polled (a key that is there costs one round trip): a TCPStore wait that times out
-    // logs a warning each time, and a file store's throws a plain error.
-    const auto start = std::chrono::steady_clock::now();
-    auto pause = std::chrono::microseconds(100);
-    bool watching = false;
-    for (;;) {
-      if (const std::string dead = deaths_.dead(); !dead.empty()) throw SetupAbandoned(dead);
-      if (store_.check(keys)) return;
-      if (!watching && std::chrono::steady_clock::now() - start > kWatchAfter) {
-        // Late: watch whoever still owes a key. Not before, so that a set-up on time reads
-        // no record it does not need (a rank reads its host's and its leaders' only).
-        std::vector<int> late;
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-          if (!store_.check({keys[i]})) late.push_back(owners[i]);
-        }
-        deaths_.watch(late);
-        watching = true;
-        continue;
-      }
-      if (std::chrono::steady_clock::now() - start > store_.getTimeout()) {
-        store_.wait(keys, std::chrono::milliseconds(1));  // the store's own timeout error
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(10'000));
-    }
-  }
-
-  static constexpr std::chrono::milliseconds kWatchAfter{1000};
-  c10d::Store& store_;
-  const SetupDeaths& deaths_;
-  std::vector<std::string> written_;
-};
 
 // Rank 0 groups the identities. A rank without one (COMMUX_SHM=0, no /dev/shm) keeps the
 // whole group off shared memory, as documented for COMMUX_SHM: every rank a host of its own.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "c10d/setup_store.hpp"
 #include "commux/options.hpp"
 
 namespace commux {
@@ -64,14 +65,6 @@ struct ShmSetup {
 /// Equal on ranks that share memory (one kernel, one /dev/shm, COMMUX_HOST alike); empty
 /// when this rank has no shared memory (COMMUX_SHM=0, no /dev/shm).
 std::string hostIdentity();
-
-/// How the set-up hears of deaths while it waits for other ranks in the store: `watch`
-/// starts watching ranks (it may read their addresses from the store); `dead` says which
-/// watched rank died and why, or is empty while they all live.
-struct SetupDeaths {
-  std::function<void(const std::vector<int>& ranks)> watch;
-  std::function<std::string()> dead;
-};
 
 /// Raises DistBackendError, on every rank still waiting, when a rank it waits for died
 /// (or another rank gave up): found within the failure detection's bound, not the store's

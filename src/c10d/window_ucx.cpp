@@ -18,6 +18,7 @@
 
 #include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
+#include "c10d/setup_store.hpp"
 #include "c10d/shm_setup.hpp"
 #include "c10d/store_text.hpp"
 #include "c10d/validation.hpp"
@@ -302,15 +303,31 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
                           std::to_string(rank)));
   try {
     engine_->submit(inbox);
-    auto& store = *group_->store_;
-    storePut(store, windowKey(index_, registrations_, rank), mine.encode());
+    // A rank that dies before it publishes is found within the failure detection's bound,
+    // and a rank that gives up says so in its key, instead of the store's timeout.
+    const SetupDeaths deaths = group_->setupDeaths("a window registration");
+    SetupStore store(*group_->store_, deaths);
+    const std::string mineKey = windowKey(index_, registrations_, rank);
     std::vector<std::string> keys;
     std::vector<int> ranks;
     for (int r = 0; r < size; ++r) {
       keys.push_back(windowKey(index_, registrations_, r));
       ranks.push_back(r);
     }
-    const auto raw = storeTakeAll(store, keys);
+    std::vector<std::string> raw;
+    try {
+      store.put(mineKey, mine.encode());
+      raw = store.takeAll(keys, ranks);
+    } catch (const SetupAbandoned& e) {
+      try {
+        store.abandon(e.what(), {mineKey});
+      } catch (const std::exception&) {
+        // The store itself is gone: the others' waits end with its errors.
+      }
+      C10_THROW_ERROR(DistBackendError,
+                      std::string("commux: window.tensor_register (window #") +
+                          std::to_string(index_) + ") was given up: " + e.what());
+    }
     const auto routes = group_->peers_->get(ranks, "a window registration");
     std::vector<Peer> peers(static_cast<std::size_t>(size));
     for (int r = 0; r < size; ++r) {

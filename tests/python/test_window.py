@@ -657,3 +657,23 @@ def test_a_window_dropped_without_deregister_keeps_its_memory_while_peers_may_wr
     env, _, _ = PATHS[path]
     env = dict(env, MALLOC_MMAP_THRESHOLD_="65536")  # fixed: glibc's moving one varies
     assert all(run_ranks(_dropped_window, 2, timeout=90, env=env))
+
+
+def _dies_before_registering(rank, world_size):
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist._new_window(torch.zeros(16))
+    except dist.DistError as e:
+        assert "rank 1 died" in str(e), e
+    else:
+        raise AssertionError("a window registered although rank 1 was killed")
+    took = time.monotonic() - start
+    assert took < 10, f"the death took {took:.1f} s to notice (group timeout 300 s)"
+    return True
+
+
+def test_a_death_before_a_window_registration_is_found_in_seconds():
+    run_ranks(_dies_before_registering, 3, timeout=90, killed=(1,),
+              pg_timeout=datetime.timedelta(seconds=300))
