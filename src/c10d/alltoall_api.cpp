@@ -139,6 +139,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
   const CollectiveEntry entry(*this);
   checkTensors("all_to_all_single", {outputBuffer, inputBuffer}, false);
+  checkWritable("all_to_all_single", {outputBuffer});
   TORCH_CHECK_VALUE(outputBuffer.scalar_type() == inputBuffer.scalar_type(),
                     "commux: all_to_all_single: input and output dtypes differ");
   auto sendCounts = countsFromSplits("input", inputBuffer, inputSplitSizes, size_);
@@ -187,6 +188,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
                     "commux: all_to_all takes world size (", size_, ") input and output tensors");
   checkTensors("all_to_all", inputTensors, false);
   checkTensors("all_to_all", outputTensors, false);
+  checkWritable("all_to_all", outputTensors);
   checkSameDevice("all_to_all", inputTensors[0], outputTensors[0]);
   std::vector<std::size_t> sendCounts, recvCounts;
   std::vector<at::Tensor> flatInputs;

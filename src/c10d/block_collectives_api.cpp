@@ -16,6 +16,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::AllgatherOptions& opts) {
   const CollectiveEntry entry(*this);
   checkTensors("all_gather_into_tensor", {outputBuffer, inputBuffer}, false);
+  checkWritable("all_gather_into_tensor", {outputBuffer});
   checkSameKind("all_gather_into_tensor", inputBuffer, outputBuffer);
   const std::size_t n = elementCount(inputBuffer);
   TORCH_CHECK_VALUE(elementCount(outputBuffer) == n * static_cast<std::size_t>(size_),
@@ -61,6 +62,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
                     "the output list has ", outputs.size(), " tensors; it needs world size (",
                     size_, ")");
   checkTensors("all_gather", outputs, true);
+  checkWritable("all_gather", outputs);
   TORCH_CHECK_VALUE(outputs[0].numel() == input.numel(), "commux: all_gather: output tensors hold ",
                     outputs[0].numel(), " elements, the input ", input.numel());
   checkSameKind("all_gather", input, outputs[0]);
@@ -97,6 +99,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::ReduceScatterOptions& opts) {
   const CollectiveEntry entry(*this);
   checkTensors("reduce_scatter_tensor", {outputBuffer, inputBuffer}, false);
+  checkWritable("reduce_scatter_tensor", {outputBuffer});
   checkSameKind("reduce_scatter_tensor", inputBuffer, outputBuffer);
   const auto reduction =
       Reduction::of("reduce_scatter_tensor", opts.reduceOp, inputBuffer.scalar_type());

@@ -76,6 +76,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const CollectiveEntry entry(*this);
   checkTensors("allreduce_coalesced", tensors, false);
+  checkWritable("allreduce_coalesced", tensors);
   checkOneDtype("allreduce_coalesced", tensors);
   const auto reduction =
       Reduction::of("allreduce_coalesced", opts.reduceOp, tensors[0].scalar_type());
@@ -116,6 +117,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_coalesced(
                       " has ", list.size(), " tensors; it must match the ",
                       inputTensors.size(), " inputs");
     checkTensors(op, list, false);
+    checkWritable(op, list);
     for (std::size_t i = 0; i < list.size(); ++i) {
       checkSameDevice(op, inputTensors[i], list[i]);
       TORCH_CHECK_VALUE(list[i].numel() == inputTensors[i].numel() &&
@@ -154,6 +156,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_into_tensor_coalesced(
   const char* op = "all_gather_into_tensor_coalesced";
   checkTensors(op, inputs, false);
   checkTensors(op, outputs, false);
+  checkWritable(op, outputs);
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "commux: ", op, ": ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -193,6 +196,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce_scatter_tensor_coalesced(
   const char* op = "reduce_scatter_tensor_coalesced";
   checkTensors(op, inputs, false);
   checkTensors(op, outputs, false);
+  checkWritable(op, outputs);
   checkOneDtype(op, inputs);
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "commux: ", op, ": ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");

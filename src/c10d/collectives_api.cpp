@@ -124,6 +124,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
     return allreduce_sparse(tensors, opts);
   }
   checkTensors("allreduce", tensors, true);
+  checkWritable("allreduce", tensors);
   const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
   auto channel = shmFor("allreduce", tensors[0].is_cpu());
   const bool parts = hierarchical(shm::Kind::Allreduce, tensors[0].is_cpu(), 0);
@@ -157,6 +158,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
                                                        const c10d::ReduceOptions& opts) {
   const CollectiveEntry entry(*this);
   checkTensors("reduce", tensors, true);
+  checkWritable("reduce", tensors);
   checkPeer("reduce", "root", static_cast<int>(opts.rootRank), size_);
   const auto reduction = Reduction::of("reduce", opts.reduceOp, tensors[0].scalar_type());
   const int root = static_cast<int>(opts.rootRank);
@@ -202,6 +204,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                                                           const c10d::BroadcastOptions& opts) {
   const CollectiveEntry entry(*this);
   checkTensors("broadcast", tensors, true);
+  checkWritable("broadcast", tensors);
   checkPeer("broadcast", "root", static_cast<int>(opts.rootRank), size_);
   TORCH_CHECK_VALUE(opts.rootTensor >= 0 && opts.rootTensor < static_cast<int64_t>(tensors.size()),
                     "commux: broadcast: rootTensor ", opts.rootTensor, " is outside the list of ",

@@ -25,6 +25,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
                       "commux: gather: the root needs a list of world size (", size_, ") output tensors");
     outputs = outputTensors[0];
     checkTensors("gather", outputs, true);
+    checkWritable("gather", outputs);
     checkSameDevice("gather", input, outputs[0]);
     TORCH_CHECK_VALUE(outputs[0].numel() == input.numel() && outputs[0].scalar_type() == input.scalar_type(),
                       "commux: gather: output tensors must match the input's size and dtype");
@@ -81,6 +82,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
   TORCH_CHECK_VALUE(outputTensors.size() == 1, "commux: scatter takes one output tensor");
   const at::Tensor& output = outputTensors[0];
   checkTensors("scatter", {output}, false);
+  checkWritable("scatter", {output});
   const auto n = static_cast<int64_t>(output.numel());
   auto channel = shmFor("scatter", output.is_cpu());
   // Over shared memory only the root stages the blocks.

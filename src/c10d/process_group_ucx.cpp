@@ -474,6 +474,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
                                                      int srcRank, int tag) {
   const OpEntry entry(*this);
   checkTensors("recv", tensors, false);
+  checkWritable("recv", tensors);
   checkTag("recv", tag);
   checkPeer("recv", "source", srcRank, size_);
   peers_->get(srcRank, "a receive from it");  // watched from now on
@@ -494,6 +495,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recvAnysource(std::vector<at::Te
                                                               int tag) {
   const OpEntry entry(*this);
   checkTensors("recv", tensors, false);
+  checkWritable("recv", tensors);
   checkTag("recv", tag);
   // With several tensors, later messages would have to come from whichever rank matched
   // first, which a single masked UCX receive per tensor cannot promise.

@@ -1,5 +1,6 @@
 #include "c10d/validation.hpp"
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 #include "cuda/cuda_support.hpp"
@@ -45,6 +46,15 @@ void checkSameKind(const char* op, const at::Tensor& input, const at::Tensor& ou
   TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "commux: ", op,
                     ": input and output dtypes differ (", input.scalar_type(), " vs ",
                     output.scalar_type(), ")");
+}
+
+void checkWritable(const char* op, const std::vector<at::Tensor>& tensors) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    TORCH_CHECK_VALUE(at::has_internal_overlap(tensors[i]) != at::MemOverlap::Yes, "commux: ", op,
+                      ": output tensor ", i, " has elements that share memory (an expanded or "
+                      "stride-0 view, strides ", tensors[i].strides(), "); the result cannot be "
+                      "written into it: pass a tensor with distinct elements (e.g. clone() it)");
+  }
 }
 
 void checkTag(const char* op, int tag) {

@@ -15,6 +15,9 @@ void checkTensors(const char* op, const std::vector<at::Tensor>& tensors, bool s
 void checkSameDevice(const char* op, const at::Tensor& input, const at::Tensor& output);
 /// Input and output of one operation must share a device and a dtype.
 void checkSameKind(const char* op, const at::Tensor& input, const at::Tensor& output);
+/// Tensors the operation writes: no two of a tensor's elements may share memory (an
+/// expanded or stride-0 view), since the result could not be written into it.
+void checkWritable(const char* op, const std::vector<at::Tensor>& tensors);
 void checkTag(const char* op, int tag);
 void checkPeer(const char* op, const char* role, int peer, int size);
 
