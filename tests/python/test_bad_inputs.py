@@ -112,7 +112,7 @@ def _pinned_cases():
         # The all_to_all_single self block the brief named (fixed in 27a1b52): rank 0 sends
         # 8 rows to itself and expects 2; on shared memory it wrote past the output.
         Case(0, "all_to_all_single", "some_bad", "self block 8 rows sent, 2 expected",
-             [{"in": T((10, 1), f32, "c", 2, 3), "out": T((4, 1), f32, "c", 3, 4),
+             [{"in": T((10, 1), f32, "c", 2, 3), "out": T((4, 1), f32, "c", 3, 8),
                "isplit": [8, 2], "osplit": [2, 2]},
               {"in": T((4, 1), f32, "c", 1, 1), "out": T((4, 1), f32, "c", 1, 1),
                "isplit": [2, 2], "osplit": [2, 2]}],
@@ -124,9 +124,10 @@ def _pinned_cases():
               {"in": T((5, 2), f32, "c", 1, 2), "out": T((4, 2), f32, "c", 2, 1),
                "isplit": [2, 3], "osplit": [2, 2]}],
              (0, 1), kw_a2a),
-        # FINDING: an expanded (stride-0) output is not refused before the collective runs;
-        # it fails in the copy-out, after the data moved, and the group then refuses every
-        # later collective (fuzzer seed 37020 shm-w2 case 5; seeds 200, 201 at 2 and 3 ranks).
+        # Found by the fuzzer (seed 37020 shm-w2 case 5; seeds 200, 201 at 2 and 3 ranks;
+        # fixed in e8882db): an expanded (stride-0) output was not refused before the
+        # collective ran; it failed in the copy-out, after the data moved, and the group then
+        # refused every later collective.
         Case(2, "all_gather_into_tensor", "all_bad", "an expanded output (stride 0)",
              [{"in": T((3,), f32, "c", 1, 1), "out": T((6,), f32, "x", 2, 2)},
               {"in": T((3,), f32, "c", 1, 1), "out": T((6,), f32, "x", 2, 2)}],
@@ -152,8 +153,7 @@ def _pinned_cases():
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("path", ["shm", "ucx"])
 def test_pinned_cases(path):
-    """The pinned cases above at 2 ranks. Expected to fail until an expanded output is
-    refused before anything moves (then the group keeps working)."""
+    """The pinned cases above at 2 ranks, through the fuzzer's runner and checks."""
     cases = _pinned_cases()
 
     def replay(idx):
@@ -201,13 +201,12 @@ def _first_collective_one_rank_wrong(rank, world_size, short_s):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("path", ["shm", "ucx"])
 def test_first_collective_of_a_group_with_one_rank_wrong(path):
-    """Found by the fuzzer (seed 37030, shm-w3, case 23, before fresh groups were warmed up):
-    on shared memory, the FIRST collective of a group sets up the segment through the store
-    inside the call. When one rank raises a local error there (here a dtype mismatch), the
-    other ranks' call with async_op=True does not return a Work at all: it blocks in the
-    store until the store's timeout (the default group's timeout, 30 minutes by default; 20 s
-    here), so wait(timeout=2 s) never runs. The others must instead raise or finish within
-    the op's timeout."""
+    """Found by the fuzzer (seed 37030, shm-w3, case 23; fixed in 9152049): on shared
+    memory, the FIRST collective of a group sets up the segment through the store. When one
+    rank refused its call there (here a dtype mismatch), the other ranks' call with
+    async_op=True returned no Work: it blocked in the store until the store's timeout (the
+    default group's timeout, 30 minutes by default; 20 s here), so wait(timeout=2 s) never
+    ran. The others must raise or finish within the op's timeout."""
     short_s = 2.0
     res = run_ranks(_first_collective_one_rank_wrong, 2, timeout=150,
                     env={"COMMUX_SHM": "1" if path == "shm" else "0"},
