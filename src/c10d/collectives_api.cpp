@@ -62,7 +62,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
     std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
     std::chrono::milliseconds timeout, at::Tensor sendBuffer, int onlyPeer) {
-  const OpEntry entry(*this);
+  const NoAutograd noAutograd;  // the operation's entry checked the rest
   // A collective fails when any member dies, also one this rank does not talk to directly
   // (its partners would wait for it).
   if (onlyPeer < 0) watchMembers();
@@ -92,7 +92,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
     c10d::OpType type, engine::Description description, std::vector<at::Tensor> outputs,
     const std::shared_ptr<shm::Channel>& channel, shm::Job&& job, std::function<void()> finalize,
     std::chrono::milliseconds timeout) {
-  const OpEntry entry(*this);
+  const NoAutograd noAutograd;  // the operation's entry checked the rest
   // Every member takes part: the collective fails when any of them dies.
   watchMembers();
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);

@@ -268,7 +268,6 @@ bool ProcessGroupUCX::collectivesMayBeRefused() const {
 }
 
 void ProcessGroupUCX::checkCollectivesAllowed(const char* what) {
-  checkSameProcess();  // before the shared-memory set-up the first collective runs
   if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
     if (const int dead = channel->deadRank(); dead >= 0) {
       // Found dead by this rank's watch or another survivor's: no collective can finish.

@@ -50,7 +50,10 @@ void checkSameKind(const char* op, const at::Tensor& input, const at::Tensor& ou
 
 void checkWritable(const char* op, const std::vector<at::Tensor>& tensors) {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    TORCH_CHECK_VALUE(at::has_internal_overlap(tensors[i]) != at::MemOverlap::Yes, "commux: ", op,
+    // A contiguous tensor's elements are distinct: the full test only for the others.
+    TORCH_CHECK_VALUE(tensors[i].is_contiguous() ||
+                          at::has_internal_overlap(tensors[i]) != at::MemOverlap::Yes,
+                      "commux: ", op,
                       ": output tensor ", i, " has elements that share memory (an expanded or "
                       "stride-0 view, strides ", tensors[i].strides(), "); the result cannot be "
                       "written into it: pass a tensor with distinct elements (e.g. clone() it)");

@@ -7,9 +7,11 @@
 #include <system_error>
 
 namespace commux::engine {
+
+std::atomic<std::uint32_t> detail::forkGeneration{0};
+
 namespace {
 
-std::atomic<std::uint32_t> generation{0};
 // Set once, before the handlers are registered; never changed afterwards.
 std::function<void()>* lockAll = nullptr;
 std::function<void()>* unlockAll = nullptr;
@@ -17,13 +19,11 @@ std::function<void()>* unlockAll = nullptr;
 void prepare() { (*lockAll)(); }
 void parent() { (*unlockAll)(); }
 void child() {
-  generation.fetch_add(1, std::memory_order_relaxed);
+  detail::forkGeneration.fetch_add(1, std::memory_order_relaxed);
   (*unlockAll)();
 }
 
 }  // namespace
-
-std::uint32_t forkGeneration() noexcept { return generation.load(std::memory_order_relaxed); }
 
 void watchForks(std::function<void()> lock, std::function<void()> unlock) {
   static std::once_flag once;
