@@ -5,7 +5,8 @@
 # python3 and torch are not instrumented. Any report aborts that process, which fails the
 # test. Results: docs/performance.md ("Python under AddressSanitizer").
 #   scripts/sanitize_python.sh [pytest arguments]   (default: the core test files)
-# Run scripts/install.sh first. Slow: a full build (~15 min on 2 cores), tests ~2x slower.
+# Run scripts/install.sh first. Slow: a full build (~15 min on 2 cores; the CUDA unit and the
+# benchmark are left out: CPU tests exercise neither), tests ~2x slower.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
@@ -15,7 +16,8 @@ dir=build/asan-python
 echo "== building commux under ASan+UBSan ($dir)"
 "$PY" -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps --upgrade \
   --target "$dir/site" -C build-dir="$dir/build" -C cmake.define.COMMUX_SANITIZE=address \
-  -C cmake.define.COMMUX_BUILD_TESTS=OFF .
+  -C cmake.define.COMMUX_BUILD_TESTS=OFF -C cmake.define.COMMUX_BUILD_BENCH=OFF \
+  -C cmake.define.COMMUX_CUDA=OFF .
 runtimes="$(g++ -print-file-name=libasan.so):$(g++ -print-file-name=libubsan.so)"
 # CPython and torch keep memory until exit by design: leak reports would be theirs.
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1:verify_asan_link_order=0
