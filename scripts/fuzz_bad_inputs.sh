@@ -6,7 +6,7 @@
 # seed, the failing cases with their arguments and the command that replays them.
 #
 #   scripts/fuzz_bad_inputs.sh [--minutes 10] [--cases 40] [--worlds 2,3,4] [--paths shm,ucx]
-#                              [--seed N] [--short 2] [--skip "an expanded output,..."]
+#                              [--seed N] [--short 2] [--skip "an expanded output,..."] [--warm]
 #
 # It ends with "bad inputs tried: N cases (B bad, V valid) in R runs ..."; exit status 1 when
 # a run failed.

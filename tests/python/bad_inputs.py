@@ -46,6 +46,8 @@ import traceback
 import zlib
 
 MAX_TAG = 2**31 - 1
+# A one-sided case's call (post + wait) must be over within its op timeout plus this.
+HANG_SLACK_S = 8.0
 HUGE = 2**62
 I64_MAX = 2**63 - 1
 
@@ -1228,8 +1230,10 @@ class Runner:
     """Runs cases inside one rank: ``run(cases)`` returns this rank's problems (a list of
     dicts) and counts."""
 
-    def __init__(self, rank, world, seed, short_s=2.0, long_s=30.0, progress=None, label=""):
+    def __init__(self, rank, world, seed, short_s=2.0, long_s=30.0, progress=None, label="",
+                 warm=False):
         self.rank, self.ws, self.seed = rank, world, seed
+        self.warm = warm  # warm up every group (the default one too) before its first case
         self.short_s, self.long_s = short_s, long_s
         self.progress = progress
         self.label = label
@@ -1252,7 +1256,7 @@ class Runner:
         self.groups += 1
         g = dist.new_group(ranks=list(range(self.ws)),
                            timeout=datetime.timedelta(seconds=max(self.long_s, 10)))
-        if self.groups % 2 == 0:
+        if self.groups % 2 == 0 or self.warm:
             self.group_works(g)
         return g
 
@@ -1645,6 +1649,10 @@ class Runner:
             summary.update(status="raised", type=type(e).__name__, msg=str(e)[:2000])
         summary["seconds"] = round(time.monotonic() - t0, 3)
         i_am_bad = self.rank in case.bad
+        if case.one_sided and summary["seconds"] > timeout + HANG_SLACK_S:
+            problems.append(f"HANG: the call took {summary['seconds']:.1f}s with an op timeout "
+                            f"of {timeout}s (it blocked past wait(timeout)); "
+                            f"{summary['status']} {summary['msg'][:300]}")
 
         # Buffers: guards always; inputs never change; a rejected call writes nothing.
         for b in ctx.buffers:
@@ -1715,6 +1723,8 @@ class Runner:
         torch, dist = _torch()
         store = dist.distributed_c10d._get_default_store()
         group = None  # None: the default group; its first collective is the first case's
+        if self.warm:
+            self.group_works(group)
         problems = []
         notes = []
         counts = {"cases": 0, "valid": 0, "bad": 0}
@@ -1798,7 +1808,7 @@ class Runner:
 
 
 def rank_main(rank, world, seed, count, only=None, short_s=2.0, long_s=30.0, progress=None,
-              label="", cases=None, skip=()):
+              label="", cases=None, skip=(), warm=False):
     """Entry point inside a rank (run_ranks); ``cases``: run these instead of the seed's;
     ``skip``: leave out the cases whose description contains one of these strings (a known
     finding, while it is being fixed)."""
@@ -1806,7 +1816,7 @@ def rank_main(rank, world, seed, count, only=None, short_s=2.0, long_s=30.0, pro
     cases = [c for c in cases if not any(k in c.describe() for k in skip)]
     if only is not None:
         cases = [c for c in cases if c.index in only]
-    return Runner(rank, world, seed, short_s, long_s, progress, label).run(cases)
+    return Runner(rank, world, seed, short_s, long_s, progress, label, warm).run(cases)
 
 
 def report(seed, world, count, results, replay, cases=None):
@@ -1858,6 +1868,9 @@ def main(argv=None):
     ap.add_argument("--paths", default="shm,ucx", help="shm (COMMUX_SHM=1) and/or ucx (=0)")
     ap.add_argument("--seed", type=int, default=None, help="first seed (default: from time)")
     ap.add_argument("--short", type=float, default=2.0, help="per-op timeout of one-sided cases")
+    ap.add_argument("--warm", action="store_true", help="warm up every group before its first "
+                    "case (leaves out the first-collective set-up, e.g. while a finding there is "
+                    "being fixed)")
     ap.add_argument("--skip", default="", help="comma-separated: leave out cases whose "
                     "description contains one of these (e.g. a known finding: 'an expanded output')")
     args = ap.parse_args(argv)
@@ -1880,12 +1893,14 @@ def main(argv=None):
                     f"COMMUX_FUZZ_SEED={s} COMMUX_FUZZ_CASES={args.cases}"
                     + (f" COMMUX_FUZZ_ONLY={idx}" if idx is not None else "")
                     + (f" COMMUX_FUZZ_SKIP='{args.skip}'" if skip else "")
+                    + (" COMMUX_FUZZ_WARM=1" if args.warm else "")
                     + f" python3 -m pytest tests/python/test_bad_inputs.py -k '{label}'")
                 t0 = time.monotonic()
                 try:
-                    results = run_ranks(rank_main, w, timeout=60 + 6 * args.cases, env=env,
+                    results = run_ranks(rank_main, w, timeout=90 + 8 * args.cases, env=env,
+                                        pg_timeout=datetime.timedelta(seconds=60),
                                         seed=seed, count=args.cases, short_s=args.short,
-                                        label=label, skip=skip)
+                                        label=label, skip=skip, warm=args.warm)
                     msg = report(seed, w, args.cases, results, replay)
                     c = results[0]["counts"]
                     for n in results[0]["notes"]:

@@ -15,7 +15,9 @@ Seeds: COMMUX_FUZZ_SEED (default: a fixed seed per parametrization), COMMUX_FUZZ
 per world, default 30), COMMUX_FUZZ_ONLY (comma-separated case indices: replay just those),
 COMMUX_FUZZ_SHORT_S (the per-op timeout of one-sided cases, default 2), COMMUX_FUZZ_SKIP
 (comma-separated strings: leave out cases whose description contains one, e.g. a known
-finding while it is being fixed). A failure names the
+finding while it is being fixed), COMMUX_FUZZ_WARM=1 (warm every group up before its first
+case; by default the default group and every other fresh group meet their first collective
+in a case). A failure names the
 seed, each failing case with its exact arguments, and the command that replays it. Longer
 runs across seeds: scripts/fuzz_bad_inputs.sh.
 """
@@ -35,6 +37,7 @@ CASES = int(os.environ.get("COMMUX_FUZZ_CASES", "30"))
 SHORT_S = float(os.environ.get("COMMUX_FUZZ_SHORT_S", "2"))
 ONLY = os.environ.get("COMMUX_FUZZ_ONLY")
 SKIP = tuple(k for k in os.environ.get("COMMUX_FUZZ_SKIP", "").split(",") if k)
+WARM = os.environ.get("COMMUX_FUZZ_WARM", "0") == "1"
 # The default group's timeout, and so its store's: bounds whatever waits in the store.
 PG_TIMEOUT_S = 60
 
@@ -62,6 +65,7 @@ def test_bad_inputs(path, world):
     def replay(idx):
         cases = f" COMMUX_FUZZ_ONLY={idx}" if idx is not None else ""
         skip = f" COMMUX_FUZZ_SKIP='{','.join(SKIP)}'" if SKIP else ""
+        skip += " COMMUX_FUZZ_WARM=1" if WARM else ""
         return (f"COMMUX_FUZZ_SEED={seed} COMMUX_FUZZ_CASES={CASES}{cases}{skip} python3 -m pytest "
                 f"tests/python/test_bad_inputs.py -k '{label}'")
 
@@ -73,7 +77,7 @@ def test_bad_inputs(path, world):
                                 env={"COMMUX_SHM": "1" if path == "shm" else "0"},
                                 pg_timeout=datetime.timedelta(seconds=PG_TIMEOUT_S),
                                 seed=seed, count=CASES, only=only, short_s=SHORT_S,
-                                progress=progress, label=label, skip=SKIP)
+                                progress=progress, label=label, skip=SKIP, warm=WARM)
         except BaseException as e:  # the harness failed: a crash, a hang, a rank that died
             where = []
             for r in range(world):
@@ -173,7 +177,7 @@ def test_pinned_cases(path):
 # --------------------------------------------------------------------------------------------
 
 
-def _first_collective_one_rank_wrong(rank, world_size, short_s):
+def _first_collective_one_rank_wrong(rank, world_size, short_s, refused_by):
     import torch
     import torch.distributed as dist
 
@@ -183,12 +187,16 @@ def _first_collective_one_rank_wrong(rank, world_size, short_s):
     start = time.monotonic()
     outcome = "finished"
     try:
-        if rank == 0:  # a local mistake: float64 input, float32 output
-            w = dist.all_gather_into_tensor(torch.zeros(2 * world_size), torch.ones(2).double(),
+        # rank 0's mistake: a float64 input for float32 outputs, refused by commux itself
+        # (all_gather_into_tensor) or before commux sees it, by torch.distributed's Python
+        # checks (all_gather: "Invalid usage of tensors with different dtypes")
+        d = torch.float64 if rank == 0 else torch.float32
+        if refused_by == "commux":
+            w = dist.all_gather_into_tensor(torch.zeros(2 * world_size), torch.ones(2, dtype=d),
                                             group=g, async_op=True)
         else:
-            w = dist.all_gather_into_tensor(torch.zeros(2 * world_size), torch.ones(2),
-                                            group=g, async_op=True)
+            w = dist.all_gather([torch.zeros(2) for _ in range(world_size)],
+                                torch.ones(2, dtype=d), group=g, async_op=True)
         w.wait(timeout=datetime.timedelta(seconds=short_s))
     except (RuntimeError, ValueError) as e:
         outcome = f"{type(e).__name__}: {str(e)[:300]}"
@@ -199,23 +207,31 @@ def _first_collective_one_rank_wrong(rank, world_size, short_s):
 
 @pytest.mark.skipif(not is_ucx(), reason="commux's promises (README): not another backend's")
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("refused_by", ["commux", "torch"])
 @pytest.mark.parametrize("path", ["shm", "ucx"])
-def test_first_collective_of_a_group_with_one_rank_wrong(path):
+def test_first_collective_of_a_group_with_one_rank_wrong(path, refused_by):
     """Found by the fuzzer (seed 37030, shm-w3, case 23; fixed in 9152049): on shared
     memory, the FIRST collective of a group sets up the segment through the store. When one
     rank refused its call there (here a dtype mismatch), the other ranks' call with
     async_op=True returned no Work: it blocked in the store until the store's timeout (the
     default group's timeout, 30 minutes by default; 20 s here), so wait(timeout=2 s) never
-    ran. The others must raise or finish within the op's timeout."""
+    ran. The others must raise or finish within the op's timeout.
+
+    refused_by="torch": the same when torch.distributed's own Python checks refuse rank 0's
+    call before commux sees it (found by the fuzzer, seed 404 shm-w2 case 12: all_to_all
+    with int64 inputs and int32 outputs on one rank); 9152049 covers only what commux
+    refuses, so here rank 1 still blocks in the set-up until the store's timeout."""
     short_s = 2.0
     res = run_ranks(_first_collective_one_rank_wrong, 2, timeout=150,
                     env={"COMMUX_SHM": "1" if path == "shm" else "0"},
-                    pg_timeout=datetime.timedelta(seconds=20), short_s=short_s)
+                    pg_timeout=datetime.timedelta(seconds=20), short_s=short_s,
+                    refused_by=refused_by)
     took, outcome = res[1]
     assert "dtype" in res[0][1], f"rank 0 should have raised a dtype error: {res[0]}"
     assert took < short_s + 5, (
         f"rank 1 (valid call) took {took:.1f}s to come back from the first collective of a "
-        f"group whose rank 0 raised a local error (op timeout {short_s}s): {outcome}")
+        f"group whose rank 0's call was refused by {refused_by} (op timeout {short_s}s): "
+        f"{outcome}")
 
 
 def test_guard_checker_sees_every_stray_write():
