@@ -212,6 +212,13 @@ class ProcessGroupUCX : public c10d::Backend {
       std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
       std::chrono::milliseconds timeout, at::Tensor sendBuffer = {}, int onlyPeer = -1);
   void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op);
+  /// COMMUX_CHECK_COLLECTIVES on the UCX path: every rank compares what it called (operation,
+  /// dtype, reduction, elements) with the others' before posting anything; a mismatch
+  /// raises ValueError on every rank alike.
+  void checkSameCollective(c10d::OpType type, const at::Tensor& work,
+                           std::optional<engine::ReduceKind> reduce,
+                           const engine::Description& description,
+                           std::chrono::milliseconds timeout);
   std::uint32_t nextSequence() { return sequence_++; }
   /// This host's shared-memory channel of the group, or null when there is none (the group
   /// cannot use one, this rank is alone on its host, or it broke). The first call is collective: every rank must make it at the same point.

@@ -324,3 +324,20 @@ def test_every_setting_is_in_config_info_and_the_readme_table():
 def test_launcher_switch_takes_only_booleans():
     proc = run_python("import commux; commux.config()", env={"COMMUX_LAUNCHER": "maybe"})
     assert proc.returncode != 0 and "COMMUX_LAUNCHER='maybe' is not a boolean" in proc.stderr, proc.stderr
+
+
+def _mismatched_dtypes_same_bytes(rank, ws):
+    # float32 against int32: the same bytes, so without the check the reduction would run
+    # over garbage with no error anywhere.
+    t = torch.ones(4, dtype=torch.float32 if rank == 0 else torch.int32)
+    msg = expect_error(lambda: dist.all_reduce(t), "called different collectives",
+                       "an all_reduce whose dtypes differ between ranks", exc_types=(ValueError,))
+    assert "Float" in msg and "Int" in msg, msg
+    assert t.eq(1).all(), "the tensor changed although nothing was to be sent"
+    assert_group_works(ws)
+    return True
+
+
+def test_ranks_whose_dtypes_differ_with_equal_bytes_are_refused_over_ucx_when_checked():
+    assert all(run_ranks(_mismatched_dtypes_same_bytes, 2, timeout=90,
+                         env={"COMMUX_SHM": "0", "COMMUX_CHECK_COLLECTIVES": "1"}))
