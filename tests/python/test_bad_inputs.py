@@ -205,10 +205,17 @@ def _first_collective_one_rank_wrong(rank, world_size, short_s, refused_by):
     return took, outcome
 
 
+_SETUP_IN_THE_CALL = pytest.mark.xfail(
+    strict=True, reason="issue 37 item 6, not done: a group's shared-memory set-up runs inside "
+    "its first collective's call, so a rank that torch.distributed refuses before commux sees "
+    "the call leaves the others blocked in the set-up until the store's timeout")
+
+
 @pytest.mark.skipif(not is_ucx(), reason="commux's promises (README): not another backend's")
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("refused_by", ["commux", "torch"])
-@pytest.mark.parametrize("path", ["shm", "ucx"])
+@pytest.mark.parametrize("path, refused_by", [
+    ("shm", "commux"), ("ucx", "commux"), ("ucx", "torch"),
+    pytest.param("shm", "torch", marks=_SETUP_IN_THE_CALL)])
 def test_first_collective_of_a_group_with_one_rank_wrong(path, refused_by):
     """Found by the fuzzer (seed 37030, shm-w3, case 23; fixed in 9152049): on shared
     memory, the FIRST collective of a group sets up the segment through the store. When one
