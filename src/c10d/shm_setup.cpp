@@ -78,7 +78,6 @@ std::vector<std::pair<const char*, std::string>> agreedSettings() {
           {"COMMUX_RING_MIN_BLOCK_BYTES", n(c.ringMinBlockBytes)},
           {"COMMUX_SEQUENCE_WRAP", n(c.sequenceWrap)},
           {"COMMUX_ROUND_WRAP", n(c.roundWrap)},
-          {"COMMUX_COALESCE", n(c.coalesce)},
           {"COMMUX_CHECK_COLLECTIVES", n(c.checkCollectives)}};
 }
 

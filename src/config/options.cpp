@@ -72,6 +72,9 @@ constexpr unsigned long long kMaxMicros = 60'000'000;
 // Sizes beyond 1 GiB overflow nothing here, but the segment and buffers they size would
 // exhaust memory first; refused with their name rather than as a failed allocation.
 constexpr unsigned long long kMaxBytes = 1ULL << 30;
+// A threshold ("from this size on") sizes nothing: any value up to 2^62 is a size no
+// message reaches, the way to say "never".
+constexpr unsigned long long kMaxThreshold = 1ULL << 62;
 
 void readMicros(const char* name, std::chrono::microseconds& out) {
   long long us = out.count();
@@ -117,13 +120,13 @@ Config Config::fromEnvironment() {
   readMicros("COMMUX_HANDOFF_DELAY_US", c.handOffDelay);
   readBool("COMMUX_COALESCE", c.coalesce);
   readBool("COMMUX_GROUP", c.group);
-  readInRange("COMMUX_ALLREDUCE_RING_MIN_BYTES", c.allreduceRingMinBytes, 0, kMaxBytes, "bytes");
-  readInRange("COMMUX_CHAIN_MIN_BYTES", c.chainMinBytes, 0, kMaxBytes, "bytes");
+  readInRange("COMMUX_ALLREDUCE_RING_MIN_BYTES", c.allreduceRingMinBytes, 0, kMaxThreshold, "bytes");
+  readInRange("COMMUX_CHAIN_MIN_BYTES", c.chainMinBytes, 0, kMaxThreshold, "bytes");
   readInRange("COMMUX_PIPELINE_CHUNK_BYTES", c.pipelineChunkBytes, 1, kMaxBytes, "bytes");
   readInRange("COMMUX_CUDA_CHUNK_BYTES", c.cudaChunkBytes, 1, kMaxBytes, "bytes");
   readInRange("COMMUX_LOG_ALGORITHMS_MIN_RANKS", c.logAlgorithmsMinRanks, 0, wire::kMaxRanks + 1,
               "ranks");
-  readInRange("COMMUX_RING_MIN_BLOCK_BYTES", c.ringMinBlockBytes, 0, kMaxBytes, "bytes");
+  readInRange("COMMUX_RING_MIN_BLOCK_BYTES", c.ringMinBlockBytes, 0, kMaxThreshold, "bytes");
   readBool("COMMUX_SHM", c.shm);
   readBool("COMMUX_WINDOW_SHARE", c.windowShare);
   readInRange("COMMUX_SHM_SLOT_BYTES", c.shmSlotBytes, 0, 256ULL << 20, "bytes (0: chosen per group)");
@@ -137,7 +140,7 @@ Config Config::fromEnvironment() {
     c.shmDepth = static_cast<std::uint32_t>(depth);
   }
   readInRange("COMMUX_SHM_SMALL_BYTES", c.shmSmallBytes, 0, 1ULL << 20, "bytes (0: no small slots)");
-  readInRange("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes, 0, kMaxBytes, "bytes (0: off)");
+  readInRange("COMMUX_SHM_CMA_BYTES", c.shmCmaBytes, 0, kMaxThreshold, "bytes (0: off)");
   readMicros("COMMUX_SHM_SPIN_US", c.shmSpin);
   if (const char* raw = std::getenv("COMMUX_SHM_POLL_NS"); raw != nullptr && *raw != '\0') {
     long long ns = 0;
@@ -157,8 +160,8 @@ Config Config::fromEnvironment() {
              {{"auto", Hierarchy::Auto}, {"leader", Hierarchy::Leader},
               {"parallel", Hierarchy::Parallel}, {"off", Hierarchy::Off}, {"0", Hierarchy::Off}},
              "auto, leader, parallel or off");
-  readInRange("COMMUX_HIERARCHY_PARALLEL_MIN_BYTES", c.hierarchyParallelMinBytes, 0, kMaxBytes, "bytes");
-  readInRange("COMMUX_HIERARCHY_MIN_BYTES", c.hierarchyMinBytes, 0, kMaxBytes, "bytes");
+  readInRange("COMMUX_HIERARCHY_PARALLEL_MIN_BYTES", c.hierarchyParallelMinBytes, 0, kMaxThreshold, "bytes");
+  readInRange("COMMUX_HIERARCHY_MIN_BYTES", c.hierarchyMinBytes, 0, kMaxThreshold, "bytes");
   readChoice("COMMUX_FAILURE_DETECTION", c.failureDetection,
              {{"auto", FailureDetection::Auto}, {"ucx", FailureDetection::Ucx},
               {"off", FailureDetection::Off}, {"0", FailureDetection::Off}},
