@@ -33,6 +33,15 @@ std::string key(const std::string& what, int index) {
   return storeKeyPrefix() + "shm/" + what + "/" + std::to_string(index);
 }
 
+// The keys a rank writes for its host's set-up (connectHost), which others may wait for.
+std::vector<std::string> hostKeysOf(int rank) {
+  std::vector<std::string> keys;
+  for (const char* what : {"cma-at", "cma-ok", "cpus", "pid-space", "mapped"}) {
+    keys.push_back(key(what, rank));
+  }
+  return keys;
+}
+
 // Rank 0 groups the identities. A rank without one (COMMUX_SHM=0, no /dev/shm) keeps the
 // whole group off shared memory, as documented for COMMUX_SHM: every rank a host of its own.
 std::string groupHosts(const std::vector<std::string>& identities) {
@@ -382,9 +391,7 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
       const std::string why = "the ranks' settings differ (" + differ +
                               "); every rank must run with the same COMMUX_* algorithm settings";
       try {
-        std::vector<std::string> owed = {key("cma-at", rank), key("cma-ok", rank), key("cpus", rank),
-                                         key("pid-space", rank), key("mapped", rank)};
-        store.abandon(why, owed);
+        store.abandon(why, hostKeysOf(rank));
       } catch (const std::exception&) {
       }
       C10_THROW_ERROR(ValueError, "commux: " + why);
@@ -421,9 +428,8 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
       owed.push_back(key("segment", host));
       owed.push_back(key("host-ok", host));
     }
-    for (const char* what : {"cma-at", "cma-ok", "cpus", "pid-space", "mapped"}) {
-      owed.push_back(key(what, rank));
-    }
+    const auto mine = hostKeysOf(rank);
+    owed.insert(owed.end(), mine.begin(), mine.end());
     if (local.size() > 1) setup.channel = connectHost(store, rank, host, local, engine);
 
     // One verdict for the whole group: a host whose channel failed would run its collectives
