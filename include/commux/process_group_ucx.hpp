@@ -14,8 +14,10 @@
 #include <map>
 #include <optional>
 #include <memory>
+#include <exception>
 #include <mutex>
 #include <string>
+#include <thread>
 
 namespace commux {
 struct SetupDeaths;
@@ -49,9 +51,13 @@ class ProcessGroupUCX : public c10d::Backend {
   static constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(30);
 
   /// Collective over the group: every rank constructs its ProcessGroupUCX with a store
-  /// shared by the group (torch hands each group its own prefixed store).
+  /// shared by the group (torch hands each group its own prefixed store). The group's
+  /// collective set-up (shared memory, the host layout) starts at once on a thread of its
+  /// own when `setUpInBackground`, else at the first collective; pass false for a store
+  /// whose calls need the caller's lock (one implemented in Python needs the GIL).
   ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                  std::chrono::milliseconds timeout = kDefaultTimeout);
+                  std::chrono::milliseconds timeout = kDefaultTimeout,
+                  bool setUpInBackground = true);
   ~ProcessGroupUCX() override;
 
   const std::string getBackendName() const override { return "ucx"; }
@@ -221,8 +227,17 @@ class ProcessGroupUCX : public c10d::Backend {
                            std::chrono::milliseconds timeout);
   std::uint32_t nextSequence() { return sequence_++; }
   /// This host's shared-memory channel of the group, or null when there is none (the group
-  /// cannot use one, this rank is alone on its host, or it broke). The first call is collective: every rank must make it at the same point.
+  /// cannot use one, this rank is alone on its host, or it broke). Waits for the group's
+  /// set-up (running it here unless startSetUp's thread did) and raises its error.
   std::shared_ptr<shm::Channel> shmChannel();
+  /// The group's set-up, collective over the group, under shmMutex_; records its outcome
+  /// (shm_, layout_, the relay, or setUpError_) and sets shmDecided_. `onOwnThread`: on
+  /// startSetUp's thread, which talks to the store through a connection of its own.
+  void setUp(bool onOwnThread);
+  /// Runs setUp() on setUpThread_ when the group sets up in the background.
+  void startSetUp();
+  /// Makes a set-up still waiting give up (telling the others why), and joins its thread.
+  void stopSetUp();
   /// The group's channel when this collective goes through shared memory (CPU tensors on a
   /// group whose ranks share a host), else null; every rank decides alike. Raises first
   /// when collectives may not run (an earlier one failed).
@@ -255,8 +270,9 @@ class ProcessGroupUCX : public c10d::Backend {
                                            std::chrono::milliseconds timeout);
   /// Raises once the group was aborted or shut down, or in a child forked after it was made.
   void checkUsable() const;
-  /// How a collective set-up through the store (`what`) hears of this group's deaths.
-  SetupDeaths setupDeaths(const char* what);
+  /// How a collective set-up through the store (`what`) hears of this group's deaths,
+  /// reading records through `via` (the group's store when null).
+  SetupDeaths setupDeaths(const char* what, c10::intrusive_ptr<c10d::Store> via = {});
   /// Raises ValueError naming the operation when an operation of this group still in flight
   /// reads or writes `tensor`'s storage (`op` would free or move it under that operation).
   void checkStorageIdle(const char* op, const at::Tensor& tensor);
@@ -336,8 +352,13 @@ class ProcessGroupUCX : public c10d::Backend {
   std::vector<at::Tensor> keptAlive_;
   std::size_t pruneAt_ = 64;
 
-  mutable std::mutex shmMutex_;
+  const bool setUpInBackground_;
+  std::thread setUpThread_;
+  std::atomic<bool> setUpStop_{false};  // set once the group goes away: the set-up gives up
+  mutable std::mutex shmMutex_;  // held through the set-up
   std::atomic<bool> shmDecided_{false};  // written under shmMutex_; read without it by joinSetUp
+  std::exception_ptr setUpError_;        // under shmMutex_: why the set-up failed
+  std::atomic<bool> setUpFailed_{false};  // setUpError_ is set
   // Set (before shmDecided_) when the group spans hosts and shares memory inside them.
   std::shared_ptr<const HostLayout> layout_;
   // Set once layout_ is and the relay listens (startRelay); read by markDead on any thread.

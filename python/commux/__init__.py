@@ -107,7 +107,21 @@ def _create_backend(dist_options, backend_options=None):
         dist_options.group_rank,
         dist_options.group_size,
         dist_options.timeout,
+        not _store_is_python(dist_options.store),
     )
+
+
+def _store_is_python(store) -> bool:
+    """True when `store` (under any PrefixStore) is a dist.Store subclass written in Python.
+
+    Its every call needs the GIL, so the group's set-up cannot run on a thread of its own:
+    the group's destructor, which waits for that thread, runs with the GIL held.
+    """
+    import torch.distributed as dist
+
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    return type(store).__module__ != dist.TCPStore.__module__
 
 
 def _skip_torch_flight_recorder() -> None:
@@ -119,23 +133,15 @@ def _skip_torch_flight_recorder() -> None:
     recording themselves). commux joins that list by default; set
     ``COMMUX_TORCH_FLIGHT_RECORDER=1`` to keep torch's hook (hang forensics, dumps).
     """
-    import os
-
     import torch.distributed.distributed_c10d as c10d
 
     exempt = getattr(c10d, "_FR_SELF_RECORDING_BACKENDS", None)
     if exempt is None:
         return
-    value = os.environ.get("COMMUX_TORCH_FLIGHT_RECORDER", "0").strip().lower()
-    if value in ("1", "true", "on", "yes"):
+    if _keep_torch_flight_recorder():
         exempt.difference_update(BACKEND_NAMES)
-    elif value in ("0", "false", "off", "no", ""):
-        exempt.update(BACKEND_NAMES)
     else:
-        raise ValueError(
-            f"COMMUX_TORCH_FLIGHT_RECORDER={value!r} is not a boolean "
-            "(use 1, true, on or yes; 0, false, off or no)"
-        )
+        exempt.update(BACKEND_NAMES)
 
 
 _launcher_hooked = False
@@ -187,19 +193,36 @@ def preferred_backend() -> str:
 
 
 def config() -> dict:
-    """Every ``COMMUX_*`` setting as this process reads it (name -> value): the C++ core's
-    (read once per process; a value out of its range raises ``ValueError`` naming the
-    variable) and the Python package's own (``COMMUX_LAUNCHER``,
-    ``COMMUX_TORCH_FLIGHT_RECORDER``, ``COMMUX_UCX_HOME``). The README's environment table
-    lists the same names (a test keeps them in step)."""
+    """Every ``COMMUX_*`` setting as this process reads it (name -> value), from the one
+    table that also reads them and prints the README's table of settings
+    (``python3 -m commux.info --settings-table``): the C++ core's (read once per process; a
+    value out of its range raises ``ValueError`` naming the variable) and the Python
+    package's own (``COMMUX_LAUNCHER``, ``COMMUX_TORCH_FLIGHT_RECORDER``,
+    ``COMMUX_UCX_HOME``)."""
     from . import launcher
 
-    values = dict(load_extension().config())
-    values["COMMUX_LAUNCHER"] = not launcher._disabled(os.environ)
-    recorder = os.environ.get("COMMUX_TORCH_FLIGHT_RECORDER", "0").strip().lower()
-    values["COMMUX_TORCH_FLIGHT_RECORDER"] = recorder in ("1", "true", "on", "yes")
-    values["COMMUX_UCX_HOME"] = os.environ.get("COMMUX_UCX_HOME", "")
-    return values
+    _C = load_extension()
+    values = dict(_C.config())
+    python_side = {
+        "COMMUX_LAUNCHER": lambda: not launcher._disabled(os.environ),
+        "COMMUX_TORCH_FLIGHT_RECORDER": _keep_torch_flight_recorder,
+        "COMMUX_UCX_HOME": lambda: os.environ.get("COMMUX_UCX_HOME", ""),
+    }
+    ordered = {}
+    for name, _default, _meaning, read_by_core in _C.settings_table():
+        ordered[name] = values[name] if read_by_core else python_side[name]()
+    return ordered
+
+
+def _keep_torch_flight_recorder() -> bool:
+    """COMMUX_TORCH_FLIGHT_RECORDER as a boolean; anything else raises naming it."""
+    raw = os.environ.get("COMMUX_TORCH_FLIGHT_RECORDER", "").strip().lower()
+    if raw in ("", "0", "off", "false", "no"):
+        return False
+    if raw in ("1", "on", "true", "yes"):
+        return True
+    raise ValueError(f"COMMUX_TORCH_FLIGHT_RECORDER={os.environ['COMMUX_TORCH_FLIGHT_RECORDER']!r} "
+                     "is not a boolean (use 1, true, on or yes; 0, false, off or no)")
 
 
 def health(group=None) -> dict:

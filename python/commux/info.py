@@ -55,6 +55,16 @@ def rdma_warning(transports) -> str | None:
             "transport; set COMMUX_UCX_HOME to the site's UCX (built with verbs) to use them")
 
 
+def settings_table() -> str:
+    """The README's table of COMMUX_* settings, from the table commux reads them by."""
+    import commux
+
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, default, meaning, _ in commux.load_extension().settings_table():
+        rows.append(f"| `{name}` | {default} | {meaning} |")
+    return "\n".join(rows) + "\n"
+
+
 def cmake_prefix() -> str:
     """The prefix to give CMake (CMAKE_PREFIX_PATH) for ``find_package(commux)``."""
     return os.path.dirname(os.path.abspath(__file__))
@@ -66,9 +76,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m commux.info", description=__doc__)
     parser.add_argument("--cmake-prefix", action="store_true",
                         help="print the prefix for CMAKE_PREFIX_PATH (find_package(commux)) and exit")
+    parser.add_argument("--settings-table", action="store_true",
+                        help="print the table of COMMUX_* settings (markdown, as in the README) and exit")
     args = parser.parse_args(argv)
     if args.cmake_prefix:
         print(cmake_prefix())
+        return 0
+    if args.settings_table:
+        print(settings_table(), end="")
         return 0
     width = 26
     for key, value in collect().items():

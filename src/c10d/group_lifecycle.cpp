@@ -103,7 +103,8 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupUCX::split(
   // The subgroup publishes its own address entry under the store the caller namespaced
   // for it, and gets its own context id, so its traffic never meets the parent's.
   return c10::make_intrusive<ProcessGroupUCX>(store, static_cast<int>(it - ranks.begin()),
-                                              static_cast<int>(ranks.size()), timeout);
+                                              static_cast<int>(ranks.size()), timeout,
+                                              setUpInBackground_);
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupUCX::getBackendOptions() {
@@ -113,6 +114,7 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupUCX::getBackendOptions() 
 void ProcessGroupUCX::abort() {
   if (inheritedByFork()) return;  // the parent's operations are the parent's to abort
   state_.store(State::Aborted, std::memory_order_release);
+  setUpStop_.store(true, std::memory_order_release);
   std::vector<c10::weak_intrusive_ptr<WorkUCX>> inflight;
   {
     std::lock_guard<std::mutex> lock(trackMutex_);
@@ -126,6 +128,7 @@ void ProcessGroupUCX::abort() {
 void ProcessGroupUCX::shutdown() {
   State expected = State::Running;
   state_.compare_exchange_strong(expected, State::ShutDown, std::memory_order_acq_rel);
+  setUpStop_.store(true, std::memory_order_release);
 }
 
 }  // namespace commux

@@ -87,7 +87,8 @@ PeerTable::PeerTable(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
       prefix_(storeKeyPrefix() + "peer/"),
       job_(jobIdentity()),
       routes_(static_cast<std::size_t>(size)),
-      known_(new std::atomic<bool>[static_cast<std::size_t>(size)]) {
+      known_(new std::atomic<bool>[static_cast<std::size_t>(size)]),
+      pids_(static_cast<std::size_t>(size), -1) {
   for (int r = 0; r < size; ++r) known_[r].store(false, std::memory_order_relaxed);
 }
 
@@ -108,6 +109,7 @@ void PeerTable::publish(const std::string& address, std::uint32_t context) {
   store_->set(key(rank_), record);
   std::lock_guard<std::mutex> lock(mutex_);
   routes_[rank_] = std::make_shared<engine::Route>(engine::Route{address, context});
+  pids_[rank_] = self.pid;
   known_[rank_].store(true, std::memory_order_release);
 }
 
@@ -162,7 +164,10 @@ std::shared_ptr<const engine::Route> PeerTable::adopt(int rank, Record record) {
     // In the table before it is watched: a death reported the moment the watch starts
     // finds its rank (ranksAt), and is never reported twice.
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!routes_[rank]) routes_[rank] = std::move(record.route);
+    if (!routes_[rank]) {
+      routes_[rank] = std::move(record.route);
+      pids_[rank] = record.process.pid;
+    }
     route = routes_[rank];
     prefetched_.erase(rank);
   }
@@ -195,6 +200,27 @@ void PeerTable::resolve(const std::vector<int>& ranks, std::string_view operatio
   for (std::size_t i = 0; i < missing.size(); ++i) adopt(missing[i], parse(missing[i], records[i]));
 }
 
+std::vector<int> PeerTable::getPublished(const std::vector<int>& ranks, c10d::Store& via) {
+  std::vector<int> ready, absent;
+  std::vector<std::string> keys;
+  for (int r : ranks) {
+    checkRank(r);
+    if (known(r)) continue;
+    if (via.check({key(r)})) {
+      ready.push_back(r);
+      keys.push_back(key(r));
+    } else {
+      absent.push_back(r);
+    }
+  }
+  if (ready.empty()) return absent;
+  const auto records = via.multiGet(keys);
+  for (std::size_t i = 0; i < ready.size(); ++i) {
+    if (!known(ready[i])) adopt(ready[i], parse(ready[i], records[i]));
+  }
+  return absent;
+}
+
 void PeerTable::prefetch(const std::vector<int>& ranks, std::string_view operation) {
   std::vector<int> missing;
   {
@@ -213,6 +239,7 @@ void PeerTable::prefetch(const std::vector<int>& ranks, std::string_view operati
     std::lock_guard<std::mutex> lock(mutex_);
     if (routes_[missing[i]]) continue;  // adopted meanwhile by another thread
     routes_[missing[i]] = std::move(record.route);
+    pids_[missing[i]] = record.process.pid;
     prefetched_.emplace(missing[i], std::move(record.process));
   }
 }
@@ -324,6 +351,12 @@ void PeerTable::resolveAll(std::string_view operation) {
   resolve(all, either(operation, kForAll));
   std::lock_guard<std::mutex> lock(mutex_);
   allResolved_ = true;
+}
+
+std::int64_t PeerTable::pidOf(int rank) const {
+  if (!known(rank)) return -1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pids_[rank];
 }
 
 std::shared_ptr<const engine::Route> PeerTable::known(int rank) const {

@@ -53,6 +53,10 @@ class PeerTable {
   /// yet come in one store request.
   std::vector<std::shared_ptr<const engine::Route>> get(const std::vector<int>& ranks,
                                                         std::string_view operation = {});
+  /// As get(ranks), for those of `ranks` whose records are in the store already: it never
+  /// waits for a rank that has not created the group yet. Returns the others. Reads
+  /// through `via`: the group's store, or another connection to it.
+  std::vector<int> getPublished(const std::vector<int>& ranks, c10d::Store& via);
   /// Reads every rank's record (once, in one store request): a collective's failure
   /// depends on every member.
   void resolveAll(std::string_view operation = {});
@@ -64,6 +68,10 @@ class PeerTable {
   std::shared_ptr<const engine::Route> known(int rank) const;
   /// As known(), also for a rank only prefetched (not watched); never blocks.
   std::shared_ptr<const engine::Route> reachable(int rank) const;
+  /// The process whose record `rank` published (pid as that process sees itself), once
+  /// its record was read (known()); -1 before. Other records a rank publishes (windows)
+  /// must name the same process.
+  std::int64_t pidOf(int rank) const;
   /// The ranks resolved so far, ascending.
   std::vector<int> knownRanks() const;
   /// Says that the store is gone: which store, who serves it, and the store's own `why`.
@@ -107,6 +115,7 @@ class PeerTable {
   // routes_ (so a failure at its address finds it: ranksAt) and its process here.
   std::unique_ptr<std::atomic<bool>[]> known_;
   std::map<int, engine::ProcessId> prefetched_;
+  std::vector<std::int64_t> pids_;  // by rank, set before known_ (-1 until then)
   bool allResolved_ = false;
 };
 

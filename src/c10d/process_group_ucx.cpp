@@ -67,8 +67,9 @@ std::shared_ptr<engine::Engine> processEngine(std::size_t groupSize) {
 }
 
 ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                 int size, std::chrono::milliseconds timeout)
-    : c10d::Backend(rank, size), timeout_(timeout) {
+                                 int size, std::chrono::milliseconds timeout,
+                                 bool setUpInBackground)
+    : c10d::Backend(rank, size), timeout_(timeout), setUpInBackground_(setUpInBackground) {
   // Before anything is published or sent: the tag's source field names at most 2^16 ranks.
   const std::uint32_t maxRanks = Config::get().maxRanks;
   TORCH_CHECK_VALUE(size >= 1, "commux: group size ", size, " is not positive");
@@ -105,6 +106,7 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
     engine_->contexts().release(context_);
     throw;
   }
+  startSetUp();
 }
 
 ProcessGroupUCX::~ProcessGroupUCX() {
@@ -112,9 +114,11 @@ ProcessGroupUCX::~ProcessGroupUCX() {
     // A forked child: the group's threads, locks, UCX state and shared memory are the
     // parent's. Free none of it (member destructors then see empty handles).
     new std::tuple(std::move(engine_), std::move(peers_), std::move(relay_), std::move(shm_),
-                   std::move(store_), std::move(health_), std::move(layout_));
+                   std::move(store_), std::move(health_), std::move(layout_),
+                   std::move(setUpThread_));
     return;
   }
+  stopSetUp();  // before anything it uses goes
   // First: a notice arriving now would mark a rank dead in a group that is going away.
   if (relay_) relay_->close();
   engine_->removeFailureListener(failureListener_);
@@ -325,71 +329,125 @@ std::map<std::string, std::int64_t> ProcessGroupUCX::sharedMemoryShape() const {
           {"poll_ns", n(shape.poll.count())}};
 }
 
-SetupDeaths ProcessGroupUCX::setupDeaths(const char* what) {
+SetupDeaths ProcessGroupUCX::setupDeaths(const char* what,
+                                         c10::intrusive_ptr<c10d::Store> via) {
+  if (!via) via = store_;
   return SetupDeaths{
-      [this, what](const std::vector<int>& ranks) { peers_->get(ranks, what); },
+      [this, via](const std::vector<int>& ranks) { return peers_->getPublished(ranks, *via); },
       [this] {
+        if (setUpStop_.load(std::memory_order_acquire)) {
+          return std::string("this group was destroyed, aborted or shut down on rank ") +
+                 std::to_string(rank_) + " before its set-up completed";
+        }
         std::string why;
         const int dead = health_->firstDead(&why);
         return dead < 0 ? std::string() : "rank " + std::to_string(dead) + " died (" + why + ")";
-      }};
+      },
+      what};
 }
 
 void ProcessGroupUCX::joinSetUp() {
-  if (!shmDecided_.load(std::memory_order_acquire)) shmChannel();
+  // Also once decided, when it failed: its error, not a later refusal, says why.
+  if (!shmDecided_.load(std::memory_order_acquire) ||
+      setUpFailed_.load(std::memory_order_acquire)) {
+    shmChannel();
+  }
+}
+
+void ProcessGroupUCX::startSetUp() {
+  // The set-up waits for every rank in the store: on a thread of its own from construction
+  // on, it is usually done before the first collective, which then returns its Work at
+  // once, and a rank that meets its first collective late (or is refused there by torch)
+  // keeps nobody waiting. Not with a store written in Python: each call would need the
+  // GIL, which the destructor (joining this thread) may hold.
+  if (size_ < 2 || !setUpInBackground_) return;
+  setUpThread_ = std::thread([this] {
+    std::lock_guard<std::mutex> lock(shmMutex_);
+    if (!shmDecided_.load(std::memory_order_relaxed)) setUp(true);
+  });
+}
+
+void ProcessGroupUCX::stopSetUp() {
+  setUpStop_.store(true, std::memory_order_release);
+  if (setUpThread_.joinable()) setUpThread_.join();
 }
 
 std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   if (size_ < 2) return nullptr;
   std::lock_guard<std::mutex> lock(shmMutex_);
-  // The set-up waits for every rank in the store, which a dead one never reaches.
-  if (!shmDecided_ && health_->anyDead()) return nullptr;
-  if (!shmDecided_) {
-    const SetupDeaths deaths = setupDeaths("the shared-memory set-up");
-    ShmSetup setup;
-    try {
-      setup = connectShm(store_, rank_, size_, engine_, deaths);
-    } catch (const c10::ValueError& e) {
-      // This rank's settings differ from rank 0's: no collective of the group can work.
-      health_->collectiveFailed(e.what_without_backtrace());
-      shmDecided_ = true;
-      throw;
-    } catch (const c10::DistNetworkError& e) {
-      health_->collectiveFailed(e.what_without_backtrace());
-      shmDecided_ = true;
-      C10_THROW_ERROR(DistNetworkError,
-                      "commux: rank " + std::to_string(rank_) +
-                          " lost the store during the shared-memory set-up of the group's first "
-                          "collective: " + peers_->storeLost(e.what_without_backtrace()));
-    } catch (const c10::DistBackendError& e) {
-      // The ranks gave up at different steps of a collective set-up: none runs another
-      // collective in this group.
-      const std::string why = e.what_without_backtrace();
-      health_->collectiveFailed(why);
-      shmDecided_ = true;
-      C10_THROW_ERROR(DistBackendError, "commux: " + why +
-                                            "; this group runs no more collectives; create a "
-                                            "new group (without a dead rank) to go on");
-    }
-    if (setup.hierarchical) layout_ = std::make_shared<const HostLayout>(std::move(setup.layout));
-    std::atomic_store(&shm_, std::move(setup.channel));
-    shmDecided_ = true;
-    if (layout_) {
-      try {
-        startRelay();
-      } catch (const std::exception& e) {
-        // Not retried (the set-up above is collective): this rank, and its host's ranks
-        // if it leads, would no longer hear of every death, so the group runs no more
-        // collectives, here or on this host.
-        health_->collectiveFailed(std::string("the death watch could not start: ") + e.what());
-        if (auto channel = std::atomic_load(&shm_)) channel->abandon();
-        throw;
-      }
-    }
-  }
+  if (!shmDecided_) setUp(false);
+  // Every collective raises the set-up's error: none of them can run.
+  if (setUpError_) std::rethrow_exception(setUpError_);
   // A broken channel refuses the collective (checkCollectivesAllowed) rather than sending it
   // over UCX: every rank must take the same path for the same collective.
   return std::atomic_load(&shm_);
+}
+
+void ProcessGroupUCX::setUp(bool onOwnThread) {
+  // The set-up waits for every rank in the store, which a dead one never reaches.
+  if (health_->anyDead()) return;
+  // On its own thread, through a store connection of its own: the caller's thread may
+  // hold the group's (a barrier of its own in the store) while the others wait for this one.
+  const auto store = onOwnThread ? ownConnection(store_) : store_;
+  const SetupDeaths deaths = setupDeaths("the set-up of the group's shared memory", store);
+  // The error every collective of the group raises from now on.
+  const auto fail = [this](const std::string& why, auto raise) {
+    health_->collectiveFailed(why);
+    try {
+      raise();
+    } catch (...) {
+      setUpError_ = std::current_exception();
+    }
+    setUpFailed_ = true;
+    shmDecided_ = true;
+  };
+  ShmSetup setup;
+  try {
+    setup = connectShm(store, rank_, size_, engine_, deaths);
+  } catch (const c10::ValueError& e) {
+    // This rank's settings differ from rank 0's: no collective of the group can work.
+    fail(e.what_without_backtrace(), [] { throw; });
+    return;
+  } catch (const c10::DistNetworkError& e) {
+    const std::string why = "rank " + std::to_string(rank_) +
+                            " lost the store during the shared-memory set-up of the group: " +
+                            peers_->storeLost(e.what_without_backtrace());
+    fail(why, [&] { C10_THROW_ERROR(DistNetworkError, "commux: " + why); });
+    return;
+  } catch (const c10::DistStoreError& e) {
+    fail(e.what_without_backtrace(), [] { throw; });
+    return;
+  } catch (const c10::DistBackendError& e) {
+    // The ranks gave up at different steps of a collective set-up: none runs another
+    // collective in this group.
+    const std::string why = e.what_without_backtrace();
+    fail(why, [&] {
+      C10_THROW_ERROR(DistBackendError, "commux: " + why +
+                                            "; this group runs no more collectives; create a "
+                                            "new group (without a dead rank) to go on");
+    });
+    return;
+  } catch (const std::exception& e) {
+    const std::string why = std::string("the set-up of the group's shared memory failed: ") + e.what();
+    fail(why, [&] { C10_THROW_ERROR(DistBackendError, "commux: " + why); });
+    return;
+  }
+  if (setup.hierarchical) layout_ = std::make_shared<const HostLayout>(std::move(setup.layout));
+  std::atomic_store(&shm_, std::move(setup.channel));
+  if (layout_) {
+    try {
+      startRelay();
+    } catch (const std::exception& e) {
+      // Not retried (the set-up above is collective): this rank, and its host's ranks
+      // if it leads, would no longer hear of every death, so the group runs no more
+      // collectives, here or on this host.
+      const std::string why = std::string("the death watch could not start: ") + e.what();
+      if (auto channel = std::atomic_load(&shm_)) channel->abandon();
+      fail(why, [&] { C10_THROW_ERROR(DistBackendError, "commux: " + why); });
+      return;
+    }
+  }
+  shmDecided_ = true;
 }
 
 c10::intrusive_ptr<WorkUCX> ProcessGroupUCX::makeWork(c10d::OpType type,

@@ -1,5 +1,7 @@
 #include "c10d/setup_store.hpp"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -15,7 +17,31 @@ constexpr char kAbandoned[] = "\x01" "abandoned: ";
 // reads no record it does not need (a rank reads its host's and its leaders' only).
 constexpr std::chrono::milliseconds kWatchAfter{1000};
 
+template <typename S, typename = void>
+struct CanClone : std::false_type {};
+template <typename S>
+struct CanClone<S, std::void_t<decltype(std::declval<S&>().clone())>> : std::true_type {};
+
+// A template, so that the call is compiled only where c10d::Store has it (torch 2.6 on).
+template <typename S>
+c10::intrusive_ptr<c10d::Store> cloneOf(S& store) {
+  if constexpr (CanClone<S>::value) {
+    return store.clone();
+  } else {
+    return {};
+  }
+}
+
 }  // namespace
+
+c10::intrusive_ptr<c10d::Store> ownConnection(const c10::intrusive_ptr<c10d::Store>& store) {
+  try {
+    if (auto own = cloneOf(*store)) return own;
+  } catch (const std::exception&) {
+    // A store that cannot make another connection (or says it is not implemented).
+  }
+  return store;
+}
 
 void SetupStore::put(const std::string& k, const std::string& value) {
   storePut(store_, k, value);
@@ -44,26 +70,50 @@ void SetupStore::waitFor(const std::vector<std::string>& keys, const std::vector
   // Polled (a key that is there costs one round trip): a TCPStore wait that times out logs a
   // warning each time, and a file store's throws a plain error.
   const auto start = std::chrono::steady_clock::now();
+  auto nextWatch = start + kWatchAfter;
   auto pause = std::chrono::microseconds(100);
-  bool watching = false;
   for (;;) {
     if (const std::string dead = deaths_.dead(); !dead.empty()) throw SetupAbandoned(dead);
     if (store_.check(keys)) return;
-    if (!watching && std::chrono::steady_clock::now() - start > kWatchAfter) {
-      std::vector<int> late;
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        if (!store_.check({keys[i]})) late.push_back(owners[i]);
-      }
-      deaths_.watch(late);
-      watching = true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= nextWatch) {
+      // Again each period: a late rank can be watched only once it made the group.
+      deaths_.watch(lateOwners(keys, owners));
+      nextWatch = now + kWatchAfter;
       continue;
     }
-    if (std::chrono::steady_clock::now() - start > store_.getTimeout()) {
-      store_.wait(keys, std::chrono::milliseconds(1));  // the store's own timeout error
-    }
+    if (now - start > store_.getTimeout()) throwLate(keys, owners);
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(10'000));
   }
+}
+
+std::vector<int> SetupStore::lateOwners(const std::vector<std::string>& keys,
+                                        const std::vector<int>& owners) {
+  std::vector<int> late;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (!store_.check({keys[i]})) late.push_back(owners[i]);
+  }
+  std::sort(late.begin(), late.end());
+  late.erase(std::unique(late.begin(), late.end()), late.end());
+  return late;
+}
+
+void SetupStore::throwLate(const std::vector<std::string>& keys, const std::vector<int>& owners) {
+  // The store's own message lists every key (thousands at scale): name the ranks instead.
+  constexpr std::size_t kNamed = 8;
+  const std::vector<int> late = lateOwners(keys, owners);
+  std::string named;
+  for (std::size_t i = 0; i < late.size() && i < kNamed; ++i) {
+    named += (i ? ", " : "") + std::to_string(late[i]);
+  }
+  if (late.size() > kNamed) named += ", ...";
+  const auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(store_.getTimeout()).count();
+  C10_THROW_ERROR(DistStoreError,
+                  "commux: " + deaths_.what + " waited in vain for rank(s) " + named +
+                      " for the store's timeout (" + std::to_string(seconds) +
+                      " s): did every rank create this group, and is each one still running?");
 }
 
 }  // namespace commux

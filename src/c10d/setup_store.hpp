@@ -9,16 +9,21 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace commux {
 
 /// How a set-up hears of deaths while it waits for other ranks in the store: `watch` starts
-/// watching ranks (it may read their addresses from the store); `dead` says which watched
-/// rank died and why, or is empty while they all live.
+/// watching ranks (it reads their addresses from the store, never waiting for one) and
+/// returns those it cannot watch yet (no address published: the group is not made there
+/// yet); `dead` says which watched rank died and why (or that this rank gives up), or is
+/// empty while they all live. `what` names the set-up in errors.
 struct SetupDeaths {
-  std::function<void(const std::vector<int>& ranks)> watch;
+  std::function<std::vector<int>(const std::vector<int>& ranks)> watch;
   std::function<std::string()> dead;
+  std::string what;
 };
 
 /// The set-up gave up: a rank it waited for died, or another rank gave up and said why.
@@ -26,13 +31,19 @@ struct SetupAbandoned : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A connection of its own to `store` (c10d::Store::clone) where the store can make one,
+/// else `store`: a TCPStore client does one request at a time, and a wait (a barrier of
+/// the caller's) holds it for as long as it waits.
+c10::intrusive_ptr<c10d::Store> ownConnection(const c10::intrusive_ptr<c10d::Store>& store);
+
 class SetupStore {
  public:
   SetupStore(c10d::Store& store, const SetupDeaths& deaths) : store_(store), deaths_(deaths) {}
 
   void put(const std::string& k, const std::string& value);
   /// `k`'s value once `owner` (the rank that writes it) has written it; raises
-  /// SetupAbandoned when a rank died or the value says its writer gave up.
+  /// SetupAbandoned when a rank died or the value says its writer gave up, and
+  /// DistStoreError naming the owners still missing once the store's timeout passed.
   std::string take(const std::string& k, int owner) { return takeAll({k}, {owner})[0]; }
   std::vector<std::string> takeAll(const std::vector<std::string>& keys,
                                    const std::vector<int>& owners);
@@ -41,6 +52,9 @@ class SetupStore {
 
  private:
   void waitFor(const std::vector<std::string>& keys, const std::vector<int>& owners);
+  /// The owners of those of `keys` not in the store, ascending, each once.
+  std::vector<int> lateOwners(const std::vector<std::string>& keys, const std::vector<int>& owners);
+  [[noreturn]] void throwLate(const std::vector<std::string>& keys, const std::vector<int>& owners);
 
   c10d::Store& store_;
   const SetupDeaths& deaths_;

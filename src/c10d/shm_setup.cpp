@@ -376,10 +376,9 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
   store.put(key("host", rank), me);
   if (rank == 0) store.put(settingsKey, encodeSettings());
   // A rank whose settings differ from rank 0's refuses, and what it owes tells the others
-  // why (SetupStore::abandon). A rank with shared memory waits for rank 0 here anyway (the
-  // layout); one without (COMMUX_SHM=0) waits for nobody in the set-up, so it compares only
-  // when rank 0's settings are there already.
-  if (rank != 0 && (!me.empty() || rawStore->check({settingsKey}))) {
+  // why (SetupStore::abandon). Also without shared memory (COMMUX_SHM=0): the set-up runs
+  // from the group's creation on, and every collective needs rank 0 anyway.
+  if (rank != 0) {
     std::string differ;
     try {
       differ = settingsDiffer(store.take(settingsKey, 0), rank);

@@ -332,6 +332,15 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
     std::vector<Peer> peers(static_cast<std::size_t>(size));
     for (int r = 0; r < size; ++r) {
       const Record theirs = Record::decode(r, raw[static_cast<std::size_t>(r)]);
+      // The process this rank's peer record names (and the group watches): a record naming
+      // another would point this rank's writes (mapped, CMA) at that process.
+      if (const std::int64_t pid = group_->peers_->pidOf(r); theirs.pid != pid) {
+        C10_THROW_ERROR(DistBackendError,
+                        "commux: window.tensor_register: rank " + std::to_string(r) +
+                            "'s record in the store names process " + std::to_string(theirs.pid) +
+                            ", but its peer record names " + std::to_string(pid) +
+                            "; another program or job may be writing this store's keys");
+      }
       Peer& peer = peers[static_cast<std::size_t>(r)];
       auto route = std::make_shared<engine::Route>();
       route->address = routes[static_cast<std::size_t>(r)]->address;

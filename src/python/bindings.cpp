@@ -7,7 +7,11 @@
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
+#include <type_traits>
+#include <variant>
+
 #include "commux/options.hpp"
+#include "config/settings.hpp"
 #include "c10d/process_engine.hpp"
 #include "commux/window_ucx.hpp"
 #include "commux/process_group_ucx.hpp"
@@ -32,10 +36,11 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<commux::ProcessGroupUCX, c10d::Backend, c10::intrusive_ptr<commux::ProcessGroupUCX>>(
       m, "ProcessGroupUCX")
-      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds>(),
+      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds,
+                    bool>(),
            py::arg("store"), py::arg("rank"), py::arg("size"),
            py::arg("timeout") = commux::ProcessGroupUCX::kDefaultTimeout,
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("set_up_in_background") = true, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("timeout", &commux::ProcessGroupUCX::timeout)
       .def(
           "health",
@@ -133,46 +138,35 @@ PYBIND11_MODULE(_C, m) {
       "What ucp_init was told about the job (WORLD_SIZE, LOCAL_WORLD_SIZE, else the first "
       "group's size for the endpoints)");
   m.def("config", [] {
+    // From the settings table (src/config/settings.cpp), as this process read it.
     const auto& c = commux::Config::get();
     py::dict d;
-    d["COMMUX_PROGRESS_SPIN_US"] = c.progressSpin.count();
-    d["COMMUX_WAIT_SPIN_US"] = c.waitSpin.count();
-    d["COMMUX_HANDOFF_DELAY_US"] = c.handOffDelay.count();
-    d["COMMUX_COALESCE"] = c.coalesce;
-    d["COMMUX_GROUP"] = c.group;
-    d["COMMUX_ALLREDUCE_RING_MIN_BYTES"] = c.allreduceRingMinBytes;
-    d["COMMUX_CHAIN_MIN_BYTES"] = c.chainMinBytes;
-    d["COMMUX_PIPELINE_CHUNK_BYTES"] = c.pipelineChunkBytes;
-    d["COMMUX_CUDA_CHUNK_BYTES"] = c.cudaChunkBytes;
-    d["COMMUX_LOG_ALGORITHMS_MIN_RANKS"] = c.logAlgorithmsMinRanks;
-    d["COMMUX_RING_MIN_BLOCK_BYTES"] = c.ringMinBlockBytes;
-    d["COMMUX_SHM"] = c.shm;
-    d["COMMUX_WINDOW_SHARE"] = c.windowShare;
-    d["COMMUX_SHM_SLOT_BYTES"] = c.shmSlotBytes;
-    d["COMMUX_SHM_DEPTH"] = c.shmDepth;
-    d["COMMUX_SHM_SMALL_BYTES"] = c.shmSmallBytes;
-    d["COMMUX_SHM_CMA_BYTES"] = c.shmCmaBytes;
-    d["COMMUX_SHM_SPIN_US"] = c.shmSpin.count();
-    d["COMMUX_SHM_POLL_NS"] = c.shmPoll ? py::object(py::int_(c.shmPoll->count())) : py::none();
-    d["COMMUX_CHECK_COLLECTIVES"] = c.checkCollectives;
-    d["COMMUX_HOST"] = c.host;
-    static const char* const kStream[] = {"auto", "off", "on"};
-    d["COMMUX_SHM_STREAM"] = kStream[static_cast<int>(c.shmStream)];
-    static const char* const kHierarchy[] = {"auto", "leader", "parallel", "off"};
-    d["COMMUX_HIERARCHY"] = kHierarchy[static_cast<int>(c.hierarchy)];
-    d["COMMUX_HIERARCHY_PARALLEL_MIN_BYTES"] = c.hierarchyParallelMinBytes;
-    d["COMMUX_HIERARCHY_MIN_BYTES"] = c.hierarchyMinBytes;
-    d["COMMUX_FAILURE_DETECTION"] =
-        c.failureDetection == commux::FailureDetection::Auto
-            ? "auto"
-            : (c.failureDetection == commux::FailureDetection::Ucx ? "ucx" : "off");
-    d["COMMUX_SEQUENCE_WRAP"] = c.sequenceWrap;
-    d["COMMUX_ROUND_WRAP"] = c.roundWrap;
-    d["COMMUX_MAX_RANKS"] = c.maxRanks;
-    d["COMMUX_MAX_CONTEXTS"] = c.maxContexts;
-    d["COMMUX_LOOPBACK_ONLY"] = c.loopbackOnly;
+    for (const commux::Setting& s : commux::settings()) {
+      if (s.show == nullptr) continue;  // the Python package's own
+      d[s.name] = std::visit(
+          [](const auto& v) -> py::object {
+            using V = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<V, std::monostate>) {
+              return py::none();
+            } else {
+              return py::cast(v);
+            }
+          },
+          s.show(c));
+    }
     return d;
   });
+  m.def(
+      "settings_table",
+      [] {
+        py::list rows;
+        for (const commux::Setting& s : commux::settings()) {
+          rows.append(py::make_tuple(s.name, s.defaultText, s.doc, s.read != nullptr));
+        }
+        return rows;
+      },
+      "Every COMMUX_* setting as (name, default, meaning, read by the C++ core), in the "
+      "README's order");
   m.def(
       "_engine_stats",
       [] {

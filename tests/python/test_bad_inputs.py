@@ -205,17 +205,10 @@ def _first_collective_one_rank_wrong(rank, world_size, short_s, refused_by):
     return took, outcome
 
 
-_SETUP_IN_THE_CALL = pytest.mark.xfail(
-    strict=True, reason="issue 37 item 6, not done: a group's shared-memory set-up runs inside "
-    "its first collective's call, so a rank that torch.distributed refuses before commux sees "
-    "the call leaves the others blocked in the set-up until the store's timeout")
-
-
 @pytest.mark.skipif(not is_ucx(), reason="commux's promises (README): not another backend's")
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("path, refused_by", [
-    ("shm", "commux"), ("ucx", "commux"), ("ucx", "torch"),
-    pytest.param("shm", "torch", marks=_SETUP_IN_THE_CALL)])
+    ("shm", "commux"), ("ucx", "commux"), ("ucx", "torch"), ("shm", "torch")])
 def test_first_collective_of_a_group_with_one_rank_wrong(path, refused_by):
     """Found by the fuzzer (seed 37030, shm-w3, case 23; fixed in 9152049): on shared
     memory, the FIRST collective of a group sets up the segment through the store. When one
@@ -226,8 +219,9 @@ def test_first_collective_of_a_group_with_one_rank_wrong(path, refused_by):
 
     refused_by="torch": the same when torch.distributed's own Python checks refuse rank 0's
     call before commux sees it (found by the fuzzer, seed 404 shm-w2 case 12: all_to_all
-    with int64 inputs and int32 outputs on one rank); 9152049 covers only what commux
-    refuses, so here rank 1 still blocks in the set-up until the store's timeout."""
+    with int64 inputs and int32 outputs on one rank); 9152049 covered only what commux
+    refuses: rank 1 blocked in the set-up until the store's timeout. Fixed by setting the
+    group up on a thread of its own from its construction on (issue 37 item 6)."""
     short_s = 2.0
     res = run_ranks(_first_collective_one_rank_wrong, 2, timeout=150,
                     env={"COMMUX_SHM": "1" if path == "shm" else "0"},

@@ -149,10 +149,11 @@ def _shape_when_pinned(rank, ws, pins):
     cpus = sorted(os.sched_getaffinity(0))
     if pins is not None:
         os.sched_setaffinity(0, {cpus[i] for i in pins[rank]})
-    backend = get_backend_obj()
-    assert backend.shared_memory_shape() == {}, "set up before the first collective"
+    # A group made after pinning: a group's set-up starts when it is created.
+    group = dist.new_group(list(range(ws)))
+    backend = group._get_backend(torch.device("cpu"))
     x = torch.ones(4)
-    dist.all_reduce(x)
+    dist.all_reduce(x, group=group)
     assert torch.equal(x, torch.full((4,), float(ws)))
     shape = backend.shared_memory_shape()
     os.sched_setaffinity(0, set(cpus))

@@ -263,9 +263,6 @@ def test_ranks_killed_at_random_moments_leave_nothing_in_dev_shm(tmp_path):
 
 def _settings_differ(rank, ws):
     import datetime
-    if rank == 1 and os.environ["COMMUX_SHM"] == "0":
-        # Without shared memory a rank compares only with settings rank 0 has published.
-        time.sleep(1)
     start = time.monotonic()
     try:
         work = dist.all_reduce(torch.ones(4), async_op=True)
@@ -299,15 +296,25 @@ _NOT_RUNTIME = {"COMMUX_UCX_PROVIDER", "COMMUX_CUDA", "COMMUX_BUILD_PYTHON", "CO
                 "COMMUX_TEST_BACKEND"}
 
 
-def test_every_setting_is_in_config_info_and_the_readme_table():
+def test_the_settings_table_is_the_readme_config_and_info():
+    """One table (src/config/settings.cpp) reads every COMMUX_* setting, lists it in
+    commux.config() and prints the README's table: they cannot drift apart."""
     import re
     import subprocess
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     readme = open(os.path.join(root, "README.md")).read()
-    table = set(re.findall(r"^\| `(COMMUX_[A-Z_]+)` \|", readme, re.M)) - _NOT_RUNTIME
-    names = set(commux.config())
-    assert names == table, (f"in commux.config() only: {sorted(names - table)}; "
-                            f"in the README's table only: {sorted(table - names)}")
+    block = re.search(r"^<!-- settings table:.*?-->\n(.*?)^<!-- end of settings table -->",
+                      readme, re.M | re.S)
+    assert block, "the README has no settings table between its markers"
+    printed = subprocess.run([sys.executable, "-m", "commux.info", "--settings-table"],
+                             capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    assert block.group(1) == printed.stdout, (
+        "the README's settings table differs from the table commux reads them by: paste the "
+        "output of `python3 -m commux.info --settings-table` between its markers")
+    table = commux.load_extension().settings_table()
+    names = [row[0] for row in table]
+    assert list(commux.config()) == names, "commux.config() lists other settings than the table"
     # Every variable the sources read is one of them.
     read = set()
     for folder in ("src", "python/commux"):
@@ -316,12 +323,36 @@ def test_every_setting_is_in_config_info_and_the_readme_table():
                 if f.endswith((".cpp", ".hpp", ".py")):
                     text = open(os.path.join(dirpath, f)).read()
                     read |= set(re.findall(r"""(?:getenv|read\w*|environ\.get|environ\[)\(?\s*["'](COMMUX_[A-Z_]+)["']""", text))
-    assert read <= names, f"read but not in commux.config(): {sorted(read - names)}"
+    assert read - _NOT_RUNTIME <= set(names), f"read but not in the table: {sorted(read - set(names))}"
+    # The defaults the table states are the values a process without settings reads.
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("COMMUX_") and k not in ("TORCH_DISTRIBUTED_DEBUG", "WORLD_SIZE")}
+    proc = subprocess.run([sys.executable, "-c", "import commux, json; print(json.dumps(commux.config()))"],
+                          capture_output=True, text=True, timeout=120, env=clean)
+    assert proc.returncode == 0, proc.stderr
+    import json
+    defaults = json.loads(proc.stdout)
+    checked = 0
+    for name, default_text, _, _ in table:
+        stated = re.match(r"`([^`]*)`", default_text)
+        if not stated:
+            continue
+        value = defaults[name]
+        shown = str(int(value)) if isinstance(value, bool) else str(value)
+        assert shown == stated.group(1), f"{name}: the table says {default_text}, a clean process reads {value!r}"
+        checked += 1
+    assert checked >= 25, checked
     info = subprocess.run([sys.executable, "-m", "commux.info"], capture_output=True, text=True,
                           timeout=120)
     assert info.returncode == 0, info.stderr
     missing = [n for n in names if f"{n}=" not in info.stdout]
     assert not missing, f"python3 -m commux.info omits {missing}"
+
+
+def test_flight_recorder_switch_takes_only_booleans():
+    proc = run_python("import commux; commux.config()", env={"COMMUX_TORCH_FLIGHT_RECORDER": "maybe"})
+    assert proc.returncode != 0 and "COMMUX_TORCH_FLIGHT_RECORDER='maybe' is not a boolean" in proc.stderr, \
+        proc.stderr
 
 
 def test_launcher_switch_takes_only_booleans():
@@ -344,3 +375,118 @@ def _mismatched_dtypes_same_bytes(rank, ws):
 def test_ranks_whose_dtypes_differ_with_equal_bytes_are_refused_over_ucx_when_checked():
     assert all(run_ranks(_mismatched_dtypes_same_bytes, 2, timeout=90,
                          env={"COMMUX_SHM": "0", "COMMUX_CHECK_COLLECTIVES": "1"}))
+
+
+def _tampered_store(rank, world_size, port, what, scratch=None):
+    """Rank 1 reads records that another writer of the store changed (rank 0's); every
+    change must be refused by its check, never acted on."""
+    import datetime
+
+    real = dist.TCPStore("127.0.0.1", port, world_size, is_master=(rank == 0),
+                         timeout=datetime.timedelta(seconds=60))
+    changed = []
+
+    def tamper(key, value):
+        if rank != 1:
+            return value
+        text = bytes(value)
+        if what.startswith("segment") and "/shm/segment/" in key:
+            fields = text.decode().split(" ")
+            if what == "segment-foreign-fd":
+                fields[-1] = "/proc/1/fd/0"  # another process's descriptor
+            elif what == "segment-path":
+                fields[-1] = "/commux-../../../etc/passwd"
+            else:  # segment-slot: sizes beyond any segment commux makes
+                fields[1] = str(2 ** 40)
+            text = " ".join(fields).encode()
+        elif what == "peer-truncated" and key.endswith("/peer/0"):
+            text = text[:30]
+        elif what == "window-pid" and "/window/" in key and key.endswith("/0"):
+            lines = text.decode().split("\n")
+            lines[4] = "1"  # init: a process this rank must never write into
+            text = "\n".join(lines).encode()
+        else:
+            return value
+        changed.append(key)
+        return text
+
+    class Tampering(dist.Store):
+        def set(self, key, value):
+            return real.set(key, value)
+
+        def get(self, key):
+            return tamper(key, real.get(key))
+
+        def multi_get(self, keys):
+            return [tamper(k, v) for k, v in zip(keys, real.multi_get(keys))]
+
+        def add(self, key, value):
+            return real.add(key, value)
+
+        def check(self, keys):
+            return real.check(keys)
+
+        def wait(self, keys, *timeout):
+            return real.wait(keys, *timeout)
+
+        def compare_set(self, key, expected, desired):
+            return real.compare_set(key, expected, desired)
+
+        def delete_key(self, key):
+            return real.delete_key(key)
+
+        def num_keys(self):
+            return real.num_keys()
+
+    store = Tampering()  # held here: c10d keeps only the C++ half
+    dist.init_process_group("ucx", store=store, rank=rank, world_size=world_size)
+    outcome = None
+    if what.startswith("segment"):
+        # Refused by rank 1 before it opens or maps anything: the group takes UCX, and works.
+        t = torch.full((1000,), float(rank + 1))
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((1000,), 3.0)), t[:4]
+        backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+        outcome = backend.shared_memory_shape()
+    elif what == "peer-truncated":
+        if rank == 1:
+            outcome = expect_error(lambda: dist.send(torch.ones(1), 0), "truncated peer record",
+                                   "a send to a rank whose record was cut short")
+    elif what == "window-pid":
+        buf = torch.zeros(16)
+        if rank == 1:
+            outcome = expect_error(lambda: dist._new_window(buf), "names process 1",
+                                   "a window whose peer's record names another process")
+        else:
+            try:
+                dist._new_window(buf)
+            except Exception:
+                pass
+    real.add("done", 1)
+    while rank == 0 and real.add("done", 0) < world_size:  # hosts the store: the last to go
+        time.sleep(0.02)
+    assert rank != 1 or changed, "nothing was changed: the test did not reach the record"
+    return outcome
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("what", ["segment-foreign-fd", "segment-path", "segment-slot",
+                                  "peer-truncated", "window-pid"])
+def test_records_changed_in_the_store_are_refused_not_acted_on(what):
+    """Anyone who can write the store can change what a rank reads there: a segment to
+    open (another process's descriptor, a path outside /dev/shm, sizes beyond any
+    segment), a peer record, a window record naming another process. Each is refused by a
+    check before anything is opened, mapped or written; the group then falls back (shared
+    memory: UCX) or the call raises naming the rank."""
+    from harness import free_port
+
+    if what == "window-pid" and not hasattr(dist, "_new_window"):
+        pytest.skip("torch without one-sided windows")
+    results = run_ranks(_tampered_store, 2, timeout=100, init="none", port=free_port(),
+                        what=what)
+    if what.startswith("segment"):
+        assert results == [{}, {}], f"a channel was set up from a changed record: {results}"
+    elif what == "peer-truncated":
+        assert "rank 0" in results[1], results[1]
+    else:
+        assert "rank 0" in results[1] and "peer record names" in results[1], results[1]
