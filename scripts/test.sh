@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test: install commux, then the C++ tests (ctest), the same C++ tests under
+# Every test: install commux, then the C++ tests (ctest), the torch-free core alone
+# (scripts/test_core.sh), the same C++ tests under
 # AddressSanitizer+UBSan and ThreadSanitizer, C++ consumers of the installed package
 # (find_package, FetchContent, a plain install prefix: test_commux and the halo example on
 # 2 and 3 ranks), a slice of the Python tests under ASan+UBSan (the bad-input fuzzer, window
@@ -14,6 +15,8 @@ scripts/install.sh --mpi
 PY=${PYTHON:-python3}
 echo "== C++ tests"
 ctest --test-dir build/wheel --output-on-failure --timeout 120
+echo "== the torch-free core, built where torch cannot be found"
+scripts/test_core.sh
 if [ "${COMMUX_SANITIZERS:-1}" != 0 ]; then
   scripts/sanitize.sh address thread
   # A bounded slice of the bad-input fuzzer and the memory-lifetime tests (windows, the
@@ -21,7 +24,7 @@ if [ "${COMMUX_SANITIZERS:-1}" != 0 ]; then
   # the guards intact (past a staging buffer, into freed memory) still fails here.
   COMMUX_FUZZ_CASES=12 scripts/sanitize_python.sh tests/python/test_bad_inputs.py \
     tests/python/test_window.py tests/python/test_trust.py \
-    -k "bad_inputs or pinned or first_collective or dropped or registration_never or own_block or fork"
+    -k "bad_inputs or pinned or first_collective or dropped or registration_never or own_block or fork or records_changed"
 fi
 if [ "${COMMUX_PACKAGING:-1}" != 0 ]; then
   echo "== C++ consumers"

@@ -22,12 +22,15 @@
 namespace commux {
 struct SetupDeaths;
 
+namespace core {
+enum class ReduceOp : std::uint8_t;
+}  // namespace core
 namespace engine {
 class Engine;
 class BlockingTransfer;
 class Op;
 class Description;
-enum class ReduceKind : std::uint8_t;
+using ReduceKind = core::ReduceOp;
 }  // namespace engine
 namespace collectives {
 struct Schedule;

@@ -1,10 +1,6 @@
 #include "engine/reduce_kernels.hpp"
 
 #include <ATen/core/grad_mode.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
-#include <type_traits>
 
 namespace commux::engine {
 namespace {
@@ -12,87 +8,28 @@ namespace {
 // Above this, ATen's vectorised kernels win over a plain loop.
 constexpr std::size_t kRawMaxBytes = 64 * 1024;
 
-template <typename T>
-T add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;  // wraps, like ATen, without signed overflow
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return a + b;
-  }
-}
-
-template <typename T>
-T mul(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-  } else {
-    return a * b;
-  }
-}
-
-template <typename T>
-bool isNan(T a) {
-  if constexpr (std::is_integral_v<T>) {
-    return false;
-  } else {
-    return a != a;
-  }
-}
-
-template <typename T, typename F>
-void fold(void* acc, const void* in, std::size_t count, F f) {
-  T* a = static_cast<T*>(acc);
-  const T* b = static_cast<const T*>(in);
-  for (std::size_t i = 0; i < count; ++i) a[i] = f(a[i], b[i]);
-}
-
-template <typename T>
-bool foldAs(void* acc, const void* in, std::size_t count, ReduceKind kind) {
-  switch (kind) {
-    case ReduceKind::Sum: fold<T>(acc, in, count, add<T>); return true;
-    case ReduceKind::Product: fold<T>(acc, in, count, mul<T>); return true;
-    // at::minimum / at::maximum: a NaN on either side wins.
-    case ReduceKind::Min:
-      fold<T>(acc, in, count, [](T a, T b) { return (isNan(a) || a < b) ? a : b; });
-      return true;
-    case ReduceKind::Max:
-      fold<T>(acc, in, count, [](T a, T b) { return (isNan(a) || a > b) ? a : b; });
-      return true;
-    case ReduceKind::BitAnd:
-    case ReduceKind::BitOr:
-    case ReduceKind::BitXor:
-      if constexpr (std::is_integral_v<T>) {
-        if (kind == ReduceKind::BitAnd) fold<T>(acc, in, count, [](T a, T b) { return T(a & b); });
-        if (kind == ReduceKind::BitOr) fold<T>(acc, in, count, [](T a, T b) { return T(a | b); });
-        if (kind == ReduceKind::BitXor) fold<T>(acc, in, count, [](T a, T b) { return T(a ^ b); });
-        return true;
-      }
-      return false;
-  }
-  return false;
-}
-
 }  // namespace
 
-bool reduceRaw(void* acc, const void* in, std::size_t count, at::ScalarType dtype, ReduceKind kind) {
-  if (count * c10::elementSize(dtype) > kRawMaxBytes) return false;
+std::optional<core::Dtype> coreDtype(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return foldAs<float>(acc, in, count, kind);
-    case at::kDouble: return foldAs<double>(acc, in, count, kind);
-    case at::kInt: return foldAs<std::int32_t>(acc, in, count, kind);
-    case at::kLong: return foldAs<std::int64_t>(acc, in, count, kind);
-    case at::kShort: return foldAs<std::int16_t>(acc, in, count, kind);
-    case at::kChar: return foldAs<std::int8_t>(acc, in, count, kind);
-    case at::kByte: return foldAs<std::uint8_t>(acc, in, count, kind);
-    // Computed in float and rounded once per element, as ATen's CPU kernels do.
-    case at::kBFloat16: return kind != ReduceKind::Min && kind != ReduceKind::Max &&
-                               foldAs<c10::BFloat16>(acc, in, count, kind);
-    case at::kHalf: return kind != ReduceKind::Min && kind != ReduceKind::Max &&
-                           foldAs<c10::Half>(acc, in, count, kind);
-    default: return false;
+    case at::kByte: return core::Dtype::UInt8;
+    case at::kChar: return core::Dtype::Int8;
+    case at::kShort: return core::Dtype::Int16;
+    case at::kInt: return core::Dtype::Int32;
+    case at::kLong: return core::Dtype::Int64;
+    case at::kHalf: return core::Dtype::Float16;
+    case at::kBFloat16: return core::Dtype::BFloat16;
+    case at::kFloat: return core::Dtype::Float32;
+    case at::kDouble: return core::Dtype::Float64;
+    case at::kBool: return core::Dtype::Bool;
+    default: return std::nullopt;
   }
+}
+
+bool reduceRaw(void* acc, const void* in, std::size_t count, at::ScalarType dtype, ReduceKind kind) {
+  const auto core = coreDtype(dtype);
+  if (!core || count * core::sizeOf(*core) > kRawMaxBytes) return false;
+  return core::reduceInto(acc, in, count, *core, kind);
 }
 
 void reduceInto(const at::Tensor& acc, const at::Tensor& in, ReduceKind kind) {
@@ -127,19 +64,6 @@ void reduceOut(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, 
       at::bitwise_xor_out(result, a, b);
       break;
   }
-}
-
-const char* reduceKindName(ReduceKind kind) {
-  switch (kind) {
-    case ReduceKind::Sum: return "SUM";
-    case ReduceKind::Product: return "PRODUCT";
-    case ReduceKind::Min: return "MIN";
-    case ReduceKind::Max: return "MAX";
-    case ReduceKind::BitAnd: return "BAND";
-    case ReduceKind::BitOr: return "BOR";
-    case ReduceKind::BitXor: return "BXOR";
-  }
-  return "?";
 }
 
 }  // namespace commux::engine

@@ -1,23 +1,32 @@
 #pragma once
+// Reductions of tensors: the core's kernels (core/reduce.hpp) over raw memory for CPU
+// buffers small enough that a TensorIterator would cost more than the arithmetic, ATen's
+// vectorised (and CUDA) kernels otherwise. Both give the same results.
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
+
+#include "core/dtype.hpp"
+#include "core/reduce.hpp"
 
 namespace commux::engine {
 
-enum class ReduceKind : std::uint8_t { Sum, Product, Min, Max, BitAnd, BitOr, BitXor };
+using ReduceKind = core::ReduceOp;
 
 /// acc = acc (op) in, elementwise, in place. Both tensors are contiguous and alike.
 void reduceInto(const at::Tensor& acc, const at::Tensor& in, ReduceKind kind);
 /// out = a (op) b, elementwise; out may alias a or b. All three are contiguous and alike.
 void reduceOut(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, ReduceKind kind);
 
-/// acc[i] = acc[i] (op) in[i] over raw memory, for the common dtypes and small counts, where
-/// building tensor views and a TensorIterator costs more than the arithmetic. Returns false
-/// (touching nothing) when it does not handle the dtype or the count; use reduceInto then.
-/// Results match ATen's (NaN propagation of MIN/MAX, wrap-around of integers).
+/// acc[i] = acc[i] (op) in[i] over raw CPU memory with the core's kernels, for small
+/// counts. Returns false (touching nothing) when the dtype is not one of the core's or the
+/// buffer is large; use reduceInto then.
 bool reduceRaw(void* acc, const void* in, std::size_t count, at::ScalarType dtype, ReduceKind kind);
 
-const char* reduceKindName(ReduceKind kind);
+/// The core's name for a torch dtype, if it has one.
+std::optional<core::Dtype> coreDtype(at::ScalarType dtype);
+
+inline const char* reduceKindName(ReduceKind kind) { return core::nameOf(kind); }
 
 }  // namespace commux::engine

@@ -12,6 +12,8 @@
 
 #include "commux/options.hpp"
 #include "config/settings.hpp"
+#include "core/reduce.hpp"
+#include "engine/reduce_kernels.hpp"
 #include "c10d/process_engine.hpp"
 #include "commux/window_ucx.hpp"
 #include "commux/process_group_ucx.hpp"
@@ -156,6 +158,32 @@ PYBIND11_MODULE(_C, m) {
     }
     return d;
   });
+  m.def(
+      "_core_reduce",
+      [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const std::string& op) {
+        // Tests only: the core's kernel on three alike contiguous CPU tensors.
+        TORCH_CHECK_VALUE(out.device().is_cpu() && out.is_contiguous() && a.is_contiguous() &&
+                              b.is_contiguous() && a.sizes() == out.sizes() &&
+                              b.sizes() == out.sizes() && a.scalar_type() == out.scalar_type() &&
+                              b.scalar_type() == out.scalar_type(),
+                          "_core_reduce: three alike contiguous CPU tensors");
+        const auto dtype = commux::engine::coreDtype(out.scalar_type());
+        TORCH_CHECK_VALUE(dtype, "_core_reduce: the core has no dtype ", out.scalar_type());
+        static const std::pair<const char*, commux::core::ReduceOp> kOps[] = {
+            {"sum", commux::core::ReduceOp::Sum},      {"product", commux::core::ReduceOp::Product},
+            {"min", commux::core::ReduceOp::Min},      {"max", commux::core::ReduceOp::Max},
+            {"band", commux::core::ReduceOp::BitAnd}, {"bor", commux::core::ReduceOp::BitOr},
+            {"bxor", commux::core::ReduceOp::BitXor}};
+        for (const auto& [name, value] : kOps) {
+          if (op == name) {
+            return commux::core::reduce(out.data_ptr(), a.data_ptr(), b.data_ptr(),
+                                        static_cast<std::size_t>(out.numel()), *dtype, value);
+          }
+        }
+        TORCH_CHECK_VALUE(false, "_core_reduce: no operation ", op);
+        return false;
+      },
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "settings_table",
       [] {
