@@ -385,6 +385,8 @@ def _tampered_store(rank, world_size, port, what, scratch=None):
     real = dist.TCPStore("127.0.0.1", port, world_size, is_master=(rank == 0),
                          timeout=datetime.timedelta(seconds=60))
     changed = []
+    decoy = None
+    decoy_name = f"/commux-dec0-{os.getpid()}"  # named as commux's segments are
 
     def tamper(key, value):
         if rank != 1:
@@ -394,6 +396,15 @@ def _tampered_store(rank, world_size, port, what, scratch=None):
             fields = text.decode().split(" ")
             if what == "segment-foreign-fd":
                 fields[-1] = "/proc/1/fd/0"  # another process's descriptor
+            elif what == "segment-decoy":
+                # A file of this user that commux did not make (mode 0644), as large as the
+                # real segment: mapped as the channel, the collective would write into it.
+                real = fields[-1] if fields[-1].startswith("/proc/") else "/dev/shm" + fields[-1]
+                nonlocal decoy
+                decoy = os.open("/dev/shm" + decoy_name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                os.fchmod(decoy, 0o644)  # whatever the umask
+                os.ftruncate(decoy, os.stat(real).st_size)
+                fields[-1] = decoy_name
             elif what == "segment-path":
                 fields[-1] = "/commux-../../../etc/passwd"
             else:  # segment-slot: sizes beyond any segment commux makes
@@ -448,6 +459,10 @@ def _tampered_store(rank, world_size, port, what, scratch=None):
         assert torch.equal(t, torch.full((1000,), 3.0)), t[:4]
         backend = dist.group.WORLD._get_backend(torch.device("cpu"))
         outcome = backend.shared_memory_shape()
+        if decoy is not None:
+            os.unlink("/dev/shm" + decoy_name)
+            written = os.pread(decoy, os.fstat(decoy).st_size, 0)
+            assert written.count(0) == len(written), "the collective wrote into the decoy file"
     elif what == "peer-truncated":
         if rank == 1:
             outcome = expect_error(lambda: dist.send(torch.ones(1), 0), "truncated peer record",
@@ -470,7 +485,7 @@ def _tampered_store(rank, world_size, port, what, scratch=None):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("what", ["segment-foreign-fd", "segment-path", "segment-slot",
+@pytest.mark.parametrize("what", ["segment-foreign-fd", "segment-decoy", "segment-path", "segment-slot",
                                   "peer-truncated", "window-pid"])
 def test_records_changed_in_the_store_are_refused_not_acted_on(what):
     """Anyone who can write the store can change what a rank reads there: a segment to
