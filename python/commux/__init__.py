@@ -216,13 +216,9 @@ def config() -> dict:
 
 def _keep_torch_flight_recorder() -> bool:
     """COMMUX_TORCH_FLIGHT_RECORDER as a boolean; anything else raises naming it."""
-    raw = os.environ.get("COMMUX_TORCH_FLIGHT_RECORDER", "").strip().lower()
-    if raw in ("", "0", "off", "false", "no"):
-        return False
-    if raw in ("1", "on", "true", "yes"):
-        return True
-    raise ValueError(f"COMMUX_TORCH_FLIGHT_RECORDER={os.environ['COMMUX_TORCH_FLIGHT_RECORDER']!r} "
-                     "is not a boolean (use 1, true, on or yes; 0, false, off or no)")
+    from . import _env
+
+    return _env.boolean(os.environ, "COMMUX_TORCH_FLIGHT_RECORDER", False)
 
 
 def health(group=None) -> dict:

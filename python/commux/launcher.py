@@ -82,6 +82,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, MutableMapping, Optional, Tuple
 
+from . import _env
+
 __all__ = [
     "Launch",
     "LauncherError",
@@ -383,13 +385,7 @@ _DETECTORS = (_open_mpi, _slurm, _hydra, _pmix)
 
 
 def _disabled(env: Mapping[str, str]) -> bool:
-    value = (env.get("COMMUX_LAUNCHER") or "").strip().lower()
-    if value in ("", "1", "on", "true", "yes"):
-        return False
-    if value in ("0", "off", "false", "no"):
-        return True
-    raise LauncherError(f"COMMUX_LAUNCHER={env.get('COMMUX_LAUNCHER')!r} is not a boolean "
-                        "(use 1, true, on or yes; 0, false, off or no)")
+    return not _env.boolean(env, "COMMUX_LAUNCHER", True, LauncherError)
 
 
 def _torchrun_present(env: Mapping[str, str]) -> bool:

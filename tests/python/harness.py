@@ -146,6 +146,47 @@ def side_barrier(name: str, timeout_s: float = 60.0) -> None:
     )
 
 
+def forwarding_store(real, on_read=None):
+    """A store written in Python (a dist.Store subclass) that forwards every call to `real`.
+    ``on_read(op, keys, values)`` sees each read ("get" or "multi_get") and returns what the
+    caller gets instead of ``values``. Keep the returned object alive while it is in use:
+    c10d holds only its C++ half, and the overrides die with the Python object."""
+    import torch.distributed as dist
+
+    def read(op, keys, values):
+        return values if on_read is None else on_read(op, keys, values)
+
+    class Forwarding(dist.Store):
+        def set(self, key, value):
+            return real.set(key, value)
+
+        def get(self, key):
+            return read("get", [key], [real.get(key)])[0]
+
+        def multi_get(self, keys):
+            return read("multi_get", list(keys), real.multi_get(keys))
+
+        def add(self, key, value):
+            return real.add(key, value)
+
+        def check(self, keys):
+            return real.check(keys)
+
+        def wait(self, keys, *timeout):
+            return real.wait(keys, *timeout)
+
+        def compare_set(self, key, expected, desired):
+            return real.compare_set(key, expected, desired)
+
+        def delete_key(self, key):
+            return real.delete_key(key)
+
+        def num_keys(self):
+            return real.num_keys()
+
+    return Forwarding()
+
+
 def expect_error(fn, keywords, what: str, exc_types=(RuntimeError, ValueError)):
     """Call ``fn()``; it must raise one of ``exc_types`` whose message
     contains at least one of ``keywords`` (case-insensitive).  Returns the

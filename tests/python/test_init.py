@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import INIT_METHODS, free_port, run_ranks
+from harness import INIT_METHODS, forwarding_store, free_port, run_ranks
 
 
 def _simple_allreduce(rank, world_size):
@@ -48,40 +48,11 @@ def _peer_record_reads(rank, world_size, port, scratch=None):
                          timeout=datetime.timedelta(seconds=60))
     reads = []
 
-    class Recording(dist.Store):
-        """Forwards to the TCPStore and records which keys each read asks for."""
+    def record(op, keys, values):
+        reads.append((op, keys))
+        return values
 
-        def set(self, key, value):
-            return real.set(key, value)
-
-        def get(self, key):
-            reads.append(("get", [key]))
-            return real.get(key)
-
-        def multi_get(self, keys):
-            reads.append(("multi_get", list(keys)))
-            return real.multi_get(keys)
-
-        def add(self, key, value):
-            return real.add(key, value)
-
-        def check(self, keys):
-            return real.check(keys)
-
-        def wait(self, keys, *timeout):
-            return real.wait(keys, *timeout)
-
-        def compare_set(self, key, expected, desired):
-            return real.compare_set(key, expected, desired)
-
-        def delete_key(self, key):
-            return real.delete_key(key)
-
-        def num_keys(self):
-            return real.num_keys()
-
-    # Held here: c10d keeps only the C++ half, and the overrides die with the Python object.
-    store = Recording()
+    store = forwarding_store(real, record)  # held here: c10d keeps only the C++ half
     dist.init_process_group("ucx", store=store, rank=rank, world_size=world_size)
     t = torch.ones(4)
     dist.all_reduce(t)

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 import commux
 
-from harness import assert_group_works, expect_error, run_ranks, run_python
+from harness import assert_group_works, expect_error, forwarding_store, run_ranks, run_python
 
 pytestmark = pytest.mark.ucx_only
 
@@ -421,35 +421,7 @@ def _tampered_store(rank, world_size, port, what, scratch=None):
         changed.append(key)
         return text
 
-    class Tampering(dist.Store):
-        def set(self, key, value):
-            return real.set(key, value)
-
-        def get(self, key):
-            return tamper(key, real.get(key))
-
-        def multi_get(self, keys):
-            return [tamper(k, v) for k, v in zip(keys, real.multi_get(keys))]
-
-        def add(self, key, value):
-            return real.add(key, value)
-
-        def check(self, keys):
-            return real.check(keys)
-
-        def wait(self, keys, *timeout):
-            return real.wait(keys, *timeout)
-
-        def compare_set(self, key, expected, desired):
-            return real.compare_set(key, expected, desired)
-
-        def delete_key(self, key):
-            return real.delete_key(key)
-
-        def num_keys(self):
-            return real.num_keys()
-
-    store = Tampering()  # held here: c10d keeps only the C++ half
+    store = forwarding_store(real, lambda op, keys, values: [tamper(k, v) for k, v in zip(keys, values)])
     dist.init_process_group("ucx", store=store, rank=rank, world_size=world_size)
     outcome = None
     if what.startswith("segment"):
