@@ -17,7 +17,6 @@
 #include <exception>
 #include <mutex>
 #include <string>
-#include <thread>
 
 namespace commux {
 struct SetupDeaths;
@@ -234,12 +233,13 @@ class ProcessGroupUCX : public c10d::Backend {
   /// set-up (running it here unless startSetUp's thread did) and raises its error.
   std::shared_ptr<shm::Channel> shmChannel();
   /// The group's set-up, collective over the group, under shmMutex_; records its outcome
-  /// (shm_, layout_, the relay, or setUpError_) and sets shmDecided_. `onOwnThread`: on
-  /// startSetUp's thread, which talks to the store through a connection of its own.
-  void setUp(bool onOwnThread);
-  /// Runs setUp() on setUpThread_ when the group sets up in the background.
+  /// (shm_, layout_, the relay, or setUpError_) and sets shmDecided_. Talks to the store
+  /// through `store` (the group's, or a connection of its own on startSetUp's thread).
+  void setUp(const c10::intrusive_ptr<c10d::Store>& store);
+  /// Runs setUp() on a thread of its own when the group sets up in the background.
   void startSetUp();
-  /// Makes a set-up still waiting give up (telling the others why), and joins its thread.
+  /// Makes a set-up still waiting give up (telling the others why); once it returns, that
+  /// thread no longer touches the group.
   void stopSetUp();
   /// The group's channel when this collective goes through shared memory (CPU tensors on a
   /// group whose ranks share a host), else null; every rank decides alike. Raises first
@@ -356,7 +356,13 @@ class ProcessGroupUCX : public c10d::Backend {
   std::size_t pruneAt_ = 64;
 
   const bool setUpInBackground_;
-  std::thread setUpThread_;
+  // Shared with startSetUp's (detached) thread: it works on the group only under `mutex`,
+  // and not at all once `cancelled`.
+  struct SetUpControl {
+    std::mutex mutex;
+    bool cancelled = false;
+  };
+  std::shared_ptr<SetUpControl> setUpControl_;
   std::atomic<bool> setUpStop_{false};  // set once the group goes away: the set-up gives up
   mutable std::mutex shmMutex_;  // held through the set-up
   std::atomic<bool> shmDecided_{false};  // written under shmMutex_; read without it by joinSetUp

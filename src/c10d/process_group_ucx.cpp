@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <tuple>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -114,8 +115,7 @@ ProcessGroupUCX::~ProcessGroupUCX() {
     // A forked child: the group's threads, locks, UCX state and shared memory are the
     // parent's. Free none of it (member destructors then see empty handles).
     new std::tuple(std::move(engine_), std::move(peers_), std::move(relay_), std::move(shm_),
-                   std::move(store_), std::move(health_), std::move(layout_),
-                   std::move(setUpThread_));
+                   std::move(store_), std::move(health_), std::move(layout_));
     return;
   }
   stopSetUp();  // before anything it uses goes
@@ -359,23 +359,37 @@ void ProcessGroupUCX::startSetUp() {
   // on, it is usually done before the first collective, which then returns its Work at
   // once, and a rank that meets its first collective late (or is refused there by torch)
   // keeps nobody waiting. Not with a store written in Python: each call would need the
-  // GIL, which the destructor (joining this thread) may hold.
+  // GIL, which the destructor may hold.
   if (size_ < 2 || !setUpInBackground_) return;
-  setUpThread_ = std::thread([this] {
+  auto control = std::make_shared<SetUpControl>();
+  setUpControl_ = control;
+  // Detached: making its own store connection may take the store's timeout (the store's
+  // host is gone), and nothing may wait for that. It touches the group only under
+  // control->mutex, and never once the group cancelled it (stopSetUp).
+  std::thread([this, control, store = store_] {
+    // Through a connection of its own: a TCPStore client serves one request at a time, and
+    // the caller's thread may hold the group's in a wait (a barrier of its own) while the
+    // other ranks wait for this set-up.
+    const auto own = ownConnection(store);
+    std::lock_guard<std::mutex> alive(control->mutex);
+    if (control->cancelled) return;
     std::lock_guard<std::mutex> lock(shmMutex_);
-    if (!shmDecided_.load(std::memory_order_relaxed)) setUp(true);
-  });
+    if (!shmDecided_.load(std::memory_order_relaxed)) setUp(own);
+  }).detach();
 }
 
 void ProcessGroupUCX::stopSetUp() {
-  setUpStop_.store(true, std::memory_order_release);
-  if (setUpThread_.joinable()) setUpThread_.join();
+  setUpStop_.store(true, std::memory_order_release);  // a set-up under way gives up soon
+  if (setUpControl_) {
+    std::lock_guard<std::mutex> alive(setUpControl_->mutex);
+    setUpControl_->cancelled = true;
+  }
 }
 
 std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   if (size_ < 2) return nullptr;
   std::lock_guard<std::mutex> lock(shmMutex_);
-  if (!shmDecided_) setUp(false);
+  if (!shmDecided_) setUp(store_);
   // Every collective raises the set-up's error: none of them can run.
   if (setUpError_) std::rethrow_exception(setUpError_);
   // A broken channel refuses the collective (checkCollectivesAllowed) rather than sending it
@@ -383,12 +397,9 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   return std::atomic_load(&shm_);
 }
 
-void ProcessGroupUCX::setUp(bool onOwnThread) {
+void ProcessGroupUCX::setUp(const c10::intrusive_ptr<c10d::Store>& store) {
   // The set-up waits for every rank in the store, which a dead one never reaches.
   if (health_->anyDead()) return;
-  // On its own thread, through a store connection of its own: the caller's thread may
-  // hold the group's (a barrier of its own in the store) while the others wait for this one.
-  const auto store = onOwnThread ? ownConnection(store_) : store_;
   const SetupDeaths deaths = setupDeaths("the set-up of the group's shared memory", store);
   // The error every collective of the group raises from now on.
   const auto fail = [this](const std::string& why, auto raise) {
