@@ -51,7 +51,13 @@ void SetupStore::put(const std::string& k, const std::string& value) {
 std::vector<std::string> SetupStore::takeAll(const std::vector<std::string>& keys,
                                              const std::vector<int>& owners) {
   waitFor(keys, owners);
-  auto values = storeTakeAll(store_, keys);
+  std::vector<std::string> values;
+  try {
+    values = storeTakeAll(store_, keys);
+  } catch (const c10::DistNetworkError&) {
+    giveDeathFirst();
+    throw;
+  }
   for (const auto& v : values) {
     if (v.compare(0, sizeof(kAbandoned) - 1, kAbandoned) == 0) {
       throw SetupAbandoned(v.substr(sizeof(kAbandoned) - 1));
@@ -74,17 +80,32 @@ void SetupStore::waitFor(const std::vector<std::string>& keys, const std::vector
   auto pause = std::chrono::microseconds(100);
   for (;;) {
     if (const std::string dead = deaths_.dead(); !dead.empty()) throw SetupAbandoned(dead);
-    if (store_.check(keys)) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= nextWatch) {
-      // Again each period: a late rank can be watched only once it made the group.
-      deaths_.watch(lateOwners(keys, owners));
-      nextWatch = now + kWatchAfter;
-      continue;
+    try {
+      if (store_.check(keys)) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= nextWatch) {
+        // Again each period: a late rank can be watched only once it made the group.
+        deaths_.watch(lateOwners(keys, owners));
+        nextWatch = now + kWatchAfter;
+        continue;
+      }
+      if (now - start > store_.getTimeout()) throwLate(keys, owners);
+    } catch (const c10::DistNetworkError&) {
+      giveDeathFirst();
+      throw;
     }
-    if (now - start > store_.getTimeout()) throwLate(keys, owners);
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+  }
+}
+
+void SetupStore::giveDeathFirst() {
+  // The store's host often goes because a rank died and it gave up (rank 0 exits): the
+  // death is the reason to give, once the watch has had a moment to report it.
+  const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < grace) {
+    if (const std::string dead = deaths_.dead(); !dead.empty()) throw SetupAbandoned(dead);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 

@@ -52,6 +52,9 @@ class SetupStore {
 
  private:
   void waitFor(const std::vector<std::string>& keys, const std::vector<int>& owners);
+  /// After the store failed (called while handling its error): raises SetupAbandoned
+  /// naming a death the group hears of within a moment, else returns.
+  void giveDeathFirst();
   /// The owners of those of `keys` not in the store, ascending, each once.
   std::vector<int> lateOwners(const std::vector<std::string>& keys, const std::vector<int>& owners);
   [[noreturn]] void throwLate(const std::vector<std::string>& keys, const std::vector<int>& owners);
