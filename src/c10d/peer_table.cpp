@@ -200,25 +200,20 @@ void PeerTable::resolve(const std::vector<int>& ranks, std::string_view operatio
   for (std::size_t i = 0; i < missing.size(); ++i) adopt(missing[i], parse(missing[i], records[i]));
 }
 
-std::vector<int> PeerTable::getPublished(const std::vector<int>& ranks, c10d::Store& via) {
-  std::vector<int> ready, absent;
+void PeerTable::getPublished(const std::vector<int>& ranks, c10d::Store& via) {
+  std::vector<int> ready;
   std::vector<std::string> keys;
   for (int r : ranks) {
     checkRank(r);
-    if (known(r)) continue;
-    if (via.check({key(r)})) {
-      ready.push_back(r);
-      keys.push_back(key(r));
-    } else {
-      absent.push_back(r);
-    }
+    if (known(r) || !via.check({key(r)})) continue;
+    ready.push_back(r);
+    keys.push_back(key(r));
   }
-  if (ready.empty()) return absent;
+  if (ready.empty()) return;
   const auto records = via.multiGet(keys);
   for (std::size_t i = 0; i < ready.size(); ++i) {
     if (!known(ready[i])) adopt(ready[i], parse(ready[i], records[i]));
   }
-  return absent;
 }
 
 void PeerTable::prefetch(const std::vector<int>& ranks, std::string_view operation) {

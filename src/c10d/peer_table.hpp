@@ -54,9 +54,9 @@ class PeerTable {
   std::vector<std::shared_ptr<const engine::Route>> get(const std::vector<int>& ranks,
                                                         std::string_view operation = {});
   /// As get(ranks), for those of `ranks` whose records are in the store already: it never
-  /// waits for a rank that has not created the group yet. Returns the others. Reads
+  /// waits for a rank that has not created the group yet (a later call watches it). Reads
   /// through `via`: the group's store, or another connection to it.
-  std::vector<int> getPublished(const std::vector<int>& ranks, c10d::Store& via);
+  void getPublished(const std::vector<int>& ranks, c10d::Store& via);
   /// Reads every rank's record (once, in one store request): a collective's failure
   /// depends on every member.
   void resolveAll(std::string_view operation = {});

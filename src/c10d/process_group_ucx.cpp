@@ -333,7 +333,7 @@ SetupDeaths ProcessGroupUCX::setupDeaths(const char* what,
                                          c10::intrusive_ptr<c10d::Store> via) {
   if (!via) via = store_;
   return SetupDeaths{
-      [this, via](const std::vector<int>& ranks) { return peers_->getPublished(ranks, *via); },
+      [this, via](const std::vector<int>& ranks) { peers_->getPublished(ranks, *via); },
       [this] {
         if (setUpStop_.load(std::memory_order_acquire)) {
           return std::string("this group was destroyed, aborted or shut down on rank ") +

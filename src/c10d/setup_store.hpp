@@ -16,12 +16,12 @@
 namespace commux {
 
 /// How a set-up hears of deaths while it waits for other ranks in the store: `watch` starts
-/// watching ranks (it reads their addresses from the store, never waiting for one) and
-/// returns those it cannot watch yet (no address published: the group is not made there
-/// yet); `dead` says which watched rank died and why (or that this rank gives up), or is
-/// empty while they all live. `what` names the set-up in errors.
+/// watching ranks (it reads their addresses from the store, never waiting for one; a rank
+/// that has not made the group yet is watched by a later call); `dead` says which watched
+/// rank died and why (or that this rank gives up), or is empty while they all live. `what`
+/// names the set-up in errors.
 struct SetupDeaths {
-  std::function<std::vector<int>(const std::vector<int>& ranks)> watch;
+  std::function<void(const std::vector<int>& ranks)> watch;
   std::function<std::string()> dead;
   std::string what;
 };
