@@ -10,4 +10,5 @@ env -i PATH=/usr/bin:/bin HOME="$HOME" \
   cmake -S . -B "$build" -DCOMMUX_CORE_ONLY=ON -DCOMMUX_BUILD_TESTS=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 env -i PATH=/usr/bin:/bin HOME="$HOME" cmake --build "$build" -j2
+python3 scripts/check_core_includes.py
 env -i PATH=/usr/bin:/bin HOME="$HOME" ctest --test-dir "$build" --output-on-failure --timeout 120

@@ -41,7 +41,9 @@ enum class Kind : std::uint32_t;
 }  // namespace shm
 struct HostLayout;
 class DeathRelay;
+namespace core {
 class GroupHealth;
+}  // namespace core
 class PeerTable;
 class WorkUCX;
 class WindowUCX;
@@ -331,7 +333,7 @@ class ProcessGroupUCX : public c10d::Backend {
   std::shared_ptr<engine::Engine> engine_;
   std::uint32_t forkGeneration_;  // engine::forkGeneration() when the group was made
   int creatorPid_;
-  std::shared_ptr<GroupHealth> health_;
+  std::shared_ptr<core::GroupHealth> health_;
   std::uint64_t failureListener_ = 0;
   c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<PeerTable> peers_;

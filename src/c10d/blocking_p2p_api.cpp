@@ -4,11 +4,11 @@
 
 #include <algorithm>
 
-#include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "core/group_health.hpp"
 #include "engine/blocking_transfer.hpp"
 #include "engine/description.hpp"
 #include "engine/engine.hpp"

@@ -5,16 +5,16 @@
 #include <algorithm>
 
 #include "c10d/collective_setup.hpp"
-#include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
-#include "commux/options.hpp"
 #include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "collectives/round_fit.hpp"
 #include "collectives/selection.hpp"
+#include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "core/group_health.hpp"
 #include "engine/collective_op.hpp"
 #include "engine/engine.hpp"
 #include "shm/channel.hpp"

@@ -15,7 +15,6 @@
 // before it have died (together with it or earlier), nobody watches it. The group runs no
 // collective after the first death anyway; point-to-point peers are watched by their own
 // routes.
-#include <ATen/ATen.h>
 
 #include <cstdint>
 #include <functional>

@@ -7,7 +7,6 @@
 #include <c10/util/Exception.h>
 
 #include "c10d/collective_setup.hpp"
-#include "c10d/group_health.hpp"
 #include "c10d/hierarchical_op.hpp"
 #include "c10d/peer_table.hpp"
 #include "c10d/shm_setup.hpp"
@@ -16,6 +15,7 @@
 #include "collectives/selection.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "core/group_health.hpp"
 #include "shm/channel.hpp"
 
 namespace commux {

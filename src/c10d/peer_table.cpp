@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/error.hpp"
+
 namespace commux {
 namespace {
 
@@ -116,8 +118,8 @@ void PeerTable::publish(const std::string& address, std::uint32_t context) {
 std::string PeerTable::key(int rank) const { return prefix_ + std::to_string(rank); }
 
 void PeerTable::checkRank(int rank) const {
-  TORCH_CHECK(rank >= 0 && static_cast<std::size_t>(rank) < routes_.size(), "commux: rank ", rank,
-              " is outside the group");
+  COMMUX_CHECK(rank >= 0 && static_cast<std::size_t>(rank) < routes_.size(), Runtime,
+               "commux: rank ", rank, " is outside the group");
 }
 
 std::shared_ptr<const engine::Route> PeerTable::get(int rank, std::string_view operation) {
@@ -128,31 +130,32 @@ std::shared_ptr<const engine::Route> PeerTable::get(int rank, std::string_view o
 }
 
 PeerTable::Record PeerTable::parse(int rank, const std::vector<uint8_t>& record) const {
-  TORCH_CHECK(record.size() >= 28 && getU32(record, 0) == kMagic,
-              "commux: rank ", rank, " published an unreadable peer record; "
-              "is every rank running commux on the same process group?");
-  TORCH_CHECK(getU32(record, 4) == kFormat, "commux: rank ", rank,
-              " runs a commux with peer-record format ", getU32(record, 4), ", this rank uses ",
-              kFormat, "; install the same commux version on every rank");
+  COMMUX_CHECK(record.size() >= 28 && getU32(record, 0) == kMagic, Runtime, "commux: rank ", rank,
+               " published an unreadable peer record; "
+               "is every rank running commux on the same process group?");
+  COMMUX_CHECK(getU32(record, 4) == kFormat, Runtime, "commux: rank ", rank,
+               " runs a commux with peer-record format ", getU32(record, 4), ", this rank uses ",
+               kFormat, "; install the same commux version on every rank");
   Record out;
   out.process.pid = static_cast<std::int32_t>(getU32(record, 12));
   out.process.startTicks = getU32(record, 16) | (std::uint64_t{getU32(record, 20)} << 32);
   // Lengths from the store are checked against the record before they index it.
   const std::size_t spaceLength = getU32(record, 24);
-  TORCH_CHECK(record.size() >= 32 && spaceLength <= record.size() - 32, "commux: rank ", rank,
-              " published a truncated peer record");
+  COMMUX_CHECK(record.size() >= 32 && spaceLength <= record.size() - 32, Runtime, "commux: rank ",
+               rank, " published a truncated peer record");
   out.process.pidSpace.assign(record.begin() + 28, record.begin() + 28 + spaceLength);
   const std::size_t jobAt = 28 + spaceLength;
   const std::size_t jobLength = getU32(record, jobAt);
-  TORCH_CHECK(jobLength < record.size() - jobAt - 4, "commux: rank ", rank,
-              " published a truncated peer record");
+  COMMUX_CHECK(jobLength < record.size() - jobAt - 4, Runtime, "commux: rank ", rank,
+               " published a truncated peer record");
   const std::string job(record.begin() + jobAt + 4, record.begin() + jobAt + 4 + jobLength);
   // Two jobs that meet on one store (a MASTER_PORT reused while the first still runs) would
   // otherwise mix their ranks silently.
-  TORCH_CHECK(job.empty() || job_.empty() || job == job_, "commux: rank ", rank,
-              "'s record in the group's store (", storeLocation(), ") belongs to another job (",
-              job, "; this rank's is ", job_, "): two jobs share one store; give each its own "
-              "MASTER_PORT (or rendezvous endpoint)");
+  COMMUX_CHECK(job.empty() || job_.empty() || job == job_, Runtime, "commux: rank ", rank,
+               "'s record in the group's store (", storeLocation(), ") belongs to another job (",
+               job, "; this rank's is ", job_,
+               "): two jobs share one store; give each its own "
+               "MASTER_PORT (or rendezvous endpoint)");
   out.route = std::make_shared<engine::Route>(engine::Route{
       std::string(record.begin() + jobAt + 4 + jobLength, record.end()), getU32(record, 8)});
   return out;
@@ -262,8 +265,8 @@ std::vector<std::vector<uint8_t>> PeerTable::fetch(const std::vector<int>& ranks
   } catch (const c10::DistStoreError& e) {
     throwMissing(ranks, e.what());
   }
-  TORCH_CHECK(records.size() == ranks.size(), "commux: the store answered ", records.size(),
-              " of ", ranks.size(), " peer records");
+  COMMUX_CHECK(records.size() == ranks.size(), Runtime, "commux: the store answered ",
+               records.size(), " of ", ranks.size(), " peer records");
   return records;
 }
 
@@ -287,9 +290,9 @@ void PeerTable::throwMissing(const std::vector<int>& ranks, const std::string& w
   const std::string cause = why.size() > 300 ? why.substr(0, 300) + "..." : why;
   const std::string who =
       absent.empty() ? std::to_string(ranks.size()) + " ranks" : "rank(s) " + named;
-  C10_THROW_ERROR(DistStoreError, "commux: rank " + std::to_string(rank_) +
-                                      " waited in vain for the peer records of " + who +
-                                      " (did every rank create this group?): " + cause);
+  COMMUX_FAIL(Store, "commux: rank " + std::to_string(rank_) +
+                         " waited in vain for the peer records of " + who +
+                         " (did every rank create this group?): " + cause);
 }
 
 void PeerTable::throwUnreachable(const std::vector<int>& ranks, std::string_view operation,
@@ -297,10 +300,9 @@ void PeerTable::throwUnreachable(const std::vector<int>& ranks, std::string_view
   // torch says only "Broken pipe" or "Connection reset by peer": say whose record, what
   // for, and which store. torch's rendezvous (env://, tcp://) serves the store from rank
   // 0's process, so it goes when rank 0 exits; torchrun's agent serves it instead.
-  C10_THROW_ERROR(DistNetworkError,
-                  "commux: rank " + std::to_string(rank_) + " could not read the peer record of " +
-                      nameRanks(ranks) + ", needed for " + std::string(operation) + ": " +
-                      storeLost(why));
+  COMMUX_FAIL(Network, "commux: rank " + std::to_string(rank_) +
+                           " could not read the peer record of " + nameRanks(ranks) +
+                           ", needed for " + std::string(operation) + ": " + storeLost(why));
 }
 
 std::string PeerTable::storeLost(const std::string& why) const {

@@ -12,19 +12,19 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "c10d/death_relay.hpp"
-#include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
-#include "engine/errors.hpp"
-#include "cuda/cuda_support.hpp"
-#include "c10d/shm_setup.hpp"
-#include "shm/channel.hpp"
-#include "commux/options.hpp"
 #include "c10d/process_engine.hpp"
+#include "c10d/shm_setup.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
+#include "commux/options.hpp"
+#include "core/group_health.hpp"
+#include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
+#include "engine/errors.hpp"
 #include "engine/p2p_op.hpp"
+#include "shm/channel.hpp"
 #include "wire/tag.hpp"
 
 namespace commux {
@@ -84,7 +84,7 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
   engine_ = processEngine(static_cast<std::size_t>(size));
   forkGeneration_ = engine::forkGeneration();
   creatorPid_ = static_cast<int>(::getpid());
-  health_ = std::make_shared<GroupHealth>(size);
+  health_ = std::make_shared<core::GroupHealth>(size);
   store_ = store;
   // No purge here: it runs later on the driver and would drop messages that peers send to
   // this new group once it is published (a destroyed group's are purged at destruction,

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "c10d/store_text.hpp"
+#include "core/error.hpp"
 
 namespace commux {
 namespace {
@@ -131,10 +132,9 @@ void SetupStore::throwLate(const std::vector<std::string>& keys, const std::vect
   if (late.size() > kNamed) named += ", ...";
   const auto seconds =
       std::chrono::duration_cast<std::chrono::seconds>(store_.getTimeout()).count();
-  C10_THROW_ERROR(DistStoreError,
-                  "commux: " + deaths_.what + " waited in vain for rank(s) " + named +
-                      " for the store's timeout (" + std::to_string(seconds) +
-                      " s): did every rank create this group, and is each one still running?");
+  COMMUX_FAIL(Store, "commux: " + deaths_.what + " waited in vain for rank(s) " + named +
+                         " for the store's timeout (" + std::to_string(seconds) +
+                         " s): did every rank create this group, and is each one still running?");
 }
 
 }  // namespace commux

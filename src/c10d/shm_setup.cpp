@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <c10/util/Exception.h>
-#include <c10/util/Logging.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +20,8 @@
 #include "c10d/setup_store.hpp"
 #include "c10d/store_text.hpp"
 #include "commux/options.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
 #include "engine/process_id.hpp"
 #include "shm/channel.hpp"
 #include "shm/cma.hpp"
@@ -122,8 +123,8 @@ HostLayout parseLayout(const std::string& text, int size) {
   for (int r = 0; r < size; ++r) {
     int host = -1;
     in >> host;
-    TORCH_CHECK(host >= 0 && host <= static_cast<int>(layout.hosts.size()),
-                "commux: unreadable host layout from rank 0");
+    COMMUX_CHECK(host >= 0 && host <= static_cast<int>(layout.hosts.size()), Runtime,
+                 "commux: unreadable host layout from rank 0");
     if (host == static_cast<int>(layout.hosts.size())) layout.hosts.emplace_back();
     layout.hostOf[r] = host;
     layout.localIndexOf[r] = static_cast<int>(layout.hosts[host].size());
@@ -138,14 +139,15 @@ HostLayout parseLayout(const std::string& text, int size) {
   std::string bar;
   int mode = 0;
   if (in >> bar >> mode >> layout.parallelMinBytes >> layout.minBytes) {
-    TORCH_CHECK(bar == "|" && mode >= 0 && mode <= static_cast<int>(Hierarchy::Off),
-                "commux: unreadable host layout from rank 0");
+    COMMUX_CHECK(bar == "|" && mode >= 0 && mode <= static_cast<int>(Hierarchy::Off), Runtime,
+                 "commux: unreadable host layout from rank 0");
     layout.hierarchy = static_cast<Hierarchy>(mode);
     if (layout.hierarchy != config.hierarchy ||
         layout.parallelMinBytes != config.hierarchyParallelMinBytes ||
         layout.minBytes != config.hierarchyMinBytes) {
-      LOG(WARNING) << "commux: this rank's COMMUX_HIERARCHY settings differ from rank 0's; the "
-                      "group uses rank 0's";
+      core::log(core::LogLevel::Warning,
+                "commux: this rank's COMMUX_HIERARCHY settings differ from rank 0's; the group "
+                "uses rank 0's");
     }
   } else {
     // Every rank a host of its own (no hierarchy): this rank's own settings are as good.
@@ -174,9 +176,10 @@ bool canReadNeighbour(SetupStore& store, int rank, const std::vector<int>& local
                                &value, sizeof(value)) &&
                   value == shm::kCmaCanaryValue;
   if (!ok) {
-    LOG(INFO) << "commux: rank " << rank << " cannot read rank " << neighbour
-              << "'s memory (process_vm_readv); shared-memory collectives copy through the "
-                 "segment";
+    core::log(core::LogLevel::Info,
+              core::concat("commux: rank ", rank, " cannot read rank ", neighbour,
+                           "'s memory (process_vm_readv); shared-memory collectives copy "
+                           "through the segment"));
   }
   return ok;
 }
@@ -331,7 +334,7 @@ std::shared_ptr<shm::Channel> connectHost(SetupStore& store, int rank, int host,
     }
   }
   if (!problem.empty()) {
-    LOG(WARNING) << problem << "; collectives use UCX instead of shared memory";
+    core::log(core::LogLevel::Warning, problem + "; collectives use UCX instead of shared memory");
   }
   store.put(key("mapped", rank), channel ? "1" : "0");
   if (leader) {
@@ -383,8 +386,9 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
     try {
       differ = settingsDiffer(store.take(settingsKey, 0), rank);
     } catch (const SetupAbandoned& e) {
-      C10_THROW_ERROR(DistBackendError, std::string("the set-up of the group's first collective "
-                                                    "was given up: ") + e.what());
+      COMMUX_FAIL(Backend, std::string("the set-up of the group's first collective "
+                                       "was given up: ") +
+                               e.what());
     }
     if (!differ.empty()) {
       const std::string why = "the ranks' settings differ (" + differ +
@@ -393,7 +397,7 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
         store.abandon(why, hostKeysOf(rank));
       } catch (const std::exception&) {
       }
-      C10_THROW_ERROR(ValueError, "commux: " + why);
+      COMMUX_FAIL(InvalidArgument, "commux: " + why);
     }
   }
   if (me.empty()) {
@@ -458,9 +462,9 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
     } catch (const std::exception&) {
       // The store itself is gone: the others' waits end with its errors.
     }
-    C10_THROW_ERROR(DistBackendError,
-                    std::string("the shared-memory set-up of the group's first collective "
-                                "was given up: ") + e.what());
+    COMMUX_FAIL(Backend, std::string("the shared-memory set-up of the group's first collective "
+                                     "was given up: ") +
+                             e.what());
   }
 }
 

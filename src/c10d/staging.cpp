@@ -47,7 +47,7 @@ engine::Description describe(const char* op, c10::ArrayRef<at::Tensor> tensors, 
   const bool any = !tensors.empty();
   return engine::Description::collective(
       op, std::move(detail), tensors.size(), any ? tensors[0].numel() : 0,
-      any ? tensors[0].scalar_type() : c10::ScalarType::Undefined, algorithm, seq);
+      any ? c10::toString(tensors[0].scalar_type()) : "", algorithm, seq);
 }
 
 }  // namespace commux

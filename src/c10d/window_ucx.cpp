@@ -16,7 +16,6 @@
 #include <limits>
 #include <sstream>
 
-#include "c10d/group_health.hpp"
 #include "c10d/peer_table.hpp"
 #include "c10d/setup_store.hpp"
 #include "c10d/shm_setup.hpp"
@@ -25,6 +24,7 @@
 #include "c10d/work_ucx.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "core/group_health.hpp"
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"

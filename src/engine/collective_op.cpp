@@ -1,13 +1,13 @@
 #include "engine/collective_op.hpp"
 
 #include <ATen/core/grad_mode.h>
-#include <c10/util/Exception.h>
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstring>
 
+#include "core/error.hpp"
 #include "engine/engine.hpp"
 #include "engine/memory.hpp"
 
@@ -20,15 +20,15 @@ CollectiveOp::CollectiveOp(Setup setup, Description description, Done done)
       memory_(memoryTypeOf(s_.work)),
       roundMask_(s_.roundWrap - 1) {
   if (memory_ == UCS_MEMORY_TYPE_CUDA) cudaDevice_ = s_.work.device();
-  TORCH_CHECK(static_cast<std::size_t>(s_.work.numel()) >= s_.schedule.workElements, "commux: ",
-              Op::description(), ": the work buffer holds ", s_.work.numel(),
-              " elements, the schedule needs ", s_.schedule.workElements);
+  COMMUX_CHECK(static_cast<std::size_t>(s_.work.numel()) >= s_.schedule.workElements, Runtime,
+               "commux: ", Op::description(), ": the work buffer holds ", s_.work.numel(),
+               " elements, the schedule needs ", s_.schedule.workElements);
   if (memory_ != UCS_MEMORY_TYPE_HOST) {
     for (const auto& step : s_.schedule.steps) {
       // Copies run as memcpy under the worker lock; on a GPU they would need a stream of
       // their own, as the folds have. The selection plans none for GPU buffers.
-      TORCH_CHECK(step.copies.empty(), "commux: ", Op::description(),
-                  ": this schedule copies locally, which needs host memory");
+      COMMUX_CHECK(step.copies.empty(), Runtime, "commux: ", Op::description(),
+                   ": this schedule copies locally, which needs host memory");
     }
   }
   if (s_.schedule.scratchElements > 0) {
@@ -106,10 +106,10 @@ void CollectiveOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo
   const collectives::Step& step = s_.schedule.steps[step_];
   if (slot >= step.sends.size()) {
     const auto& t = step.recvs[slot - step.sends.size()];
-    TORCH_CHECK_VALUE(info.length == t.count * elementSize_, "commux: ", description(),
-                      ": message size mismatch: rank ", t.peer, " sent ", info.length,
-                      " bytes where ", t.count * elementSize_,
-                      " were expected; do all ranks pass tensors of the same size and dtype?");
+    COMMUX_CHECK(info.length == t.count * elementSize_, InvalidArgument, "commux: ", description(),
+                 ": message size mismatch: rank ", t.peer, " sent ", info.length, " bytes where ",
+                 t.count * elementSize_,
+                 " were expected; do all ranks pass tensors of the same size and dtype?");
   }
   if (outstanding() != 0) return;
   if (foldStep()) {

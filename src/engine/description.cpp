@@ -16,8 +16,8 @@ Description Description::p2p(const char* verb, const char* preposition, int peer
 }
 
 Description Description::collective(const char* name, std::string detail, std::size_t tensors,
-                                    std::int64_t count, c10::ScalarType dtype,
-                                    const char* algorithm, std::uint32_t seq) {
+                                    std::int64_t count, const char* dtype, const char* algorithm,
+                                    std::uint32_t seq) {
   Description d;
   d.form_ = Form::Collective;
   d.name_ = name;
@@ -47,7 +47,7 @@ std::string Description::str() const {
       s = std::string(name_) + " (";
       if (!detail_.empty()) s += detail_ + ", ";
       if (tensors_ > 0) {
-        s += std::to_string(count_) + " x " + c10::toString(dtype_);
+        s += std::to_string(count_) + " x " + dtype_;
         if (tensors_ > 1) s += " x " + std::to_string(tensors_) + " tensors";
         s += ", ";
       }

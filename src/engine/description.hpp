@@ -3,8 +3,6 @@
 // shared memory, collective #5)"), for error messages. It keeps the parts and formats the
 // text only when a message needs it: formatting it for every call was five or more heap
 // allocations, a visible share of an 8-byte send (docs/performance.md).
-#include <c10/core/ScalarType.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -22,10 +20,11 @@ class Description {
   static Description p2p(const char* verb, const char* preposition, int peer, int tag,
                          std::uint64_t bytes, std::size_t tensors);
   /// "<name> ([detail, ]count x dtype[ x N tensors], <algorithm>, collective #seq)", the
-  /// count and dtype those of the first tensor (none when `tensors` is 0). `name` and
-  /// `algorithm` must outlive the description (literals).
+  /// count and dtype those of the first tensor (none when `tensors` is 0). `name`, `dtype`
+  /// (the front end's name of the element type, "Float") and `algorithm` must outlive the
+  /// description (literals).
   static Description collective(const char* name, std::string detail, std::size_t tensors,
-                                std::int64_t count, c10::ScalarType dtype, const char* algorithm,
+                                std::int64_t count, const char* dtype, const char* algorithm,
                                 std::uint32_t seq);
 
   std::string str() const;
@@ -40,7 +39,7 @@ class Description {
   std::uint32_t seq_ = 0;
   std::int64_t count_ = 0;  // bytes (p2p), elements of the first tensor (collective)
   std::size_t tensors_ = 0;
-  c10::ScalarType dtype_ = c10::ScalarType::Undefined;
+  const char* dtype_ = "";
   std::string detail_;  // the text itself (Text); the reduction, the root (collective)
 };
 

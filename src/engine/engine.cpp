@@ -4,7 +4,6 @@
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <c10/util/Exception.h>
 
 #include "engine/errors.hpp"
 
@@ -223,8 +222,8 @@ class Driving {
       : mutex_(mutex), driver_(driver) {
     // A lane or watch thread that drove the worker could run a user's callback, or wait
     // for a lock that a callback holds.
-    TORCH_INTERNAL_ASSERT(neverDrivesDepth == 0,
-                          "commux: a thread that must never drive the worker tried to");
+    COMMUX_ASSERT(neverDrivesDepth == 0,
+                  "commux: a thread that must never drive the worker tried to");
     if (!locked) mutex_.lock();
     // Read only under the lock: the previous driver is this thread (nested) or nobody.
     previous_ = driver_.load(std::memory_order_relaxed);
@@ -481,7 +480,7 @@ void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<c10
 }
 
 void Engine::startPart(const std::shared_ptr<Op>& part) {
-  TORCH_INTERNAL_ASSERT(drivenByThisThread(), "commux: a part started without the worker");
+  COMMUX_ASSERT(drivenByThisThread(), "commux: a part started without the worker");
   startOp(part);
 }
 

@@ -1,15 +1,14 @@
 #pragma once
-#include <c10/util/Exception.h>
-
 #include <exception>
 #include <string>
 
+#include "core/error.hpp"
+
 namespace commux::engine {
 
-/// A communication failure as torch reports them (torch.distributed.DistBackendError).
+/// A communication failure (torch.distributed.DistBackendError through the torch adapter).
 inline std::exception_ptr commError(const std::string& message) {
-  return std::make_exception_ptr(
-      c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, __LINE__}, message));
+  return core::makeError(core::ErrorKind::Backend, message, COMMUX_SITE);
 }
 
 }  // namespace commux::engine

@@ -1,7 +1,5 @@
 #include "engine/op.hpp"
 
-#include <c10/util/Exception.h>
-
 #include "engine/errors.hpp"
 
 #include "engine/engine.hpp"

@@ -1,10 +1,10 @@
 #include "engine/p2p_op.hpp"
 
 #include <ATen/core/grad_mode.h>
-#include <c10/util/Exception.h>
 
 #include <c10/core/StreamGuard.h>
 
+#include "core/error.hpp"
 #include "engine/engine.hpp"
 #include "engine/memory.hpp"
 
@@ -77,7 +77,7 @@ void P2POp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info)
     if (info.length != expected || wire::isPacked(info.senderTag) != pack_) {
       std::string mismatch = packingMismatch(description(), pack_, info);
       if (mismatch.empty()) mismatch = sizeMismatch(description(), pack_, expected, info);
-      TORCH_CHECK_VALUE(false, mismatch);
+      COMMUX_FAIL(InvalidArgument, mismatch);
     }
     if (pack_) {
       for (const auto& b : buffers_) finishRecv(b);

@@ -1,13 +1,11 @@
 #include "engine/window_ops.hpp"
 
 #include <c10/core/DeviceGuard.h>
-#include <c10/util/Exception.h>
 
 #include <cstring>
 
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
-#include "engine/memory.hpp"
 #include "wire/tag.hpp"
 
 namespace commux::engine {
@@ -101,9 +99,10 @@ void WindowInbox::answer(Engine& engine, const Get& get) {
 }
 
 void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
-  TORCH_CHECK(source >= 0 && static_cast<std::size_t>(source) < sources_.size() &&
-                  length >= sizeof(window::Header),
-              "commux: ", description(), ": malformed control message from rank ", source);
+  COMMUX_CHECK(source >= 0 && static_cast<std::size_t>(source) < sources_.size() &&
+                   length >= sizeof(window::Header),
+               Runtime, "commux: ", description(), ": malformed control message from rank ",
+               source);
   window::Header header;
   std::memcpy(&header, control_.data(), sizeof(header));
   Source& from = sources_[static_cast<std::size_t>(source)];
@@ -113,10 +112,12 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
   switch (header.type) {
     case window::Type::Put:
     case window::Type::PutSignal:
-      TORCH_CHECK(inside && length == sizeof(header) + header.bytes, "commux: ", description(),
-                  ": a put from rank ", source, " does not fit the window");
-      TORCH_CHECK(header.bytes == 0 || memory_ == UCS_MEMORY_TYPE_HOST, "commux: ", description(),
-                  ": rank ", source, " sent data inline to device memory");
+      COMMUX_CHECK(inside && length == sizeof(header) + header.bytes, Runtime,
+                   "commux: ", description(), ": a put from rank ", source,
+                   " does not fit the window");
+      COMMUX_CHECK(header.bytes == 0 || memory_ == UCS_MEMORY_TYPE_HOST, Runtime,
+                   "commux: ", description(), ": rank ", source,
+                   " sent data inline to device memory");
       if (header.bytes != 0) {
         std::memcpy(base_ + header.offset, control_.data() + sizeof(header), header.bytes);
       }
@@ -126,8 +127,8 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
       }
       break;
     case window::Type::PutLarge: {
-      TORCH_CHECK(inside, "commux: ", description(), ": a put from rank ", source,
-                  " does not fit the window");
+      COMMUX_CHECK(inside, Runtime, "commux: ", description(), ": a put from rank ", source,
+                   " does not fit the window");
       const std::uint32_t slot = takeSlot(DataSlot{false, source, from.posted++});
       from.landed.push_back(false);
       // Whichever thread drives the worker posts it: UCX needs the window's GPU current.
@@ -143,14 +144,15 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
       release(engine, source);
       break;
     case window::Type::Get:
-      TORCH_CHECK(inside, "commux: ", description(), ": a get from rank ", source,
-                  " does not fit the window");
+      COMMUX_CHECK(inside, Runtime, "commux: ", description(), ": a get from rank ", source,
+                   " does not fit the window");
       from.pending.push_back(
           Source::Pending{header.type, from.posted, header.offset, header.bytes});
       release(engine, source);
       break;
     default:
-      TORCH_CHECK(false, "commux: ", description(), ": unknown control message from rank ", source);
+      COMMUX_FAIL(Runtime, "commux: ", description(), ": unknown control message from rank ",
+                  source);
   }
 }
 
@@ -188,7 +190,7 @@ void WindowInbox::release(Engine& engine, int source) {
 }
 
 void WindowInbox::addWaiter(const std::shared_ptr<WaitSignalOp>& waiter, int peer) {
-  TORCH_CHECK(!finished(), "commux: ", description(), " is closed");
+  COMMUX_CHECK(!finished(), Runtime, "commux: ", description(), " is closed");
   Source& from = sources_.at(static_cast<std::size_t>(peer));
   if (from.ready > 0 && from.waiters.empty()) {
     --from.ready;
@@ -209,7 +211,7 @@ void WindowInbox::removeWaiter(const WaitSignalOp* waiter, int peer) {
 }
 
 void WindowInbox::addCloser(Engine& engine, const std::shared_ptr<CloseWindowOp>& closer) {
-  TORCH_CHECK(!finished(), "commux: ", description(), " is closed");
+  COMMUX_CHECK(!finished(), Runtime, "commux: ", description(), " is closed");
   closer_ = closer;
   maybeClosed(engine);
 }
@@ -325,8 +327,8 @@ void WindowGetOp::start(Engine& engine) {
 }
 
 void WindowGetOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
-  TORCH_CHECK(slot != 0 || info.length == bytes_, "commux: ", description(), ": the answer has ",
-              info.length, " bytes, not ", bytes_);
+  COMMUX_CHECK(slot != 0 || info.length == bytes_, Runtime, "commux: ", description(),
+               ": the answer has ", info.length, " bytes, not ", bytes_);
   if (outstanding() == 0) succeed();
 }
 

@@ -1,6 +1,5 @@
 // The channel's collectives, each a sequence of steps over the slots (see algorithms.hpp).
 #include <ATen/ATen.h>
-#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cstring>
@@ -9,6 +8,7 @@
 #include <utility>
 
 #include "collectives/schedule.hpp"
+#include "core/error.hpp"
 #include "engine/op.hpp"
 #include "engine/reduce_kernels.hpp"
 #include "shm/algorithms.hpp"
@@ -292,9 +292,9 @@ void reduceScatter(Steps& steps, const Turn& turn) {
   const bool small = n != 0 && n * es * othersOf(size) <= steps.smallSlotBytes();
   const std::size_t piece =
       (small ? steps.smallSlotBytes() : copyArea(steps)) / othersOf(size) / es;
-  TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", size,
-              " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
-              steps.shape().slotBytes, ")");
+  COMMUX_CHECK(piece > 0, Runtime, "commux: ", turn.op.description(), ": ", size,
+               " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
+               steps.shape().slotBytes, ")");
   const char* const in = n ? bytes(job.input) : nullptr;
   char* const out = n ? bytes(job.output) : nullptr;
   // An output inside the input (FSDP passes its own shard of the input) is written before
@@ -350,10 +350,10 @@ void checkAlltoallCounts(Steps& steps, std::uint32_t s, const Turn& turn) {
   if (shown > 4) problems += "; and " + std::to_string(shown - 4) + " more";
   // Every rank reads the same counts and fails here alike.
   steps.mark(Phase::Departed, s);
-  C10_THROW_ERROR(ValueError, "commux: " + turn.op.description() +
-                                  ": the ranks' split sizes do not match (" + problems +
-                                  "); what a rank sends to another must be what that one expects "
-                                  "from it");
+  COMMUX_FAIL(InvalidArgument, "commux: " + turn.op.description() +
+                                   ": the ranks' split sizes do not match (" + problems +
+                                   "); what a rank sends to another must be what that one expects "
+                                   "from it");
 }
 
 void alltoall(Steps& steps, const Turn& turn) {
@@ -367,9 +367,9 @@ void alltoall(Steps& steps, const Turn& turn) {
   const std::size_t others = othersOf(steps.shape().size);
   const std::size_t area = copyArea(steps);
   const std::size_t piece = area > header ? (area - header) / others / es : 0;
-  TORCH_CHECK(piece > 0, "commux: ", turn.op.description(), ": ", steps.shape().size,
-              " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
-              steps.shape().slotBytes, ")");
+  COMMUX_CHECK(piece > 0, Runtime, "commux: ", turn.op.description(), ": ", steps.shape().size,
+               " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
+               steps.shape().slotBytes, ")");
   // Where rank `from`'s slot holds its piece for rank `to`.
   const auto pieceAt = [&](std::size_t from, std::size_t to) {
     return header + otherIndex(static_cast<int>(from), static_cast<int>(to)) * piece * es;
@@ -383,8 +383,9 @@ void alltoall(Steps& steps, const Turn& turn) {
   // The caller checked that this rank sends itself what it expects from itself, before any
   // path was chosen; the input and the output never overlap here (c10d/alltoall_api.cpp
   // stages one that would).
-  TORCH_INTERNAL_ASSERT(job.sendCounts[me] == job.recvCounts[me] &&
-                        recvAt[p - 1] + job.recvCounts[p - 1] <= static_cast<std::size_t>(job.output.numel()));
+  COMMUX_ASSERT(job.sendCounts[me] == job.recvCounts[me] &&
+                recvAt[p - 1] + job.recvCounts[p - 1] <=
+                    static_cast<std::size_t>(job.output.numel()));
   if (job.sendCounts[me] != 0) {
     std::memcpy(out + recvAt[me] * es, in + sendAt[me] * es, job.sendCounts[me] * es);
   }
@@ -454,8 +455,7 @@ void alltoall(Steps& steps, const Turn& turn) {
 
 void runCollective(Steps& steps, const Turn& turn) {
   if (steps.broken()) {
-    C10_THROW_ERROR(DistBackendError,
-                    "commux: " + turn.op.description() + ": " + steps.brokenReason());
+    COMMUX_FAIL(Backend, "commux: " + turn.op.description() + ": " + steps.brokenReason());
   }
   const Job& job = turn.job;
   if (job.kind != Kind::Hold) steps.beginCollective();

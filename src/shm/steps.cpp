@@ -2,11 +2,10 @@
 
 #include <unistd.h>
 
-#include <c10/util/Exception.h>
-
 #include <cstring>
 #include <system_error>
 
+#include "core/error.hpp"
 #include "engine/op.hpp"
 #include "shm/cma.hpp"
 #include "shm/steps_layout.hpp"
@@ -48,14 +47,14 @@ Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const 
       slots_(memory + slotsOffset(shape.size)),
       smallSlot_(smallSlotFor(shape)),
       small_(slots_ + bigSlotsBytes(shape)) {
-  TORCH_CHECK(bytes >= bytesFor(shape), "commux: shared-memory segment ", name_,
-              " is too small for ", shape.size, " ranks");
-  TORCH_CHECK(
+  COMMUX_CHECK(bytes >= bytesFor(shape), Runtime, "commux: shared-memory segment ", name_,
+               " is too small for ", shape.size, " ranks");
+  COMMUX_CHECK(
       members_.size() == static_cast<std::size_t>(shape.size) && rank >= 0 && rank < shape.size,
-      "commux: internal error: channel index ", rank, " of ", members_.size());
-  TORCH_CHECK(
+      Runtime, "commux: internal error: channel index ", rank, " of ", members_.size());
+  COMMUX_CHECK(
       shape.depth >= 2 && shape.depth <= kMaxDepth && (shape.depth & (shape.depth - 1)) == 0,
-      "commux: internal error: shared-memory depth ", shape.depth);
+      Runtime, "commux: internal error: shared-memory depth ", shape.depth);
   if (initialise) {
     header_->size = static_cast<std::uint32_t>(shape.size);
     header_->slotBytes = shape.slotBytes;
@@ -64,15 +63,15 @@ Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const 
     header_->depth = shape.depth;
     __atomic_store_n(&header_->magic, layout::kMagic, __ATOMIC_RELEASE);
   } else {
-    TORCH_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == layout::kMagic &&
-                    header_->size == static_cast<std::uint32_t>(shape.size) &&
-                    header_->slotBytes == shape.slotBytes && header_->cmaBytes == shape.cmaBytes &&
-                    header_->checkAll == (shape.checkAll ? 1u : 0u) &&
-                    header_->depth == shape.depth,
-                "commux: shared-memory segment ", name_, " does not match this rank's layout (",
-                shape.size, " ranks, ", shape.depth, " sets of ", shape.slotBytes,
-                "-byte slots, CMA from ", shape.cmaBytes,
-                " bytes); do all ranks run the same commux with the same COMMUX_SHM_* settings?");
+    COMMUX_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == layout::kMagic &&
+                     header_->size == static_cast<std::uint32_t>(shape.size) &&
+                     header_->slotBytes == shape.slotBytes && header_->cmaBytes == shape.cmaBytes &&
+                     header_->checkAll == (shape.checkAll ? 1u : 0u) &&
+                     header_->depth == shape.depth,
+                 Runtime, "commux: shared-memory segment ", name_,
+                 " does not match this rank's layout (", shape.size, " ranks, ", shape.depth,
+                 " sets of ", shape.slotBytes, "-byte slots, CMA from ", shape.cmaBytes,
+                 " bytes); do all ranks run the same commux with the same COMMUX_SHM_* settings?");
   }
   signal_ = signal ? signal(&header_->bell)
                    : std::make_unique<Bell>(&header_->bell, shape.spin, shape.poll);
@@ -249,21 +248,19 @@ void Steps::waitOne(Phase phase, std::uint32_t s, int index, const Turn& turn) {
 void Steps::leave(const Turn& turn) {
   const std::string what = turn.op.description();
   if (const int dead = deadRank(); dead >= 0) {
-    C10_THROW_ERROR(DistBackendError, "commux: " + what + ": rank " + std::to_string(dead) +
-                                          " died during this shared-memory collective");
+    COMMUX_FAIL(Backend, "commux: " + what + ": rank " + std::to_string(dead) +
+                             " died during this shared-memory collective");
   }
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
   if (by != 0 && by != static_cast<std::uint32_t>(groupRank(rank_)) + 1) {
     if (__atomic_load_n(&header_->mismatchBy, __ATOMIC_ACQUIRE) == by) {
-      C10_THROW_ERROR(DistBackendError, "commux: " + what + ": " +
-                                            brokenBecause(static_cast<int>(by) - 1) +
-                                            "; create a new group to go on");
+      COMMUX_FAIL(Backend, "commux: " + what + ": " + brokenBecause(static_cast<int>(by) - 1) +
+                               "; create a new group to go on");
     }
-    C10_THROW_ERROR(DistBackendError,
-                    "commux: " + what + ": rank " + std::to_string(by - 1) +
-                        " left the shared-memory channel half way (its operation timed out or "
-                        "was aborted, or its group was destroyed), so the group's collectives "
-                        "are out of step; create a new group to go on");
+    COMMUX_FAIL(Backend, "commux: " + what + ": rank " + std::to_string(by - 1) +
+                             " left the shared-memory channel half way (its operation timed out or "
+                             "was aborted, or its group was destroyed), so the group's collectives "
+                             "are out of step; create a new group to go on");
   }
   // This rank leaves: the others must not wait for it any longer.
   abandon();
@@ -271,9 +268,8 @@ void Steps::leave(const Turn& turn) {
       std::chrono::steady_clock::now() >= turn.deadline) {
     throw DeadlineReached{};
   }
-  C10_THROW_ERROR(
-      DistBackendError,
-      "commux: " + what + ": abandoned half way (timed out, aborted or group destroyed)");
+  COMMUX_FAIL(Backend,
+              "commux: " + what + ": abandoned half way (timed out, aborted or group destroyed)");
 }
 
 void Steps::publish(std::uint32_t s, const void* buffer) {
@@ -306,23 +302,22 @@ void Steps::readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, st
   // rank's result is missing, the others' are not.
   mark(Phase::Departed, s);
   abandon();
-  C10_THROW_ERROR(DistBackendError,
-                  "commux: " + turn.op.description() + ": reading " + std::to_string(bytes) +
-                      " bytes from rank " + std::to_string(groupRank(rank)) +
-                      " (process_vm_readv) failed: " + why +
-                      "; set COMMUX_SHM_CMA_BYTES=0 to copy through the shared segment instead");
+  COMMUX_FAIL(Backend,
+              "commux: " + turn.op.description() + ": reading " + std::to_string(bytes) +
+                  " bytes from rank " + std::to_string(groupRank(rank)) +
+                  " (process_vm_readv) failed: " + why +
+                  "; set COMMUX_SHM_CMA_BYTES=0 to copy through the shared segment instead");
 }
 
 void Steps::checkInStep(std::uint32_t s, int index, const Turn& turn) {
   if (controls_[index].seq[s % kMaxDepth] == seq_) return;
   const std::string why = breakOverMismatch();
-  C10_THROW_ERROR(DistBackendError,
-                  "commux: " + turn.op.description() + ": rank " +
-                      std::to_string(groupRank(index)) +
-                      " reached this step in another collective than this rank: an earlier "
-                      "collective was called differently on the ranks (a mismatch that no rank "
-                      "could see then, e.g. two ranks that both took themselves for the root); " +
-                      why);
+  COMMUX_FAIL(Backend,
+              "commux: " + turn.op.description() + ": rank " + std::to_string(groupRank(index)) +
+                  " reached this step in another collective than this rank: an earlier "
+                  "collective was called differently on the ranks (a mismatch that no rank "
+                  "could see then, e.g. two ranks that both took themselves for the root); " +
+                  why);
 }
 
 std::string Steps::breakOverMismatch() {
@@ -418,13 +413,13 @@ void Steps::checkAgreement(std::uint32_t s, const Turn& turn, int from) {
   step_ = s + steps - 1;
   mark(Phase::Reduced, step_);
   mark(Phase::Departed, step_);
-  C10_THROW_ERROR(ValueError, "commux: " + turn.op.description() +
-                                  ": the ranks called different collectives or passed different "
-                                  "tensors (" +
-                                  ranks +
-                                  "); every rank must call the same collective, with the same "
-                                  "root, op, dtype and number of elements per rank" +
-                                  (inStep ? "" : "; " + brokenBecause(groupRank(rank_))));
+  COMMUX_FAIL(InvalidArgument, "commux: " + turn.op.description() +
+                                   ": the ranks called different collectives or passed different "
+                                   "tensors (" +
+                                   ranks +
+                                   "); every rank must call the same collective, with the same "
+                                   "root, op, dtype and number of elements per rank" +
+                                   (inStep ? "" : "; " + brokenBecause(groupRank(rank_))));
 }
 
 }  // namespace commux::shm

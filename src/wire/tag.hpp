@@ -35,7 +35,7 @@
 //           tags from one sender in send order, so collectives 2^20 apart meet their own
 //           messages as long as one has finished before the other starts on each rank.
 //           A collective that failed may leave messages behind; the group then refuses
-//           further collectives (c10d/group_health.hpp), so none is ever matched.
+//           further collectives (core/group_health.hpp), so none is ever matched.
 //  round    wraps. Transfers with one peer whose rounds are equal modulo the wrap carry
 //           one tag; both ends post them in round order, which is the order UCX pairs
 //           them in. Every launch checks this of its schedule and refuses one that breaks

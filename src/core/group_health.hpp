@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace commux {
+namespace commux::core {
 
 class GroupHealth {
  public:
@@ -44,4 +44,4 @@ class GroupHealth {
   std::string collectiveWhy_;
 };
 
-}  // namespace commux
+}  // namespace commux::core

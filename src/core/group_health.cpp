@@ -1,8 +1,8 @@
-#include "c10d/group_health.hpp"
+#include "core/group_health.hpp"
 
-#include <c10/util/Exception.h>
+#include "core/error.hpp"
 
-namespace commux {
+namespace commux::core {
 
 bool GroupHealth::markDead(int rank, const std::string& why) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -42,17 +42,9 @@ std::vector<int> GroupHealth::deadRanks() const {
 
 void GroupHealth::collectiveFailed(std::exception_ptr error) {
   if (!error || collectiveFailed_.load(std::memory_order_acquire)) return;
-  try {
-    std::rethrow_exception(error);
-  } catch (const c10::ValueError&) {
-    return;
-  } catch (const c10::Error& e) {
-    collectiveFailed(e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    collectiveFailed(e.what());
-  } catch (...) {
-    collectiveFailed("an unknown error");
-  }
+  const core::ErrorReading reading = core::readError(error);
+  if (reading.kind == core::ErrorKind::InvalidArgument) return;
+  collectiveFailed(reading.message);
 }
 
 void GroupHealth::collectiveFailed(const std::string& why) {
@@ -68,4 +60,4 @@ std::string GroupHealth::collectiveFailure() const {
   return collectiveWhy_;
 }
 
-}  // namespace commux
+}  // namespace commux::core
