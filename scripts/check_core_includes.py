@@ -21,7 +21,7 @@ engine/errors.hpp
 engine/endpoint_cache.hpp engine/endpoint_cache.cpp
 engine/route.hpp engine/done_flag.hpp engine/settings.hpp
 shm/cma.hpp shm/cma.cpp shm/lane.hpp
-c10d/process_engine.hpp
+c10d/process_engine.hpp c10d/peer_table.hpp c10d/peer_table.cpp c10d/shm_setup.hpp
 """.split()
 
 

@@ -10,27 +10,31 @@
 # wheel checks (a quicker local run; CI runs everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's start, in minutes from the top: where CI's time goes (docs/testing.md).
+stage() { printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 # --mpi: Open MPI and mpi4py, for the benchmark test that puts MPI beside commux.
 scripts/install.sh --mpi
 PY=${PYTHON:-python3}
-echo "== C++ tests"
+stage "C++ tests"
 ctest --test-dir build/wheel --output-on-failure --timeout 120
-echo "== the torch-free core, built where torch cannot be found"
+stage "the torch-free core, built where torch cannot be found"
 scripts/test_core.sh
 if [ "${COMMUX_SANITIZERS:-1}" != 0 ]; then
+  stage "C++ tests under ASan+UBSan and TSan"
   scripts/sanitize.sh address thread
   # A bounded slice of the bad-input fuzzer and the memory-lifetime tests (windows, the
   # all-to-all own block, fork) with libcommux under ASan+UBSan: a stray write that leaves
   # the guards intact (past a staging buffer, into freed memory) still fails here.
+  stage "Python slice under ASan+UBSan"
   COMMUX_FUZZ_CASES=12 scripts/sanitize_python.sh tests/python/test_bad_inputs.py \
     tests/python/test_window.py tests/python/test_trust.py \
     -k "bad_inputs or pinned or first_collective or dropped or registration_never or own_block or fork or records_changed"
 fi
 if [ "${COMMUX_PACKAGING:-1}" != 0 ]; then
-  echo "== C++ consumers"
+  stage "C++ consumers"
   scripts/test_consumer.sh
-  echo "== the binary wheel, no compiler"
+  stage "the binary wheel, no compiler"
   scripts/test_wheel.sh
 fi
-echo "== Python tests"
+stage "Python tests"
 exec "$PY" -m pytest tests/python -q "$@"

@@ -19,7 +19,10 @@
 #include <string>
 
 namespace commux {
+namespace core {
 struct SetupDeaths;
+class KeyValueStore;
+}  // namespace core
 
 namespace core {
 enum class ReduceOp : std::uint8_t;
@@ -237,7 +240,7 @@ class ProcessGroupUCX : public c10d::Backend {
   /// The group's set-up, collective over the group, under shmMutex_; records its outcome
   /// (shm_, layout_, the relay, or setUpError_) and sets shmDecided_. Talks to the store
   /// through `store` (the group's, or a connection of its own on startSetUp's thread).
-  void setUp(const c10::intrusive_ptr<c10d::Store>& store);
+  void setUp(const std::shared_ptr<core::KeyValueStore>& store);
   /// Runs setUp() on a thread of its own when the group sets up in the background.
   void startSetUp();
   /// Makes a set-up still waiting give up (telling the others why); once it returns, that
@@ -277,7 +280,8 @@ class ProcessGroupUCX : public c10d::Backend {
   void checkUsable() const;
   /// How a collective set-up through the store (`what`) hears of this group's deaths,
   /// reading records through `via` (the group's store when null).
-  SetupDeaths setupDeaths(const char* what, c10::intrusive_ptr<c10d::Store> via = {});
+  core::SetupDeaths setupDeaths(const char* what,
+                                std::shared_ptr<core::KeyValueStore> via = nullptr);
   /// Raises ValueError naming the operation when an operation of this group still in flight
   /// reads or writes `tensor`'s storage (`op` would free or move it under that operation).
   void checkStorageIdle(const char* op, const at::Tensor& tensor);
@@ -336,6 +340,7 @@ class ProcessGroupUCX : public c10d::Backend {
   std::shared_ptr<core::GroupHealth> health_;
   std::uint64_t failureListener_ = 0;
   c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<core::KeyValueStore> keyValueStore_;  // store_, as the core uses it
   std::unique_ptr<PeerTable> peers_;
   std::uint32_t context_;
   std::chrono::milliseconds timeout_;

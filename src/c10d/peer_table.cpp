@@ -1,9 +1,5 @@
 #include "c10d/peer_table.hpp"
 
-#include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -81,7 +77,7 @@ std::string storeKeyPrefix() {
   return std::string("commux/") + (restart != nullptr && *restart != '\0' ? restart : "0") + "/";
 }
 
-PeerTable::PeerTable(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+PeerTable::PeerTable(std::shared_ptr<core::KeyValueStore> store, int rank, int size,
                      OnResolved onResolved)
     : store_(std::move(store)),
       rank_(rank),
@@ -152,7 +148,7 @@ PeerTable::Record PeerTable::parse(int rank, const std::vector<uint8_t>& record)
   // Two jobs that meet on one store (a MASTER_PORT reused while the first still runs) would
   // otherwise mix their ranks silently.
   COMMUX_CHECK(job.empty() || job_.empty() || job == job_, Runtime, "commux: rank ", rank,
-               "'s record in the group's store (", storeLocation(), ") belongs to another job (",
+               "'s record in the group's store (", store_->location(), ") belongs to another job (",
                job, "; this rank's is ", job_,
                "): two jobs share one store; give each its own "
                "MASTER_PORT (or rendezvous endpoint)");
@@ -203,7 +199,7 @@ void PeerTable::resolve(const std::vector<int>& ranks, std::string_view operatio
   for (std::size_t i = 0; i < missing.size(); ++i) adopt(missing[i], parse(missing[i], records[i]));
 }
 
-void PeerTable::getPublished(const std::vector<int>& ranks, c10d::Store& via) {
+void PeerTable::getPublished(const std::vector<int>& ranks, core::KeyValueStore& via) {
   std::vector<int> ready;
   std::vector<std::string> keys;
   for (int r : ranks) {
@@ -244,13 +240,6 @@ void PeerTable::prefetch(const std::vector<int>& ranks, std::string_view operati
 
 std::vector<std::vector<uint8_t>> PeerTable::fetch(const std::vector<int>& ranks,
                                                    std::string_view operation) {
-  if (ranks.size() == 1) {
-    try {
-      return {store_->get(key(ranks[0]))};
-    } catch (const c10::DistNetworkError& e) {
-      throwUnreachable(ranks, operation, e.what_without_backtrace());
-    }
-  }
   std::vector<std::string> keys;
   keys.reserve(ranks.size());
   for (int r : ranks) keys.push_back(key(r));
@@ -260,10 +249,11 @@ std::vector<std::vector<uint8_t>> PeerTable::fetch(const std::vector<int>& ranks
   std::vector<std::vector<uint8_t>> records;
   try {
     records = store_->multiGet(keys);
-  } catch (const c10::DistNetworkError& e) {
-    throwUnreachable(ranks, operation, e.what_without_backtrace());
-  } catch (const c10::DistStoreError& e) {
-    throwMissing(ranks, e.what());
+  } catch (const std::exception&) {
+    const core::ErrorReading error = core::readError(std::current_exception());
+    if (error.kind == core::ErrorKind::Network) throwUnreachable(ranks, operation, error.message);
+    if (error.kind == core::ErrorKind::Store) throwMissing(ranks, error.message);
+    throw;
   }
   COMMUX_CHECK(records.size() == ranks.size(), Runtime, "commux: the store answered ",
                records.size(), " of ", ranks.size(), " peer records");
@@ -307,27 +297,12 @@ void PeerTable::throwUnreachable(const std::vector<int>& ranks, std::string_view
 
 std::string PeerTable::storeLost(const std::string& why) const {
   const std::string cause = why.size() > 300 ? why.substr(0, 300) + "..." : why;
-  const std::string where = storeLocation();
+  const std::string where = store_->location();
   const std::string store =
       where.empty() ? "the group's store"
                     : "the group's store (" + where +
                           ", served by rank 0's process unless torchrun's agent serves it)";
   return store + " cannot be reached; has rank 0 exited? (store error: " + cause + ")";
-}
-
-std::string PeerTable::storeLocation() const {
-  c10::intrusive_ptr<c10d::Store> base = store_;
-  while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(base.get())) {
-    base = prefixed->getUnderlyingStore();
-  }
-  if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(base.get())) {
-    return "a TCPStore at " + tcp->getHost() + ":" + std::to_string(tcp->getPort());
-  }
-  const char* addr = std::getenv("MASTER_ADDR");
-  const char* port = std::getenv("MASTER_PORT");
-  if (addr == nullptr || *addr == '\0') return "";
-  return std::string("MASTER_ADDR:MASTER_PORT = ") + addr + ":" +
-         (port != nullptr && *port != '\0' ? port : "(unset)");
 }
 
 std::vector<std::shared_ptr<const engine::Route>> PeerTable::get(const std::vector<int>& ranks,

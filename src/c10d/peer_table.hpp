@@ -9,8 +9,6 @@
 // host's leader (DeathRelay). Missing records come in one store request (multiGet): a
 // round trip per rank would make a group's first collective cost p round trips on each
 // rank and p^2 requests on the store.
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <atomic>
 #include <functional>
 #include <map>
@@ -20,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/kv_store.hpp"
 #include "engine/process_id.hpp"
 #include "engine/route.hpp"
 
@@ -40,7 +39,7 @@ class PeerTable {
   using OnResolved =
       std::function<void(int rank, const engine::Route& route, const engine::ProcessId& process)>;
 
-  PeerTable(c10::intrusive_ptr<c10d::Store> store, int rank, int size, OnResolved onResolved);
+  PeerTable(std::shared_ptr<core::KeyValueStore> store, int rank, int size, OnResolved onResolved);
 
   void publish(const std::string& address, std::uint32_t context);
   // Every reading call below takes `operation`, what the record is read for (used in the
@@ -56,7 +55,7 @@ class PeerTable {
   /// As get(ranks), for those of `ranks` whose records are in the store already: it never
   /// waits for a rank that has not created the group yet (a later call watches it). Reads
   /// through `via`: the group's store, or another connection to it.
-  void getPublished(const std::vector<int>& ranks, c10d::Store& via);
+  void getPublished(const std::vector<int>& ranks, core::KeyValueStore& via);
   /// Reads every rank's record (once, in one store request): a collective's failure
   /// depends on every member.
   void resolveAll(std::string_view operation = {});
@@ -96,14 +95,10 @@ class PeerTable {
   /// Keeps `rank`'s route (the first one wins) and starts watching it (onResolved_).
   std::shared_ptr<const engine::Route> adopt(int rank, Record record);
   [[noreturn]] void throwMissing(const std::vector<int>& ranks, const std::string& why) const;
-  /// A DistNetworkError: the store did not answer the read of `ranks`' records.
+  /// A Network error: the store did not answer the read of `ranks`' records.
   [[noreturn]] void throwUnreachable(const std::vector<int>& ranks, std::string_view operation,
                                      const std::string& why) const;
-  /// Where the store is, for errors: "the TCPStore at host:port" when it is one (under any
-  /// PrefixStore), else MASTER_ADDR:MASTER_PORT when set, else "the group's store".
-  std::string storeLocation() const;
-
-  c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<core::KeyValueStore> store_;
   int rank_;
   OnResolved onResolved_;
   const std::string prefix_;

@@ -11,6 +11,7 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "c10d/c10d_store.hpp"
 #include "c10d/death_relay.hpp"
 #include "c10d/peer_table.hpp"
 #include "c10d/process_engine.hpp"
@@ -86,12 +87,13 @@ ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, i
   creatorPid_ = static_cast<int>(::getpid());
   health_ = std::make_shared<core::GroupHealth>(size);
   store_ = store;
+  keyValueStore_ = std::make_shared<C10dStore>(store);
   // No purge here: it runs later on the driver and would drop messages that peers send to
   // this new group once it is published (a destroyed group's are purged at destruction,
   // and ids come back only after every other one was used).
   context_ = engine_->contexts().acquire();
   peers_ = std::make_unique<PeerTable>(
-      store, rank, size,
+      keyValueStore_, rank, size,
       [this](int peer, const engine::Route& route, const engine::ProcessId& process) {
         if (peer == rank_) return;
         engine_->watchPeer(route.address, process);
@@ -115,7 +117,8 @@ ProcessGroupUCX::~ProcessGroupUCX() {
     // A forked child: the group's threads, locks, UCX state and shared memory are the
     // parent's. Free none of it (member destructors then see empty handles).
     new std::tuple(std::move(engine_), std::move(peers_), std::move(relay_), std::move(shm_),
-                   std::move(store_), std::move(health_), std::move(layout_));
+                   std::move(store_), std::move(keyValueStore_), std::move(health_),
+                   std::move(layout_));
     return;
   }
   stopSetUp();  // before anything it uses goes
@@ -329,10 +332,10 @@ std::map<std::string, std::int64_t> ProcessGroupUCX::sharedMemoryShape() const {
           {"poll_ns", n(shape.poll.count())}};
 }
 
-SetupDeaths ProcessGroupUCX::setupDeaths(const char* what,
-                                         c10::intrusive_ptr<c10d::Store> via) {
-  if (!via) via = store_;
-  return SetupDeaths{
+core::SetupDeaths ProcessGroupUCX::setupDeaths(const char* what,
+                                               std::shared_ptr<core::KeyValueStore> via) {
+  if (!via) via = keyValueStore_;
+  return core::SetupDeaths{
       [this, via](const std::vector<int>& ranks) { peers_->getPublished(ranks, *via); },
       [this] {
         if (setUpStop_.load(std::memory_order_acquire)) {
@@ -366,11 +369,11 @@ void ProcessGroupUCX::startSetUp() {
   // Detached: making its own store connection may take the store's timeout (the store's
   // host is gone), and nothing may wait for that. It touches the group only under
   // control->mutex, and never once the group cancelled it (stopSetUp).
-  std::thread([this, control, store = store_] {
+  std::thread([this, control, store = keyValueStore_] {
     // Through a connection of its own: a TCPStore client serves one request at a time, and
     // the caller's thread may hold the group's in a wait (a barrier of its own) while the
     // other ranks wait for this set-up.
-    const auto own = ownConnection(store);
+    const auto own = core::ownConnection(store);
     std::lock_guard<std::mutex> alive(control->mutex);
     if (control->cancelled) return;
     std::lock_guard<std::mutex> lock(shmMutex_);
@@ -389,7 +392,7 @@ void ProcessGroupUCX::stopSetUp() {
 std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   if (size_ < 2) return nullptr;
   std::lock_guard<std::mutex> lock(shmMutex_);
-  if (!shmDecided_) setUp(store_);
+  if (!shmDecided_) setUp(keyValueStore_);
   // Every collective raises the set-up's error: none of them can run.
   if (setUpError_) std::rethrow_exception(setUpError_);
   // A broken channel refuses the collective (checkCollectivesAllowed) rather than sending it
@@ -397,10 +400,10 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmChannel() {
   return std::atomic_load(&shm_);
 }
 
-void ProcessGroupUCX::setUp(const c10::intrusive_ptr<c10d::Store>& store) {
+void ProcessGroupUCX::setUp(const std::shared_ptr<core::KeyValueStore>& store) {
   // The set-up waits for every rank in the store, which a dead one never reaches.
   if (health_->anyDead()) return;
-  const SetupDeaths deaths = setupDeaths("the set-up of the group's shared memory", store);
+  const core::SetupDeaths deaths = setupDeaths("the set-up of the group's shared memory", store);
   // The error every collective of the group raises from now on.
   const auto fail = [this](const std::string& why, auto raise) {
     health_->collectiveFailed(why);
@@ -414,7 +417,7 @@ void ProcessGroupUCX::setUp(const c10::intrusive_ptr<c10d::Store>& store) {
   };
   ShmSetup setup;
   try {
-    setup = connectShm(store, rank_, size_, engine_, deaths);
+    setup = connectShm(*store, rank_, size_, engine_, deaths);
   } catch (const c10::ValueError& e) {
     // This rank's settings differ from rank 0's: no collective of the group can work.
     fail(e.what_without_backtrace(), [] { throw; });

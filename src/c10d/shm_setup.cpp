@@ -3,8 +3,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <c10/util/Exception.h>
-
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -17,8 +15,6 @@
 #include <string>
 
 #include "c10d/peer_table.hpp"
-#include "c10d/setup_store.hpp"
-#include "c10d/store_text.hpp"
 #include "commux/options.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -160,7 +156,7 @@ HostLayout parseLayout(const std::string& text, int size) {
 
 // Each rank checks that it can read its neighbour on the host (process_vm_readv); the
 // host's leader collects the answers.
-bool canReadNeighbour(SetupStore& store, int rank, const std::vector<int>& local, int index,
+bool canReadNeighbour(core::SetupStore& store, int rank, const std::vector<int>& local, int index,
                       bool wanted) {
   if (wanted) shm::allowReaders();
   store.put(key("cma-at", rank),
@@ -185,7 +181,7 @@ bool canReadNeighbour(SetupStore& store, int rank, const std::vector<int>& local
 }
 
 /// Whether every key `what`/index says "1"; `owners[i]` writes the key of `indices[i]`.
-bool allSay(SetupStore& store, const std::string& what, const std::vector<int>& indices,
+bool allSay(core::SetupStore& store, const std::string& what, const std::vector<int>& indices,
             const std::vector<int>& owners) {
   std::vector<std::string> keys;
   for (int i : indices) keys.push_back(key(what, i));
@@ -250,7 +246,7 @@ std::string badAnnouncement(const shm::ChannelShape& shape, const std::string& n
 
 // This host's channel: the leader creates the segment and says how it is shaped, the
 // others map it. Null where it failed (logged), and then on every rank of the host.
-std::shared_ptr<shm::Channel> connectHost(SetupStore& store, int rank, int host,
+std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int host,
                                           const std::vector<int>& local,
                                           std::shared_ptr<engine::Engine> engine) {
   const Config& config = Config::get();
@@ -369,9 +365,9 @@ bool HostLayout::uniform() const noexcept {
                      [&](const std::vector<int>& h) { return h.size() == hosts[0].size(); });
 }
 
-ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, int size,
-                    std::shared_ptr<engine::Engine> engine, const SetupDeaths& deaths) {
-  SetupStore store(*rawStore, deaths);
+ShmSetup connectShm(core::KeyValueStore& rawStore, int rank, int size,
+                    std::shared_ptr<engine::Engine> engine, const core::SetupDeaths& deaths) {
+  core::SetupStore store(rawStore, deaths);
   const std::string layoutKey = storeKeyPrefix() + "shm/layout";
   const std::string verdictKey = storeKeyPrefix() + "shm/verdict";
   const std::string settingsKey = storeKeyPrefix() + "shm/settings";
@@ -385,7 +381,7 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
     std::string differ;
     try {
       differ = settingsDiffer(store.take(settingsKey, 0), rank);
-    } catch (const SetupAbandoned& e) {
+    } catch (const core::SetupAbandoned& e) {
       COMMUX_FAIL(Backend, std::string("the set-up of the group's first collective "
                                        "was given up: ") +
                                e.what());
@@ -455,7 +451,7 @@ ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& rawStore, int rank, i
                          std::any_of(layout.hosts.begin(), layout.hosts.end(),
                                      [](const std::vector<int>& ranks) { return ranks.size() > 1; });
     return setup;
-  } catch (const SetupAbandoned& e) {
+  } catch (const core::SetupAbandoned& e) {
     // Nobody waits on this rank in vain: what it owes says why it gave up.
     try {
       store.abandon(e.what(), owed);

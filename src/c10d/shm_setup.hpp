@@ -1,16 +1,14 @@
 #pragma once
 // Deciding, together, which ranks of a group share memory: the hosts, and a shared-memory
 // channel among the ranks of each host.
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <cstddef>
 #include <functional>
 #include <string>
 #include <memory>
 #include <vector>
 
-#include "c10d/setup_store.hpp"
 #include "commux/options.hpp"
+#include "core/setup_store.hpp"
 
 namespace commux {
 namespace engine {
@@ -69,7 +67,7 @@ std::string hostIdentity();
 /// Raises DistBackendError, on every rank still waiting, when a rank it waits for died
 /// (or another rank gave up): found within the failure detection's bound, not the store's
 /// timeout.
-ShmSetup connectShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                    std::shared_ptr<engine::Engine> engine, const SetupDeaths& deaths);
+ShmSetup connectShm(core::KeyValueStore& store, int rank, int size,
+                    std::shared_ptr<engine::Engine> engine, const core::SetupDeaths& deaths);
 
 }  // namespace commux

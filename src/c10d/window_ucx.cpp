@@ -17,14 +17,13 @@
 #include <sstream>
 
 #include "c10d/peer_table.hpp"
-#include "c10d/setup_store.hpp"
 #include "c10d/shm_setup.hpp"
-#include "c10d/store_text.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "core/group_health.hpp"
+#include "core/setup_store.hpp"
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
@@ -305,8 +304,8 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
     engine_->submit(inbox);
     // A rank that dies before it publishes is found within the failure detection's bound,
     // and a rank that gives up says so in its key, instead of the store's timeout.
-    const SetupDeaths deaths = group_->setupDeaths("a window registration");
-    SetupStore store(*group_->store_, deaths);
+    const core::SetupDeaths deaths = group_->setupDeaths("a window registration");
+    core::SetupStore store(*group_->keyValueStore_, deaths);
     const std::string mineKey = windowKey(index_, registrations_, rank);
     std::vector<std::string> keys;
     std::vector<int> ranks;
@@ -318,7 +317,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
     try {
       store.put(mineKey, mine.encode());
       raw = store.takeAll(keys, ranks);
-    } catch (const SetupAbandoned& e) {
+    } catch (const core::SetupAbandoned& e) {
       try {
         store.abandon(e.what(), {mineKey});
       } catch (const std::exception&) {

@@ -14,6 +14,10 @@ const char* nameOf(Dtype dtype) noexcept {
     case Dtype::Float32: return "float32";
     case Dtype::Float64: return "float64";
     case Dtype::Bool: return "bool";
+    case Dtype::Complex64:
+      return "complex64";
+    case Dtype::Complex128:
+      return "complex128";
   }
   return "?";
 }

@@ -17,7 +17,9 @@ enum class Dtype : std::uint8_t {
   BFloat16,
   Float32,
   Float64,
-  Bool,  // one byte, 0 or 1
+  Bool,        // one byte, 0 or 1
+  Complex64,   // two float32: real, imaginary
+  Complex128,  // two float64
 };
 
 constexpr std::size_t sizeOf(Dtype dtype) noexcept {
@@ -35,7 +37,10 @@ constexpr std::size_t sizeOf(Dtype dtype) noexcept {
       return 4;
     case Dtype::Int64:
     case Dtype::Float64:
+    case Dtype::Complex64:
       return 8;
+    case Dtype::Complex128:
+      return 16;
   }
   return 0;
 }

@@ -97,6 +97,27 @@ bool narrowFloats(void* out, const void* a, const void* b, std::size_t n, Reduce
   }
 }
 
+// Complex numbers as pairs of T (no std::complex: its operator* recovers infinities from
+// NaN products, C99 Annex G, which torch's does not).
+template <typename T>
+bool complexes(void* out, const void* a, const void* b, std::size_t n, ReduceOp op) {
+  struct Pair {
+    T re, im;
+  };
+  switch (op) {
+    case ReduceOp::Sum:
+      each<Pair>(out, a, b, n, [](Pair x, Pair y) { return Pair{x.re + y.re, x.im + y.im}; });
+      return true;
+    case ReduceOp::Product:
+      each<Pair>(out, a, b, n, [](Pair x, Pair y) {
+        return Pair{x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re};
+      });
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool booleans(void* out, const void* a, const void* b, std::size_t n, ReduceOp op) {
   const auto fold = [&](auto f) {
     each<std::uint8_t>(out, a, b, n, [f](std::uint8_t x, std::uint8_t y) {
@@ -137,6 +158,9 @@ bool reduces(Dtype dtype, ReduceOp op) noexcept {
     case Dtype::BFloat16:
     case Dtype::Float32:
     case Dtype::Float64: return !bitwise;
+    case Dtype::Complex64:
+    case Dtype::Complex128:
+      return op == ReduceOp::Sum || op == ReduceOp::Product;
     default: return true;
   }
 }
@@ -156,6 +180,10 @@ bool reduce(void* out, const void* a, const void* b, std::size_t count, Dtype dt
     case Dtype::Float32: return floats<float>(out, a, b, count, op);
     case Dtype::Float64: return floats<double>(out, a, b, count, op);
     case Dtype::Bool: return booleans(out, a, b, count, op);
+    case Dtype::Complex64:
+      return complexes<float>(out, a, b, count, op);
+    case Dtype::Complex128:
+      return complexes<double>(out, a, b, count, op);
   }
   return false;
 }

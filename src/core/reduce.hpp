@@ -1,8 +1,9 @@
 #pragma once
 // Elementwise folds over plain memory, one kernel per (dtype, operation), with torch's CPU
 // semantics: integers wrap around, a NaN on either side of MIN/MAX wins, half and bfloat16
-// are computed in float and rounded once per element, and bool folds logically (SUM and MAX
-// are OR, PRODUCT and MIN are AND).
+// are computed in float and rounded once per element, bool folds logically (SUM and MAX
+// are OR, PRODUCT and MIN are AND), and complex numbers have SUM and PRODUCT only (the
+// product as (ac - bd) + (ad + bc)i, as c10::complex computes it).
 #include <cstddef>
 #include <cstdint>
 
@@ -14,7 +15,8 @@ enum class ReduceOp : std::uint8_t { Sum, Product, Min, Max, BitAnd, BitOr, BitX
 
 const char* nameOf(ReduceOp op) noexcept;
 
-/// Whether `op` is defined on `dtype` (the bitwise ones only on integers and bool).
+/// Whether `op` is defined on `dtype` (the bitwise ones only on integers and bool; complex
+/// numbers only SUM and PRODUCT).
 bool reduces(Dtype dtype, ReduceOp op) noexcept;
 
 /// out[i] = a[i] (op) b[i] for i < count; `out` may be `a` or `b` (exactly, or not at all:

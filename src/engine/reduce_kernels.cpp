@@ -22,6 +22,10 @@ std::optional<core::Dtype> coreDtype(at::ScalarType dtype) {
     case at::kFloat: return core::Dtype::Float32;
     case at::kDouble: return core::Dtype::Float64;
     case at::kBool: return core::Dtype::Bool;
+    case at::kComplexFloat:
+      return core::Dtype::Complex64;
+    case at::kComplexDouble:
+      return core::Dtype::Complex128;
     default: return std::nullopt;
   }
 }
@@ -29,6 +33,10 @@ std::optional<core::Dtype> coreDtype(at::ScalarType dtype) {
 bool reduceRaw(void* acc, const void* in, std::size_t count, at::ScalarType dtype, ReduceKind kind) {
   const auto core = coreDtype(dtype);
   if (!core || count * core::sizeOf(*core) > kRawMaxBytes) return false;
+  // Complex tensors keep ATen's folds, whose results differ from the core's pairs in the
+  // last bit (fused multiply-adds where the CPU has them) and at infinities (add computes
+  // a + 1 * b, and inf * (1 + 0i) has a NaN part): a torch job gets torch's numbers.
+  if (*core == core::Dtype::Complex64 || *core == core::Dtype::Complex128) return false;
   return core::reduceInto(acc, in, count, *core, kind);
 }
 

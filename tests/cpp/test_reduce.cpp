@@ -12,9 +12,9 @@
 #include "core/reduce.hpp"
 
 using commux::core::Dtype;
-using commux::core::ReduceOp;
 using commux::core::reduce;
 using commux::core::reduceInto;
+using commux::core::ReduceOp;
 
 namespace {
 
@@ -57,9 +57,9 @@ TEST(CoreReduce, NanWinsMinAndMaxOnEitherSide) {
 
 TEST(CoreReduce, HalfRoundsOnceToNearestEven) {
   // 1 + 2^-11 lies halfway between 1 and the next half (1 + 2^-10): even wins, 1.
-  EXPECT_EQ(fold<std::uint16_t>({half(1.0f)}, {half(0.00048828125f)}, Dtype::Float16,
-                                ReduceOp::Sum)[0],
-            half(1.0f));
+  EXPECT_EQ(
+      fold<std::uint16_t>({half(1.0f)}, {half(0.00048828125f)}, Dtype::Float16, ReduceOp::Sum)[0],
+      half(1.0f));
   // 65504 (the largest half) + 16 = 65520, halfway to 65536: rounds to inf.
   EXPECT_TRUE(std::isinf(fromHalf(
       fold<std::uint16_t>({half(65504.0f)}, {half(16.0f)}, Dtype::Float16, ReduceOp::Sum)[0])));
@@ -99,6 +99,29 @@ TEST(CoreReduce, OutputMayBeEitherInput) {
   std::vector<double> a{1, 2, 3}, b{10, 20, 30};
   ASSERT_TRUE(reduce(b.data(), a.data(), b.data(), 3, Dtype::Float64, ReduceOp::Product));
   EXPECT_EQ(b, (std::vector<double>{10, 40, 90}));
+}
+
+TEST(CoreReduce, ComplexNumbersSumAndMultiplyAsPairs) {
+  // (1 + 2i) + (3 - 1i) = 4 + 1i; (1 + 2i)(3 - 1i) = 3 + 2 + (-1 + 6)i = 5 + 5i.
+  std::vector<float> a{1.f, 2.f, -0.f, 0.f}, b{3.f, -1.f, 0.f, -0.f};
+  std::vector<float> sum(4), product(4);
+  ASSERT_TRUE(reduce(sum.data(), a.data(), b.data(), 2, Dtype::Complex64, ReduceOp::Sum));
+  ASSERT_TRUE(reduce(product.data(), a.data(), b.data(), 2, Dtype::Complex64, ReduceOp::Product));
+  EXPECT_EQ(sum, (std::vector<float>{4.f, 1.f, 0.f, 0.f}));
+  EXPECT_EQ(product[0], 5.f);
+  EXPECT_EQ(product[1], 5.f);
+  std::vector<double> x{0.5, -4.0}, y{2.0, 0.25};
+  ASSERT_TRUE(reduceInto(x.data(), y.data(), 1, Dtype::Complex128, ReduceOp::Product));
+  EXPECT_EQ(x, (std::vector<double>{0.5 * 2.0 + 4.0 * 0.25, 0.5 * 0.25 - 4.0 * 2.0}));
+  EXPECT_EQ(commux::core::sizeOf(Dtype::Complex128), 16u);
+}
+
+TEST(CoreReduce, ComplexNumbersHaveNoOrderOrBits) {
+  std::vector<float> a{1.f, 2.f}, b{3.f, 4.f};
+  for (const auto op : {ReduceOp::Min, ReduceOp::Max, ReduceOp::BitAnd, ReduceOp::BitXor}) {
+    EXPECT_FALSE(reduceInto(a.data(), b.data(), 1, Dtype::Complex64, op));
+  }
+  EXPECT_EQ(a, (std::vector<float>{1.f, 2.f}));
 }
 
 TEST(CoreReduce, BitwiseOnFloatsIsRefusedAndTouchesNothing) {

@@ -144,6 +144,15 @@ def side_barrier(name: str, timeout_s: float = 60.0) -> None:
         [f"side_barrier/{name}/{r}" for r in range(ws)],
         datetime.timedelta(seconds=timeout_s),
     )
+    # Rank 0 hosts the store (tcp:// and env:// rendezvous) and often exits right after the
+    # barrier: it waits until every rank's wait was answered, or the last rank to arrive
+    # reads "Connection reset by peer" (seen under load).
+    passed = f"side_barrier/{name}/passed"
+    store.add(passed, 1)
+    if rank == 0:
+        deadline = time.monotonic() + timeout_s
+        while store.add(passed, 0) < ws and time.monotonic() < deadline:
+            time.sleep(0.001)
 
 
 def forwarding_store(real, on_read=None):

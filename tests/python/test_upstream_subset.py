@@ -43,24 +43,19 @@ pytestmark = [
     ),
 ]
 
-# (upstream test, mode for ucx); a few seconds each.
+# (upstream test, mode for ucx); a few seconds each. The plain send/recv, isend, allreduce,
+# broadcast, allgather, scatter and barrier cases left CI's subset (commux's own tests cover
+# them, and the whole suite runs through tests/upstream/run_suite.py, docs/testing.md).
 SUBSET = [
     # point-to-point
-    ("test_send_recv", "ucx"),
     ("test_send_recv_any_source", "ucx"),
     ("test_send_recv_with_tag", "ucx"),
-    ("test_isend", "ucx"),
     ("test_batch_isend_irecv_gloo", "ucx+gloo-gates"),
     # collectives
-    ("test_all_reduce_sum", "ucx"),
     ("test_all_reduce_sum_complex", "ucx"),
     ("test_all_reduce_coalesced_sum", "ucx+gloo-gates"),
-    ("test_broadcast", "ucx"),
     ("test_reduce_sum", "ucx"),
-    ("test_all_gather", "ucx"),
     ("test_gather", "ucx"),
-    ("test_scatter", "ucx"),
-    ("test_barrier", "ucx"),
     ("test_all_gather_object_default_pg", "ucx+features"),
     # DDP basics
     ("test_DistributedDataParallelCPU", "ucx"),

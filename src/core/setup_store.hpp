@@ -3,8 +3,6 @@
 // a wait gives up as soon as a rank it depends on is known dead, or reads that another rank
 // gave up and why, instead of waiting out the store's timeout (30 minutes by default) for a
 // key a dead rank will never write.
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <functional>
 #include <stdexcept>
@@ -13,7 +11,9 @@
 #include <utility>
 #include <vector>
 
-namespace commux {
+#include "core/kv_store.hpp"
+
+namespace commux::core {
 
 /// How a set-up hears of deaths while it waits for other ranks in the store: `watch` starts
 /// watching ranks (it reads their addresses from the store, never waiting for one; a rank
@@ -31,19 +31,14 @@ struct SetupAbandoned : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// A connection of its own to `store` (c10d::Store::clone) where the store can make one,
-/// else `store`: a TCPStore client does one request at a time, and a wait (a barrier of
-/// the caller's) holds it for as long as it waits.
-c10::intrusive_ptr<c10d::Store> ownConnection(const c10::intrusive_ptr<c10d::Store>& store);
-
 class SetupStore {
  public:
-  SetupStore(c10d::Store& store, const SetupDeaths& deaths) : store_(store), deaths_(deaths) {}
+  SetupStore(KeyValueStore& store, const SetupDeaths& deaths) : store_(store), deaths_(deaths) {}
 
   void put(const std::string& k, const std::string& value);
   /// `k`'s value once `owner` (the rank that writes it) has written it; raises
-  /// SetupAbandoned when a rank died or the value says its writer gave up, and
-  /// DistStoreError naming the owners still missing once the store's timeout passed.
+  /// SetupAbandoned when a rank died or the value says its writer gave up, and a Store
+  /// error naming the owners still missing once the store's timeout passed.
   std::string take(const std::string& k, int owner) { return takeAll({k}, {owner})[0]; }
   std::vector<std::string> takeAll(const std::vector<std::string>& keys,
                                    const std::vector<int>& owners);
@@ -59,9 +54,9 @@ class SetupStore {
   std::vector<int> lateOwners(const std::vector<std::string>& keys, const std::vector<int>& owners);
   [[noreturn]] void throwLate(const std::vector<std::string>& keys, const std::vector<int>& owners);
 
-  c10d::Store& store_;
+  KeyValueStore& store_;
   const SetupDeaths& deaths_;
   std::vector<std::string> written_;
 };
 
-}  // namespace commux
+}  // namespace commux::core

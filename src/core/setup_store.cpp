@@ -1,51 +1,30 @@
-#include "c10d/setup_store.hpp"
-
-#include <c10/util/Exception.h>
+#include "core/setup_store.hpp"
 
 #include <algorithm>
 #include <thread>
 
-#include "c10d/store_text.hpp"
 #include "core/error.hpp"
 
-namespace commux {
+namespace commux::core {
 namespace {
 
 // What a rank that gives up writes into the keys others may wait for from it.
-constexpr char kAbandoned[] = "\x01" "abandoned: ";
+constexpr char kAbandoned[] =
+    "\x01"
+    "abandoned: ";
 
 // A wait this late watches whoever still owes a key; not before, so that a set-up on time
 // reads no record it does not need (a rank reads its host's and its leaders' only).
 constexpr std::chrono::milliseconds kWatchAfter{1000};
 
-template <typename S, typename = void>
-struct CanClone : std::false_type {};
-template <typename S>
-struct CanClone<S, std::void_t<decltype(std::declval<S&>().clone())>> : std::true_type {};
-
-// A template, so that the call is compiled only where c10d::Store has it (torch 2.6 on).
-template <typename S>
-c10::intrusive_ptr<c10d::Store> cloneOf(S& store) {
-  if constexpr (CanClone<S>::value) {
-    return store.clone();
-  } else {
-    return {};
-  }
+bool storeUnreachable(const std::exception_ptr& error) {
+  return readError(error).kind == ErrorKind::Network;
 }
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Store> ownConnection(const c10::intrusive_ptr<c10d::Store>& store) {
-  try {
-    if (auto own = cloneOf(*store)) return own;
-  } catch (const std::exception&) {
-    // A store that cannot make another connection (or says it is not implemented).
-  }
-  return store;
-}
-
 void SetupStore::put(const std::string& k, const std::string& value) {
-  storePut(store_, k, value);
+  putText(store_, k, value);
   written_.push_back(k);
 }
 
@@ -54,9 +33,9 @@ std::vector<std::string> SetupStore::takeAll(const std::vector<std::string>& key
   waitFor(keys, owners);
   std::vector<std::string> values;
   try {
-    values = storeTakeAll(store_, keys);
-  } catch (const c10::DistNetworkError&) {
-    giveDeathFirst();
+    values = takeAllText(store_, keys);
+  } catch (const std::exception&) {
+    if (storeUnreachable(std::current_exception())) giveDeathFirst();
     throw;
   }
   for (const auto& v : values) {
@@ -70,7 +49,7 @@ std::vector<std::string> SetupStore::takeAll(const std::vector<std::string>& key
 void SetupStore::abandon(const std::string& why, const std::vector<std::string>& more) {
   std::vector<std::string> keys = written_;
   keys.insert(keys.end(), more.begin(), more.end());
-  for (const auto& k : keys) storePut(store_, k, kAbandoned + why);
+  for (const auto& k : keys) putText(store_, k, kAbandoned + why);
 }
 
 void SetupStore::waitFor(const std::vector<std::string>& keys, const std::vector<int>& owners) {
@@ -90,9 +69,9 @@ void SetupStore::waitFor(const std::vector<std::string>& keys, const std::vector
         nextWatch = now + kWatchAfter;
         continue;
       }
-      if (now - start > store_.getTimeout()) throwLate(keys, owners);
-    } catch (const c10::DistNetworkError&) {
-      giveDeathFirst();
+      if (now - start > store_.timeout()) throwLate(keys, owners);
+    } catch (const std::exception&) {
+      if (storeUnreachable(std::current_exception())) giveDeathFirst();
       throw;
     }
     std::this_thread::sleep_for(pause);
@@ -130,11 +109,10 @@ void SetupStore::throwLate(const std::vector<std::string>& keys, const std::vect
     named += (i ? ", " : "") + std::to_string(late[i]);
   }
   if (late.size() > kNamed) named += ", ...";
-  const auto seconds =
-      std::chrono::duration_cast<std::chrono::seconds>(store_.getTimeout()).count();
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(store_.timeout()).count();
   COMMUX_FAIL(Store, "commux: " + deaths_.what + " waited in vain for rank(s) " + named +
                          " for the store's timeout (" + std::to_string(seconds) +
                          " s): did every rank create this group, and is each one still running?");
 }
 
-}  // namespace commux
+}  // namespace commux::core
