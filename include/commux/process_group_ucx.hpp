@@ -39,9 +39,9 @@ struct Schedule;
 }  // namespace collectives
 namespace shm {
 class Channel;
-struct Job;
 enum class Kind : std::uint32_t;
 }  // namespace shm
+struct TensorJob;
 struct HostLayout;
 class DeathRelay;
 namespace core {
@@ -257,15 +257,17 @@ class ProcessGroupUCX : public c10d::Backend {
   /// `job` (as for a channel, with group ranks as roots and a dense buffer) in parts: shared
   /// memory inside hosts, UCX between them (hierarchical_api.cpp). `sequence` numbers its
   /// UCX part.
-  c10::intrusive_ptr<c10d::Work> launchHierarchical(
-      c10d::OpType type, shm::Job&& job, engine::Description description,
-      std::vector<at::Tensor> outputs, std::function<void()> finalize,
-      std::chrono::milliseconds timeout, std::uint32_t sequence);
+  c10::intrusive_ptr<c10d::Work> launchHierarchical(c10d::OpType type, TensorJob&& job,
+                                                    engine::Description description,
+                                                    std::vector<at::Tensor> outputs,
+                                                    std::function<void()> finalize,
+                                                    std::chrono::milliseconds timeout,
+                                                    std::uint32_t sequence);
   /// `job` on this host's `channel` when the group shares one host, else in parts across
   /// hosts (launchHierarchical); described as `op` on `described` with `detail`.
   c10::intrusive_ptr<c10d::Work> launchShared(c10d::OpType type,
                                               const std::shared_ptr<shm::Channel>& channel,
-                                              shm::Job&& job, const char* op,
+                                              TensorJob&& job, const char* op,
                                               c10::ArrayRef<at::Tensor> described,
                                               std::string detail, std::vector<at::Tensor> outputs,
                                               std::function<void()> finalize,
@@ -274,7 +276,7 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> launchShm(c10d::OpType type, engine::Description description,
                                            std::vector<at::Tensor> outputs,
                                            const std::shared_ptr<shm::Channel>& channel,
-                                           shm::Job&& job, std::function<void()> finalize,
+                                           TensorJob&& job, std::function<void()> finalize,
                                            std::chrono::milliseconds timeout);
   /// Raises once the group was aborted or shut down, or in a child forked after it was made.
   void checkUsable() const;

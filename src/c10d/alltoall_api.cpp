@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "c10d/staging.hpp"
+#include "c10d/tensor_job.hpp"
 #include "c10d/validation.hpp"
 #include "collectives/schedule.hpp"
 #include "collectives/selection.hpp"
@@ -151,7 +152,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
   const bool uniform = inputSplitSizes.empty() && outputSplitSizes.empty();
   if (auto channel = shmFor("all_to_all_single", inputBuffer.is_cpu())) {
     const bool direct = outputBuffer.is_contiguous() && !overlap(inputBuffer, outputBuffer);
-    shm::Job job;
+    TensorJob job;
     job.kind = shm::Kind::Alltoall;
     job.input = dense(inputBuffer);
     job.output = direct ? outputBuffer : at::empty({outputBuffer.numel()}, outputBuffer.options());
@@ -213,7 +214,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
   if (auto channel = shmFor("all_to_all", inputTensors[0].is_cpu())) {
     const std::size_t total = std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0});
     at::Tensor received = at::empty({static_cast<int64_t>(total)}, inputTensors[0].options());
-    shm::Job job;
+    TensorJob job;
     job.kind = shm::Kind::Alltoall;
     job.input = at::cat(flatInputs);
     job.output = received;

@@ -5,6 +5,7 @@
 
 #include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
+#include "c10d/tensor_job.hpp"
 #include "c10d/validation.hpp"
 #include "collectives/schedule.hpp"
 #include "commux/process_group_ucx.hpp"
@@ -26,7 +27,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
   auto channel = shmFor("all_gather_into_tensor", inputBuffer.is_cpu());
   if (channel ||
       hierarchical(shm::Kind::Allgather, inputBuffer.is_cpu(), outputBuffer.nbytes())) {
-    shm::Job job;
+    TensorJob job;
     job.kind = shm::Kind::Allgather;
     job.input = dense(inputBuffer);
     job.output = dense(outputBuffer);
@@ -78,7 +79,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
     }
   };
   if (channel || parts) {
-    shm::Job job;
+    TensorJob job;
     job.kind = shm::Kind::Allgather;
     job.input = dense(input);
     job.output = work;
@@ -120,7 +121,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
     }
     const bool direct = outputBuffer.is_contiguous();
     at::Tensor output = direct ? outputBuffer : at::empty({static_cast<int64_t>(n)}, outputBuffer.options());
-    shm::Job job;
+    TensorJob job;
     job.kind = shm::Kind::ReduceScatter;
     job.reduce = reduction.kind();
     job.input = input;

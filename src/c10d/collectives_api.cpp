@@ -8,6 +8,7 @@
 #include "c10d/peer_table.hpp"
 #include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
+#include "c10d/tensor_job.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "collectives/round_fit.hpp"
@@ -148,20 +149,21 @@ std::shared_ptr<shm::Channel> ProcessGroupUCX::shmFor(const char* what, bool cpu
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
     c10d::OpType type, engine::Description description, std::vector<at::Tensor> outputs,
-    const std::shared_ptr<shm::Channel>& channel, shm::Job&& job, std::function<void()> finalize,
+    const std::shared_ptr<shm::Channel>& channel, TensorJob&& job, std::function<void()> finalize,
     std::chrono::milliseconds timeout) {
   const NoAutograd noAutograd;  // the operation's entry checked the rest
   // Every member takes part: the collective fails when any of them dies.
   watchMembers();
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
-  launch(w, std::make_shared<shm::CollectiveOp>(channel, std::move(job), std::move(finalize),
-                                                w->parts(), w->completer()));
+  launch(w, std::make_shared<shm::CollectiveOp>(channel, toCore(std::move(job)),
+                                                withoutGrad(std::move(finalize)), w->parts(),
+                                                w->completer()));
   return w;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShared(
-    c10d::OpType type, const std::shared_ptr<shm::Channel>& channel, shm::Job&& job,
+    c10d::OpType type, const std::shared_ptr<shm::Channel>& channel, TensorJob&& job,
     const char* op, c10::ArrayRef<at::Tensor> described, std::string detail,
     std::vector<at::Tensor> outputs, std::function<void()> finalize,
     std::chrono::milliseconds timeout) {
@@ -196,7 +198,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
     scatterBack(work, tensors);
   };
   if (channel || parts) {
-    shm::Job job;
+    TensorJob job;
     job.kind = shm::Kind::Allreduce;
     job.reduce = reduction.kind();
     job.buffer = work;
@@ -241,7 +243,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
   };
   const std::string detail = reduction.label() + " to rank " + std::to_string(root);
   if (channel || parts) {
-    shm::Job job;
+    TensorJob job;
     job.kind = shm::Kind::Reduce;
     job.root = root;
     job.reduce = reduction.kind();
@@ -280,7 +282,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                         : at::empty({tensors[0].numel()}, tensors[0].options());
   const std::string detail = "from rank " + std::to_string(root);
   if (channel || parts) {
-    shm::Job job;
+    TensorJob job;
     job.kind = shm::Kind::Broadcast;
     job.root = root;
     job.buffer = work;
@@ -302,7 +304,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptio
   const CollectiveEntry entry(*this);
   auto channel = shmFor("barrier", true);
   if (channel || hierarchical(shm::Kind::Barrier, true, 0)) {
-    return launchShared(c10d::OpType::BARRIER, channel, shm::Job{}, "barrier", {}, "", {}, nullptr,
+    return launchShared(c10d::OpType::BARRIER, channel, TensorJob{}, "barrier", {}, "", {}, nullptr,
                         opts.timeout);
   }
   auto plan = collectives::planBarrier(rank_, size_);

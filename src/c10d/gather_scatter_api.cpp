@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include "c10d/staging.hpp"
+#include "c10d/tensor_job.hpp"
 #include "c10d/validation.hpp"
 #include "collectives/schedule.hpp"
 #include "commux/process_group_ucx.hpp"
@@ -36,7 +37,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
   const auto n = static_cast<int64_t>(input.numel());
   const std::string detail = "to rank " + std::to_string(root);
   if (auto channel = shmFor("gather", input.is_cpu())) {
-    shm::Job job;
+    TensorJob job;
     job.kind = shm::Kind::Gather;
     job.root = root;
     job.input = dense(input);
@@ -107,7 +108,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
   const std::string detail = "from rank " + std::to_string(root);
   if (channel) {
     const bool direct = output.is_contiguous();
-    shm::Job job;
+    TensorJob job;
     job.kind = shm::Kind::Scatter;
     job.root = root;
     if (rank_ == root) job.input = work;

@@ -53,7 +53,7 @@ bool ProcessGroupUCX::hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) 
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
-    c10d::OpType type, shm::Job&& job, engine::Description description,
+    c10d::OpType type, TensorJob&& job, engine::Description description,
     std::vector<at::Tensor> outputs, std::function<void()> finalize,
     std::chrono::milliseconds timeout, std::uint32_t sequence) {
   const HostLayout& layout = *layout_;
@@ -186,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
   plan.finalize = std::move(finalize);
   at::Tensor crossOn;
   const auto part = [&](shm::Kind partKind, int partRoot = 0) {
-    shm::Job p;
+    TensorJob p;
     p.kind = partKind;
     p.root = partRoot;
     p.reduce = job.reduce;
@@ -211,28 +211,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
           };
         }
         const at::Tensor block = at::empty({n}, flat.options());
-        shm::Job scatterPart = part(shm::Kind::ReduceScatter);
+        TensorJob scatterPart = part(shm::Kind::ReduceScatter);
         scatterPart.input = padded;
         scatterPart.output = block;
         plan.before.push_back(std::move(scatterPart));
         crossOn = block;
-        shm::Job gatherPart = part(shm::Kind::Allgather);
+        TensorJob gatherPart = part(shm::Kind::Allgather);
         gatherPart.input = block;
         gatherPart.output = padded;
         plan.after.push_back(std::move(gatherPart));
       } else {
-        shm::Job reducePart = part(shm::Kind::Reduce);
+        TensorJob reducePart = part(shm::Kind::Reduce);
         reducePart.buffer = job.buffer;
         plan.before.push_back(reducePart);
         crossOn = job.buffer;
-        shm::Job broadcastPart = part(shm::Kind::Broadcast);
+        TensorJob broadcastPart = part(shm::Kind::Broadcast);
         broadcastPart.buffer = job.buffer;
         plan.after.push_back(std::move(broadcastPart));
       }
       break;
     case shm::Kind::Reduce: {
       // The root's host gathers to the root; the others to their leader, which crosses.
-      shm::Job reducePart = part(shm::Kind::Reduce, localRoot);
+      TensorJob reducePart = part(shm::Kind::Reduce, localRoot);
       reducePart.buffer = job.buffer;
       plan.before.push_back(std::move(reducePart));
       crossOn = job.buffer;
@@ -240,7 +240,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     }
     case shm::Kind::Broadcast: {
       // From the root on its host, first; from the leader on the others, after the crossing.
-      shm::Job broadcastPart = part(shm::Kind::Broadcast, localRoot);
+      TensorJob broadcastPart = part(shm::Kind::Broadcast, localRoot);
       broadcastPart.buffer = job.buffer;
       (rootHere ? plan.before : plan.after).push_back(std::move(broadcastPart));
       crossOn = job.buffer;
@@ -249,14 +249,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     case shm::Kind::Allgather: {
       // Gather into the leader's blocks of this host, the leaders exchange their hosts'
       // blocks (and put them in rank order), broadcast the whole.
-      shm::Job gatherPart = part(shm::Kind::Gather);
+      TensorJob gatherPart = part(shm::Kind::Gather);
       gatherPart.input = job.input;
       if (crosses) {
         gatherPart.output = hostOrder.narrow(0, hostOffset, static_cast<std::int64_t>(count) * hostRanks);
       }
       plan.before.push_back(std::move(gatherPart));
       crossOn = hostOrder;
-      shm::Job broadcastPart = part(shm::Kind::Broadcast);
+      TensorJob broadcastPart = part(shm::Kind::Broadcast);
       broadcastPart.buffer = job.output;
       plan.after.push_back(std::move(broadcastPart));
       break;
@@ -264,11 +264,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     case shm::Kind::ReduceScatter: {
       // Sum this host's inputs on the leader, the leaders reduce-scatter by host, scatter
       // the host's blocks.
-      shm::Job reducePart = part(shm::Kind::Reduce);
+      TensorJob reducePart = part(shm::Kind::Reduce);
       reducePart.buffer = crosses ? job.buffer : job.input;
       plan.before.push_back(std::move(reducePart));
       crossOn = hostOrder;
-      shm::Job scatterPart = part(shm::Kind::Scatter);
+      TensorJob scatterPart = part(shm::Kind::Scatter);
       if (crosses) {
         scatterPart.input = hostOrder.narrow(0, hostOffset, static_cast<std::int64_t>(count) * hostRanks);
       }

@@ -25,7 +25,7 @@ std::shared_ptr<HierarchicalOp> HierarchicalOp::make(std::weak_ptr<shm::Channel>
   };
   if (plan.cross) {
     // The crossing starts when the lane reaches it and the lane goes on when it is over.
-    shm::Job hold;
+    TensorJob hold;
     hold.kind = shm::Kind::Hold;
     if (plan.before.empty()) plan.before.push_back(hold);
     if (plan.after.empty()) plan.after.push_back(hold);
@@ -38,9 +38,10 @@ std::shared_ptr<HierarchicalOp> HierarchicalOp::make(std::weak_ptr<shm::Channel>
     for (auto& job : *jobs) {
       const std::size_t index = op->shm_.size();
       auto part = std::make_shared<shm::CollectiveOp>(
-          channel, std::move(job), index + 1 == parts ? std::move(plan.finalize) : nullptr,
-          description, reporter(index));
-      part->setWhole(op.get(), index == 0 ? std::move(plan.prepare) : nullptr);
+          channel, toCore(std::move(job)),
+          withoutGrad(index + 1 == parts ? std::move(plan.finalize) : nullptr), description,
+          reporter(index));
+      part->setWhole(op.get(), withoutGrad(index == 0 ? std::move(plan.prepare) : nullptr));
       op->shm_.push_back(std::move(part));
     }
   }

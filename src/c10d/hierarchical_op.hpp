@@ -26,10 +26,10 @@
 #include <optional>
 #include <vector>
 
+#include "c10d/tensor_job.hpp"
 #include "engine/collective_op.hpp"
 #include "engine/done_flag.hpp"
 #include "engine/op.hpp"
-#include "shm/job.hpp"
 
 namespace commux::shm {
 class Channel;
@@ -50,9 +50,9 @@ class HierarchicalOp final : public engine::Op {
     std::exception_ptr refused;
   };
   struct Plan {
-    std::vector<shm::Job> before;  // shared-memory parts before the part between hosts
+    std::vector<TensorJob> before;  // shared-memory parts before the part between hosts
     std::optional<Cross> cross;    // empty where this rank does not cross
-    std::vector<shm::Job> after;   // shared-memory parts after it
+    std::vector<TensorJob> after;  // shared-memory parts after it
     /// Runs before the first part's steps (fills a padded copy of the input).
     std::function<void()> prepare;
     /// Copies the result to the user's tensors, after the last part's steps.

@@ -20,6 +20,7 @@ enum class Dtype : std::uint8_t {
   Bool,        // one byte, 0 or 1
   Complex64,   // two float32: real, imaginary
   Complex128,  // two float64
+  Opaque,      // moved, never reduced: its size and identity are the Buffer's (core/buffer.hpp)
 };
 
 constexpr std::size_t sizeOf(Dtype dtype) noexcept {
@@ -41,6 +42,8 @@ constexpr std::size_t sizeOf(Dtype dtype) noexcept {
       return 8;
     case Dtype::Complex128:
       return 16;
+    case Dtype::Opaque:
+      return 0;
   }
   return 0;
 }

@@ -40,6 +40,19 @@ bool reduceRaw(void* acc, const void* in, std::size_t count, at::ScalarType dtyp
   return core::reduceInto(acc, in, count, *core, kind);
 }
 
+bool atenHostFold(void* out, const void* a, const void* b, std::size_t count,
+                  const core::Buffer& like, ReduceKind kind) {
+  if (like.frontEndType < 0) return false;  // not a tensor's: the core's kernels
+  const auto dtype = static_cast<at::ScalarType>(like.frontEndType);
+  if (out == a && reduceRaw(out, b, count, dtype, kind)) return true;
+  const auto options = at::TensorOptions().dtype(dtype);
+  const auto view = [&](const void* data) {
+    return at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(count)}, options);
+  };
+  reduceOut(view(out), view(a), view(b), kind);
+  return true;
+}
+
 void reduceInto(const at::Tensor& acc, const at::Tensor& in, ReduceKind kind) {
   reduceOut(acc, acc, in, kind);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "core/buffer.hpp"
 #include "core/dtype.hpp"
 #include "core/reduce.hpp"
 
@@ -23,6 +24,11 @@ void reduceOut(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, 
 /// counts. Returns false (touching nothing) when the dtype is not one of the core's or the
 /// buffer is large; use reduceInto then.
 bool reduceRaw(void* acc, const void* in, std::size_t count, at::ScalarType dtype, ReduceKind kind);
+
+/// The torch adapter's core::HostFold (installed by c10d/torch_hooks.cpp): what reduceRaw
+/// takes, else ATen's kernels on views of the memory, by the buffer's ScalarType.
+bool atenHostFold(void* out, const void* a, const void* b, std::size_t count,
+                  const core::Buffer& like, ReduceKind kind);
 
 /// The core's name for a torch dtype, if it has one.
 std::optional<core::Dtype> coreDtype(at::ScalarType dtype);

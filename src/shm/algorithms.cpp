@@ -1,6 +1,4 @@
 // The channel's collectives, each a sequence of steps over the slots (see algorithms.hpp).
-#include <ATen/ATen.h>
-
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -9,26 +7,18 @@
 
 #include "collectives/schedule.hpp"
 #include "core/error.hpp"
+#include "core/fold.hpp"
 #include "engine/op.hpp"
-#include "engine/reduce_kernels.hpp"
 #include "shm/algorithms.hpp"
 #include "shm/steps_layout.hpp"
 
 namespace commux::shm {
 namespace {
 
-at::Tensor view(char* data, std::size_t count, const at::Tensor& like) {
-  return at::from_blob(data, {static_cast<int64_t>(count)}, like.options());
-}
-
-char* bytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
-
-/// acc = acc (op) in over `count` elements shaped like `like`: a plain loop when that is
-/// cheaper than tensor views (small counts), else ATen.
-void foldInto(char* acc, char* in, std::size_t count, const at::Tensor& like,
-              engine::ReduceKind kind) {
-  if (engine::reduceRaw(acc, in, count, like.scalar_type(), kind)) return;
-  engine::reduceInto(view(acc, count, like), view(in, count, like), kind);
+/// acc = acc (op) in over `count` elements of `like`'s type.
+void foldInto(char* acc, const char* in, std::size_t count, const core::Buffer& like,
+              core::ReduceOp op) {
+  core::fold(acc, acc, in, count, like, op);
 }
 
 /// An all_to_all slot's header (first step): the rank's send counts, then its receive counts.
@@ -66,12 +56,11 @@ std::uint32_t stepsFor(std::size_t total, std::size_t per) {
 
 void allreduceSmall(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
-  const at::Tensor& work = job.buffer;
-  const std::size_t count = static_cast<std::size_t>(work.numel());
+  const core::Buffer& work = job.buffer;
+  const std::size_t count = work.count;
   const bool keeps = job.kind == Kind::Allreduce || steps.rank() == job.root;
-  const std::uint32_t s =
-      steps.beginStep(turn, static_cast<std::size_t>(work.nbytes()) <= steps.smallSlotBytes());
-  if (count != 0) std::memcpy(steps.slot(s, steps.rank()), work.data_ptr(), work.nbytes());
+  const std::uint32_t s = steps.beginStep(turn, work.bytes() <= steps.smallSlotBytes());
+  if (count != 0) std::memcpy(steps.slot(s, steps.rank()), work.data, work.bytes());
   if (!keeps) {
     // A reduce's other ranks leave their data and go: only the root reads.
     steps.lead(s, turn, true, 1);
@@ -81,9 +70,9 @@ void allreduceSmall(Steps& steps, const Turn& turn) {
   steps.meet(s, turn, true);
   if (count != 0 && keeps) {
     // Every rank folds in rank order: the results agree bit for bit.
-    std::memcpy(work.data_ptr(), steps.slot(s, 0), work.nbytes());
+    std::memcpy(work.data, steps.slot(s, 0), work.bytes());
     for (int q = 1; q < steps.shape().size; ++q)
-      foldInto(bytes(work), steps.slot(s, q), count, work, job.reduce);
+      foldInto(work.bytePointer(), steps.slot(s, q), count, work, job.reduce);
   }
   steps.mark(Phase::Departed, s);
 }
@@ -106,15 +95,15 @@ std::size_t copyArea(const Steps& steps) {
 // rank folds each block), though from 3 ranks on not those of a fold in rank order.
 void allreduceChunked(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
-  const at::Tensor& work = job.buffer;
-  const std::size_t count = static_cast<std::size_t>(work.numel());
-  const std::size_t elementSize = work.element_size();
+  const core::Buffer& work = job.buffer;
+  const std::size_t count = work.count;
+  const std::size_t elementSize = work.elementSize;
   const std::size_t chunk = steps.shape().slotBytes / elementSize;
   const int size = steps.shape().size;
   const int rank = steps.rank();
   // A reduce's other ranks leave their buffers as they were: they fold into their slots.
   const bool keeps = job.kind == Kind::Allreduce || rank == job.root;
-  char* const base = bytes(work);
+  char* const base = work.bytePointer();
   for (std::size_t offset = 0; offset < count; offset += chunk) {
     const std::size_t len = std::min(chunk, count - offset);
     char* const data = base + offset * elementSize;
@@ -133,12 +122,12 @@ void allreduceChunked(Steps& steps, const Turn& turn) {
     const auto [at, mineBytes] = block(rank);
     if (mineBytes != 0) {
       const std::size_t n = mineBytes / elementSize;
-      const at::Tensor own = view(data + at, n, work);
-      const at::Tensor acc = keeps ? own : view(steps.slot(s, rank) + at, n, work);
-      at::Tensor sofar = own;
+      char* const own = data + at;
+      char* const acc = keeps ? own : steps.slot(s, rank) + at;
+      const char* sofar = own;
       for (int q = 0; q < size; ++q) {
         if (q == rank) continue;
-        engine::reduceOut(acc, sofar, view(steps.slot(s, q) + at, n, work), job.reduce);
+        core::fold(acc, sofar, steps.slot(s, q) + at, n, work, job.reduce);
         sofar = acc;
       }
       if (keeps) steps.copyToSlot(steps.slot(s, rank) + at, data + at, mineBytes);
@@ -158,9 +147,9 @@ void allreduceChunked(Steps& steps, const Turn& turn) {
 
 void broadcast(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
-  const std::size_t total = job.buffer.nbytes();
+  const std::size_t total = job.buffer.bytes();
   const bool root = steps.rank() == job.root;
-  char* const base = total ? bytes(job.buffer) : nullptr;
+  char* const base = total ? job.buffer.bytePointer() : nullptr;
   if (steps.cmaFor(total)) {
     const std::uint32_t s = steps.beginStep(turn);
     if (root) steps.publish(s, base);
@@ -190,10 +179,10 @@ void broadcast(Steps& steps, const Turn& turn) {
 
 void allgather(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
-  const std::size_t block = job.input.nbytes();
+  const std::size_t block = job.input.bytes();
   const bool reads = job.kind == Kind::Allgather || steps.rank() == job.root;
-  const char* const in = block ? bytes(job.input) : nullptr;
-  char* const out = reads && block ? bytes(job.output) : nullptr;
+  const char* const in = block ? job.input.bytePointer() : nullptr;
+  char* const out = reads && block ? job.output.bytePointer() : nullptr;
   // A gather's other ranks leave their part and go on (with single copy, once the root
   // read it); an allgather's every rank reads every slot.
   const auto arrive = [&](std::uint32_t s, bool first, std::uint32_t count) {
@@ -245,10 +234,10 @@ void allgather(Steps& steps, const Turn& turn) {
 
 void scatter(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
-  const std::size_t block = job.output.nbytes();
+  const std::size_t block = job.output.bytes();
   const bool root = steps.rank() == job.root;
-  const char* const in = root && block ? bytes(job.input) : nullptr;
-  char* const out = block ? bytes(job.output) : nullptr;
+  const char* const in = root && block ? job.input.bytePointer() : nullptr;
+  char* const out = block ? job.output.bytePointer() : nullptr;
   if (steps.cmaFor(block)) {
     const std::uint32_t s = steps.beginStep(turn);
     if (root) steps.publish(s, in);
@@ -285,8 +274,8 @@ void reduceScatter(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
   const int size = steps.shape().size;
   const int rank = steps.rank();
-  const std::size_t n = static_cast<std::size_t>(job.output.numel());
-  const std::size_t es = job.output.element_size();
+  const std::size_t n = job.output.count;
+  const std::size_t es = job.output.elementSize;
   // Each slot holds one piece per other rank (a rank folds its own contribution straight
   // from its input); a step moves `piece` elements of each.
   const bool small = n != 0 && n * es * othersOf(size) <= steps.smallSlotBytes();
@@ -295,11 +284,11 @@ void reduceScatter(Steps& steps, const Turn& turn) {
   COMMUX_CHECK(piece > 0, Runtime, "commux: ", turn.op.description(), ": ", size,
                " ranks do not fit the shared-memory slots (COMMUX_SHM_SLOT_BYTES ",
                steps.shape().slotBytes, ")");
-  const char* const in = n ? bytes(job.input) : nullptr;
-  char* const out = n ? bytes(job.output) : nullptr;
+  const char* const in = n ? job.input.bytePointer() : nullptr;
+  char* const out = n ? job.output.bytePointer() : nullptr;
   // An output inside the input (FSDP passes its own shard of the input) is written before
   // this rank's contribution is read: keep that piece aside first.
-  const bool aliased = n && out < in + job.input.nbytes() && in < out + job.output.nbytes();
+  const bool aliased = n && out < in + job.input.bytes() && in < out + job.output.bytes();
   std::vector<char> own(aliased ? piece * es : 0);
   std::size_t offset = 0;
   do {
@@ -360,7 +349,7 @@ void alltoall(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
   const int rank = steps.rank();
   const std::size_t p = static_cast<std::size_t>(steps.shape().size);
-  const std::size_t es = c10::elementSize(job.dtype());
+  const std::size_t es = job.typed().elementSize;
   const std::size_t header = alltoallHeader(steps.shape().size);
   // A slot holds one piece per other rank: the block a rank keeps for itself is copied
   // straight from its input to its output, never through the slots.
@@ -377,15 +366,14 @@ void alltoall(Steps& steps, const Turn& turn) {
   std::vector<std::size_t> sendAt(p), recvAt(p);
   std::exclusive_scan(job.sendCounts.begin(), job.sendCounts.end(), sendAt.begin(), std::size_t{0});
   std::exclusive_scan(job.recvCounts.begin(), job.recvCounts.end(), recvAt.begin(), std::size_t{0});
-  const char* const in = job.input.numel() ? bytes(job.input) : nullptr;
-  char* const out = job.output.numel() ? bytes(job.output) : nullptr;
+  const char* const in = job.input.count ? job.input.bytePointer() : nullptr;
+  char* const out = job.output.count ? job.output.bytePointer() : nullptr;
   const std::size_t me = static_cast<std::size_t>(rank);
   // The caller checked that this rank sends itself what it expects from itself, before any
   // path was chosen; the input and the output never overlap here (c10d/alltoall_api.cpp
   // stages one that would).
   COMMUX_ASSERT(job.sendCounts[me] == job.recvCounts[me] &&
-                recvAt[p - 1] + job.recvCounts[p - 1] <=
-                    static_cast<std::size_t>(job.output.numel()));
+                recvAt[p - 1] + job.recvCounts[p - 1] <= job.output.count);
   if (job.sendCounts[me] != 0) {
     std::memcpy(out + recvAt[me] * es, in + sendAt[me] * es, job.sendCounts[me] * es);
   }
@@ -462,7 +450,7 @@ void runCollective(Steps& steps, const Turn& turn) {
   switch (job.kind) {
     case Kind::Allreduce:
     case Kind::Reduce:
-      if (static_cast<std::size_t>(job.buffer.nbytes()) <= steps.shape().smallBytes) {
+      if (job.buffer.bytes() <= steps.shape().smallBytes) {
         allreduceSmall(steps, turn);
       } else {
         allreduceChunked(steps, turn);

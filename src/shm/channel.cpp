@@ -1,7 +1,5 @@
 #include "shm/channel.hpp"
 
-#include <ATen/core/grad_mode.h>
-
 #include <algorithm>
 #include <optional>
 
@@ -69,9 +67,6 @@ void Channel::runFromWaiter(const std::shared_ptr<CollectiveOp>& op,
 std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
                                       std::chrono::steady_clock::time_point deadline, bool onLane,
                                       bool mine) {
-  // Buffers may be views of tensors that require grad; communication is not autograd's
-  // business (grad mode is per thread: a waiter's may be on, and a new thread's is).
-  const at::NoGradGuard noGrad;
   // The lane's thread never drives the worker, so never runs a user callback or future.
   std::optional<engine::Engine::NeverDrives> neverDrives;
   if (onLane) neverDrives.emplace();

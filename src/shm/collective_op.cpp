@@ -1,7 +1,5 @@
 #include "shm/collective_op.hpp"
 
-#include <ATen/core/grad_mode.h>
-
 #include <stdexcept>
 
 #include "shm/channel.hpp"
@@ -36,12 +34,10 @@ void CollectiveOp::withdraw() noexcept {
 }
 
 void CollectiveOp::prepare() {
-  if (prepare_) prepare_();  // on the lane, under its NoGradGuard
+  if (prepare_) prepare_();
 }
 
 void CollectiveOp::finalize() {
-  // The user's tensors may require grad; writing results into them is not autograd's.
-  const at::NoGradGuard noGrad;
   if (finalize_) finalize_();
 }
 

@@ -4,8 +4,6 @@
 // other); starting it only queues it on the channel's lane, which runs the group's
 // shared-memory collectives one after another, in issue order, and reports back through
 // Engine::finish.
-#include <ATen/ATen.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>

@@ -42,13 +42,13 @@ std::uint64_t Job::blockCount() const {
     case Kind::Allreduce:
     case Kind::Reduce:
     case Kind::Broadcast:
-      return static_cast<std::uint64_t>(buffer.numel());
+      return buffer.count;
     case Kind::Allgather:
     case Kind::Gather:
-      return static_cast<std::uint64_t>(input.numel());
+      return input.count;
     case Kind::Scatter:
     case Kind::ReduceScatter:
-      return static_cast<std::uint64_t>(output.numel());
+      return output.count;
     case Kind::Alltoall:
     case Kind::Barrier:
     case Kind::Hold:
@@ -57,11 +57,10 @@ std::uint64_t Job::blockCount() const {
   return 0;
 }
 
-at::ScalarType Job::dtype() const {
-  if (buffer.defined()) return buffer.scalar_type();
-  if (input.defined()) return input.scalar_type();
-  if (output.defined()) return output.scalar_type();
-  return at::kByte;
+const core::Buffer& Job::typed() const noexcept {
+  if (buffer.present()) return buffer;
+  if (input.present()) return input;
+  return output;
 }
 
 }  // namespace commux::shm

@@ -1,13 +1,12 @@
 #pragma once
 // What one rank brings to a collective through a shared-memory channel.
-#include <ATen/ATen.h>
-
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "core/buffer.hpp"
+#include "core/reduce.hpp"
 #include "engine/done_flag.hpp"
-#include "engine/reduce_kernels.hpp"
 
 namespace commux::shm {
 
@@ -32,8 +31,8 @@ bool hasRoot(Kind kind) noexcept;
 /// Allreduce, reduce and reduce_scatter: the kinds whose op every rank must agree on.
 bool reduces(Kind kind) noexcept;
 
-/// Buffers are 1-D, contiguous, on the CPU; which ones a rank passes depends on the
-/// collective and on its role:
+/// Buffers are contiguous host memory, of one type; which ones a rank passes (present())
+/// depends on the collective and on its role:
 ///  - Allreduce, Reduce, Broadcast: `buffer` in and out (Reduce: the result on the root).
 ///  - Allgather, Gather: `input` (n elements), `output` (size * n; Gather: root only).
 ///  - Scatter: `input` (size * n, root only), `output` (n).
@@ -43,10 +42,10 @@ bool reduces(Kind kind) noexcept;
 struct Job {
   Kind kind = Kind::Barrier;
   int root = 0;
-  engine::ReduceKind reduce = engine::ReduceKind::Sum;
-  at::Tensor buffer;
-  at::Tensor input;
-  at::Tensor output;
+  core::ReduceOp reduce = core::ReduceOp::Sum;
+  core::Buffer buffer;
+  core::Buffer input;
+  core::Buffer output;
   std::vector<std::size_t> sendCounts;
   std::vector<std::size_t> recvCounts;
   /// A part of a collective that spans hosts which must wait for the part between hosts
@@ -57,7 +56,8 @@ struct Job {
 
   /// Elements per rank, which every rank must agree on (Alltoall: checked per pair).
   std::uint64_t blockCount() const;
-  at::ScalarType dtype() const;
+  /// The first buffer present, whose type is the job's (core::Buffer{} when none is).
+  const core::Buffer& typed() const noexcept;
 };
 
 }  // namespace commux::shm

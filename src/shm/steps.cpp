@@ -207,7 +207,7 @@ void Steps::arrive(std::uint32_t s, const Turn& turn, Role role, int from, std::
   mine.kind[set] = static_cast<std::uint32_t>(job.kind);
   mine.reduce[set] = reduces(job.kind) ? static_cast<std::uint32_t>(job.reduce) : 0;
   mine.root[set] = hasRoot(job.kind) ? job.root : 0;
-  mine.dtype[set] = static_cast<std::uint32_t>(job.dtype());
+  mine.dtype[set] = core::typeCode(job.typed());
   mine.count[set] = job.blockCount();
   mark(Phase::Arrived, s);
 }
@@ -355,11 +355,9 @@ void Steps::checkAgreement(std::uint32_t s, const Turn& turn, int from) {
     if (hasRoot(kind)) {
       ranks += " root " + std::to_string(c.root[set]);
     }
-    ranks += ", " + std::to_string(c.count[set]) + " x " +
-             c10::toString(static_cast<c10::ScalarType>(c.dtype[set]));
+    ranks += ", " + std::to_string(c.count[set]) + " x " + core::typeCodeName(c.dtype[set]);
     if (reduces(kind)) {
-      ranks +=
-          std::string(" ") + engine::reduceKindName(static_cast<engine::ReduceKind>(c.reduce[set]));
+      ranks += std::string(" ") + core::nameOf(static_cast<core::ReduceOp>(c.reduce[set]));
     }
   }
   // Where this rank's part of the collective ends so that the channel stays in step. A

@@ -52,6 +52,7 @@
 #include <tuple>
 #include <vector>
 
+#include "c10d/tensor_job.hpp"
 #include "engine/description.hpp"
 #include "engine/op.hpp"
 #include "shm/algorithms.hpp"
@@ -59,7 +60,7 @@
 
 namespace {
 
-using commux::shm::Job;
+using Job = commux::TensorJob;  // tensors; commux::toCore makes the channel's job
 using commux::shm::Kind;
 using commux::shm::Steps;
 using commux::shm::Turn;
@@ -408,7 +409,8 @@ RunResult runOnce(const Case& c, Chooser& chooser, Fault fault, int faulty) {
         for (int round = 0; round < kRounds; ++round) {
           Planned p = plan(c, r, round);
           const NamedOp op(c.name + " round " + std::to_string(round));
-          Turn turn{p.job, op};
+          const commux::shm::Job job = commux::toCore(Job(p.job));
+          Turn turn{job, op};
           // After its timeout a rank's later collectives keep a passed deadline, as the
           // group refuses them (here: the channel it broke must).
           if (timedOut) turn.deadline = Clock::time_point::min();

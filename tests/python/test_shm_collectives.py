@@ -320,3 +320,47 @@ def _timeout(rank, ws):
 
 def test_shm_timeout_in_any_collective_breaks_the_channel():
     assert all(run_ranks(_timeout, 2, timeout=90))
+
+
+def _bytes(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def _types_only_torch_knows(rank, ws):
+    """Element types the core has no kernel for (unsigned 16-64 bit, float8) travel through
+    the channel as opaque bytes with torch's type attached: moved as they are, folded by
+    ATen where torch can fold them, and compared by type across ranks."""
+    def values(r, n, dt):
+        return (torch.arange(n) % 200 + r).to(dt)
+
+    for dt in (torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn):
+        for n in (5, 3000):  # in one slot, and over many steps (8 KiB slots)
+            out = torch.empty(n * ws, dtype=dt)
+            dist.all_gather_into_tensor(out, values(rank, n, dt))
+            want = torch.cat([values(r, n, dt) for r in range(ws)])
+            assert torch.equal(_bytes(out), _bytes(want)), (dt, n, "allgather")
+            b = values(rank, n, dt)
+            dist.broadcast(b, src=1)
+            assert torch.equal(_bytes(b), _bytes(values(1, n, dt))), (dt, n, "broadcast")
+            got = torch.empty(n * ws, dtype=dt)
+            dist.all_to_all_single(got, torch.cat([values(rank * ws + q, n, dt) for q in range(ws)]))
+            want = torch.cat([values(q * ws + rank, n, dt) for q in range(ws)])
+            assert torch.equal(_bytes(got), _bytes(want)), (dt, n, "all_to_all")
+    for dt in (torch.uint16, torch.uint32, torch.uint64):
+        for n in (5, 30000):  # the small path, and the chunked one through ATen
+            x = (torch.arange(n) * (rank + 1) % 1000).to(dt)
+            dist.all_reduce(x, op=dist.ReduceOp.MAX)
+            want = torch.stack([torch.arange(n) * (r + 1) % 1000 for r in range(ws)]).amax(0).to(dt)
+            assert torch.equal(_bytes(x), _bytes(want)), (dt, n, "allreduce MAX")
+    # Same size, one signed and one not: a mismatch like any other.
+    dt = torch.uint16 if rank == 0 else torch.int16
+    expect_error(lambda: dist.all_gather_into_tensor(torch.empty(4 * ws, dtype=dt),
+                                                     torch.ones(4, dtype=dt)),
+                 ("different collectives",), "allgather, uint16 against int16")
+    assert_group_works(ws)
+    return True
+
+
+def test_shm_moves_and_folds_types_only_torch_knows():
+    env = dict(SMALL_SLOTS, COMMUX_CHECK_COLLECTIVES="1")
+    assert all(run_ranks(_types_only_torch_knows, 3, timeout=120, env=env))
