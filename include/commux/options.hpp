@@ -68,6 +68,11 @@ struct Config {
   /// dissemination, Rabenseifner, scatter+allgather) by the cost model; smaller groups keep
   /// the rings and trees measured on one host (docs/design.md, "Algorithms at scale").
   int logAlgorithmsMinRanks = 9;
+  /// COMMUX_ALGORITHM_<COLLECTIVE> (ALLREDUCE, REDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER,
+  /// GATHER, SCATTER, ALL_TO_ALL, BARRIER), indexed by collectives::Collective: the
+  /// algorithm that collective always takes, by its name in the collective's table
+  /// (src/collectives/route.cpp); empty: chosen by size and group. Same on every rank.
+  std::string algorithms[9];
   /// COMMUX_RING_MIN_BLOCK_BYTES: from this many bytes per rank's block the rings stay.
   std::size_t ringMinBlockBytes = 256 * 1024;
 

@@ -36,6 +36,8 @@ using ReduceKind = core::ReduceOp;
 }  // namespace engine
 namespace collectives {
 struct Schedule;
+struct Route;
+enum class Collective : std::uint8_t;
 }  // namespace collectives
 namespace shm {
 class Channel;
@@ -250,6 +252,12 @@ class ProcessGroupUCX : public c10d::Backend {
   /// group whose ranks share a host), else null; every rank decides alike. Raises first
   /// when collectives may not run (an earlier one failed).
   std::shared_ptr<shm::Channel> shmFor(const char* what, bool cpu);
+  /// Where a collective runs (collectives/route.hpp): the one decision every entry point
+  /// takes. `bytes`: each rank's whole buffer, for the choice of parts; `channel` is set
+  /// when the route is the shared-memory channel, else null. Raises first when
+  /// collectives may not run, and when a forced algorithm cannot run here.
+  collectives::Route routeFor(collectives::Collective collective, const char* what, bool cpu,
+                              std::size_t bytes, std::shared_ptr<shm::Channel>& channel);
   /// Whether a collective of `kind` over `bytes` (each rank's whole buffer) runs in parts:
   /// the group spans hosts and some host has several ranks (known once shmFor has run), on
   /// CPU tensors, as COMMUX_HIERARCHY and its thresholds say. Every rank decides alike.
@@ -326,15 +334,17 @@ class ProcessGroupUCX : public c10d::Backend {
   /// planAlltoall may then choose Bruck).
   c10::intrusive_ptr<c10d::Work> alltoallDirect(const at::Tensor& input, const at::Tensor& output,
                                                 std::vector<std::size_t> sendCounts,
-                                                std::vector<std::size_t> recvCounts,
-                                                bool uniform, std::chrono::milliseconds timeout);
+                                                std::vector<std::size_t> recvCounts, bool uniform,
+                                                std::chrono::milliseconds timeout,
+                                                const char* schedule = nullptr);
   /// All-to-all over one buffer [input | output] with per-peer element counts.
-  c10::intrusive_ptr<c10d::Work> alltoallFlat(c10d::OpType type, const char* name,
-                                              at::Tensor input, std::vector<std::size_t> sendCounts,
+  c10::intrusive_ptr<c10d::Work> alltoallFlat(c10d::OpType type, const char* name, at::Tensor input,
+                                              std::vector<std::size_t> sendCounts,
                                               std::vector<std::size_t> recvCounts,
                                               std::vector<at::Tensor> outputs,
                                               std::function<void(const at::Tensor&)> unpack,
-                                              bool uniform, std::chrono::milliseconds timeout);
+                                              bool uniform, std::chrono::milliseconds timeout,
+                                              const char* schedule = nullptr);
 
   std::shared_ptr<engine::Engine> engine_;
   std::uint32_t forkGeneration_;  // engine::forkGeneration() when the group was made

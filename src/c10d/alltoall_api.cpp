@@ -11,6 +11,7 @@
 #include "c10d/staging.hpp"
 #include "c10d/tensor_job.hpp"
 #include "c10d/validation.hpp"
+#include "collectives/route.hpp"
 #include "collectives/schedule.hpp"
 #include "collectives/selection.hpp"
 #include "commux/process_group_ucx.hpp"
@@ -82,7 +83,8 @@ bool overlap(const at::Tensor& a, const at::Tensor& b) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
     c10d::OpType type, const char* name, at::Tensor input, std::vector<std::size_t> sendCounts,
     std::vector<std::size_t> recvCounts, std::vector<at::Tensor> outputs,
-    std::function<void(const at::Tensor&)> unpack, bool uniform, std::chrono::milliseconds timeout) {
+    std::function<void(const at::Tensor&)> unpack, bool uniform, std::chrono::milliseconds timeout,
+    const char* schedule) {
   const OpEntry entry(*this);
   const std::size_t in = std::accumulate(sendCounts.begin(), sendCounts.end(), std::size_t{0});
   const std::size_t out = std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0});
@@ -90,7 +92,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
   const auto recvBlocks = layout(recvCounts, in);
   auto plan = collectives::planAlltoall(rank_, size_, sendBlocks, recvBlocks,
                                         static_cast<std::size_t>(input.element_size()),
-                                        input.is_cpu(), uniform, thresholds(input));
+                                        input.is_cpu(), uniform, thresholds(input, schedule));
   const std::size_t elements = std::max(in + out, plan.schedule.workElements);
   at::Tensor work = at::empty({static_cast<int64_t>(elements)}, input.options());
   work.narrow(0, 0, static_cast<int64_t>(in)).copy_(input);
@@ -106,7 +108,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
     const at::Tensor& input, const at::Tensor& output, std::vector<std::size_t> sendCounts,
-    std::vector<std::size_t> recvCounts, bool uniform, std::chrono::milliseconds timeout) {
+    std::vector<std::size_t> recvCounts, bool uniform, std::chrono::milliseconds timeout,
+    const char* schedule) {
   // Contiguous input and output: send straight from the input, receive straight into the
   // output. Staging both through one fresh buffer cost three copies plus the page faults
   // of a new allocation, and made all_to_all_single ~3x slower than gloo at 16 MiB.
@@ -116,7 +119,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
   const auto recvBlocks = layout(recvCounts, 0);
   auto plan = collectives::planAlltoall(rank_, size_, sendBlocks, recvBlocks,
                                         static_cast<std::size_t>(in.element_size()), in.is_cpu(),
-                                        uniform, thresholds(in));
+                                        uniform, thresholds(in, schedule));
   at::Tensor work = out;
   std::function<void()> finalize;
   if (plan.schedule.workElements > static_cast<std::size_t>(out.numel())) {
@@ -150,7 +153,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
   // for d is d's block from s), so all ranks plan alike. Equal splits on one rank say
   // nothing of the others'.
   const bool uniform = inputSplitSizes.empty() && outputSplitSizes.empty();
-  if (auto channel = shmFor("all_to_all_single", inputBuffer.is_cpu())) {
+  std::shared_ptr<shm::Channel> channel;
+  const auto route = routeFor(collectives::Collective::Alltoall, "all_to_all_single",
+                              inputBuffer.is_cpu(), inputBuffer.nbytes(), channel);
+  if (channel) {
     const bool direct = outputBuffer.is_contiguous() && !overlap(inputBuffer, outputBuffer);
     TensorJob job;
     job.kind = shm::Kind::Alltoall;
@@ -170,14 +176,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
   }
   if (inputBuffer.is_contiguous() && outputBuffer.is_contiguous() &&
       !overlap(inputBuffer, outputBuffer)) {
-    return alltoallDirect(inputBuffer, outputBuffer, std::move(sendCounts),
-                          std::move(recvCounts), uniform, opts.timeout);
+    return alltoallDirect(inputBuffer, outputBuffer, std::move(sendCounts), std::move(recvCounts),
+                          uniform, opts.timeout, route.schedule);
   }
   at::Tensor output = outputBuffer;
-  return alltoallFlat(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", inputBuffer.reshape({-1}),
-                      std::move(sendCounts), std::move(recvCounts), {outputBuffer},
-                      [output](const at::Tensor& received) { output.copy_(received.view(output.sizes())); },
-                      uniform, opts.timeout);
+  return alltoallFlat(
+      c10d::OpType::ALLTOALL_BASE, "all_to_all_single", inputBuffer.reshape({-1}),
+      std::move(sendCounts), std::move(recvCounts), {outputBuffer},
+      [output](const at::Tensor& received) { output.copy_(received.view(output.sizes())); },
+      uniform, opts.timeout, route.schedule);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>& outputTensors,
@@ -211,7 +218,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
       offset += n;
     }
   };
-  if (auto channel = shmFor("all_to_all", inputTensors[0].is_cpu())) {
+  std::shared_ptr<shm::Channel> channel;
+  const auto route = routeFor(collectives::Collective::Alltoall, "all_to_all",
+                              inputTensors[0].is_cpu(), inputTensors[0].nbytes(), channel);
+  if (channel) {
     const std::size_t total = std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0});
     at::Tensor received = at::empty({static_cast<int64_t>(total)}, inputTensors[0].options());
     TensorJob job;
@@ -228,7 +238,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
   // Lists of equal tensors on this rank say nothing of the other ranks' lists: pairwise.
   return alltoallFlat(c10d::OpType::ALLTOALL, "all_to_all", at::cat(flatInputs),
                       std::move(sendCounts), recvCounts, outputs, std::move(unpack), false,
-                      opts.timeout);
+                      opts.timeout, route.schedule);
 }
 
 }  // namespace commux

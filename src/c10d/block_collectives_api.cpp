@@ -7,6 +7,7 @@
 #include "c10d/staging.hpp"
 #include "c10d/tensor_job.hpp"
 #include "c10d/validation.hpp"
+#include "collectives/route.hpp"
 #include "collectives/schedule.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "shm/collective_op.hpp"
@@ -24,9 +25,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
                     "commux: all_gather_into_tensor: the output holds ",
                     outputBuffer.numel(), " elements; it must hold world size (", size_,
                     ") x input (", inputBuffer.numel(), ")");
-  auto channel = shmFor("all_gather_into_tensor", inputBuffer.is_cpu());
-  if (channel ||
-      hierarchical(shm::Kind::Allgather, inputBuffer.is_cpu(), outputBuffer.nbytes())) {
+  std::shared_ptr<shm::Channel> channel;
+  const auto route = routeFor(collectives::Collective::Allgather, "all_gather_into_tensor",
+                              inputBuffer.is_cpu(), outputBuffer.nbytes(), channel);
+  if (route.path != collectives::Path::Schedule) {
     TensorJob job;
     job.kind = shm::Kind::Allgather;
     job.input = dense(inputBuffer);
@@ -38,11 +40,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
                         opts.timeout);
   }
   at::Tensor work = flat(outputBuffer);
+  // Planned before the output is written: a forced schedule may be refused.
+  auto plan = collectives::planAllgather(rank_, size_, equalBlocks(n, size_), work.element_size(),
+                                         thresholds(work, route.schedule));
   work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n))
       .copy_(inputBuffer.reshape({-1}));
   const std::uint32_t seq = nextSequence();
-  auto plan = collectives::planAllgather(rank_, size_, equalBlocks(n, size_), work.element_size(),
-                                         thresholds(work));
   return launchCollective(
       c10d::OpType::_ALLGATHER_BASE, seq,
       describe("all_gather_into_tensor", {inputBuffer}, "", plan.algorithm, seq), {outputBuffer},
@@ -68,9 +71,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
                     outputs[0].numel(), " elements, the input ", input.numel());
   checkSameKind("all_gather", input, outputs[0]);
   const std::size_t n = elementCount(input);
-  auto channel = shmFor("all_gather", input.is_cpu());
-  const bool parts =
-      hierarchical(shm::Kind::Allgather, input.is_cpu(), input.nbytes() * size_);
+  std::shared_ptr<shm::Channel> channel;
+  const auto route = routeFor(collectives::Collective::Allgather, "all_gather", input.is_cpu(),
+                              input.nbytes() * size_, channel);
   at::Tensor work = at::empty({static_cast<int64_t>(n) * size_}, input.options());
   auto unpack = [work, outputs, n] {
     for (std::size_t r = 0; r < outputs.size(); ++r) {
@@ -78,7 +81,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
                            .view(outputs[r].sizes()));
     }
   };
-  if (channel || parts) {
+  if (route.path != collectives::Path::Schedule) {
     TensorJob job;
     job.kind = shm::Kind::Allgather;
     job.input = dense(input);
@@ -89,7 +92,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
   work.narrow(0, static_cast<int64_t>(n) * rank_, static_cast<int64_t>(n)).copy_(input.reshape({-1}));
   const std::uint32_t seq = nextSequence();
   auto plan = collectives::planAllgather(rank_, size_, equalBlocks(n, size_), work.element_size(),
-                                         thresholds(work));
+                                         thresholds(work, route.schedule));
   return launchCollective(
       c10d::OpType::ALLGATHER, seq, describe("all_gather", {input}, "", plan.algorithm, seq),
       outputs, std::move(plan.schedule), work, std::nullopt,
@@ -110,9 +113,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
                     " elements; it must hold world size (", size_, ") x output (",
                     outputBuffer.numel(), ")");
   const int64_t contributions = size_;
-  auto channel = shmFor("reduce_scatter_tensor", inputBuffer.is_cpu());
-  if (channel ||
-      hierarchical(shm::Kind::ReduceScatter, inputBuffer.is_cpu(), inputBuffer.nbytes())) {
+  std::shared_ptr<shm::Channel> channel;
+  const auto route = routeFor(collectives::Collective::ReduceScatter, "reduce_scatter_tensor",
+                              inputBuffer.is_cpu(), inputBuffer.nbytes(), channel);
+  if (route.path != collectives::Path::Schedule) {
     // Only read: the input needs a private copy only when its contribution is scaled first.
     at::Tensor input = dense(inputBuffer);
     if (reduction.changesContribution()) {
@@ -140,7 +144,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
   const int64_t offset = static_cast<int64_t>(n) * rank_;
   const std::uint32_t seq = nextSequence();
   auto plan = collectives::planReduceScatter(rank_, size_, equalBlocks(n, size_),
-                                             work.element_size(), thresholds(work));
+                                             work.element_size(), thresholds(work, route.schedule));
   return launchCollective(
       c10d::OpType::_REDUCE_SCATTER_BASE, seq,
       describe("reduce_scatter_tensor", {outputBuffer}, reduction.label(), plan.algorithm, seq),

@@ -12,6 +12,7 @@
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "collectives/round_fit.hpp"
+#include "collectives/route.hpp"
 #include "collectives/selection.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
@@ -186,18 +187,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
   checkTensors("allreduce", tensors, true);
   checkWritable("allreduce", tensors);
   const auto reduction = Reduction::of("allreduce", opts.reduceOp, tensors[0].scalar_type());
-  auto channel = shmFor("allreduce", tensors[0].is_cpu());
-  const bool parts = hierarchical(shm::Kind::Allreduce, tensors[0].is_cpu(), 0);
-  at::Tensor work = (channel || parts) && tensors.size() == 1
-                        ? dense(tensors[0])
-                        : localReduce(tensors, reduction.kind(), false);
+  std::shared_ptr<shm::Channel> channel;
+  const auto route =
+      routeFor(collectives::Collective::Allreduce, "allreduce", tensors[0].is_cpu(), 0, channel);
+  const bool shared = route.path != collectives::Path::Schedule;
+  at::Tensor work = shared && tensors.size() == 1 ? dense(tensors[0])
+                                                  : localReduce(tensors, reduction.kind(), false);
   reduction.prepare(work);
   const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
   auto finalize = [work, tensors, reduction, contributions] {
     reduction.finish(work, contributions);
     scatterBack(work, tensors);
   };
-  if (channel || parts) {
+  if (shared) {
     TensorJob job;
     job.kind = shm::Kind::Allreduce;
     job.reduce = reduction.kind();
@@ -206,7 +208,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
                         reduction.label(), tensors, std::move(finalize), opts.timeout);
   }
   auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
-                                         thresholds(work));
+                                         thresholds(work, route.schedule));
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::ALLREDUCE, seq,
@@ -225,9 +227,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
   const bool isRoot = rank_ == root;
   // Only the root's tensors receive the result; the others keep their input, so
   // non-roots reduce in a private buffer.
-  auto channel = shmFor("reduce", tensors[0].is_cpu());
-  const bool parts =
-      hierarchical(shm::Kind::Reduce, tensors[0].is_cpu(), tensors[0].nbytes());
+  std::shared_ptr<shm::Channel> channel;
+  const auto route = routeFor(collectives::Collective::Reduce, "reduce", tensors[0].is_cpu(),
+                              tensors[0].nbytes(), channel);
+  const bool parts = route.path == collectives::Path::Hierarchical;
   // Over shared memory a non-root's buffer is only read: it needs a private copy only when
   // its contribution is scaled first. In parts, a host's leader gathers into its buffer.
   at::Tensor work = (channel || (parts && isRoot)) && tensors.size() == 1 &&
@@ -242,7 +245,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
     scatterBack(work, tensors);
   };
   const std::string detail = reduction.label() + " to rank " + std::to_string(root);
-  if (channel || parts) {
+  if (route.path != collectives::Path::Schedule) {
     TensorJob job;
     job.kind = shm::Kind::Reduce;
     job.root = root;
@@ -252,7 +255,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
                         tensors, std::move(finalize), opts.timeout);
   }
   auto plan = collectives::planReduce(rank_, size_, root, elementCount(work), work.element_size(),
-                                      thresholds(work));
+                                      thresholds(work, route.schedule));
   const std::uint32_t seq = nextSequence();
   return launchCollective(c10d::OpType::REDUCE, seq,
                           describe("reduce", tensors, detail, plan.algorithm, seq), tensors,
@@ -270,18 +273,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                     "commux: broadcast: rootTensor ", opts.rootTensor, " is outside the list of ",
                     tensors.size(), " tensors");
   const int root = static_cast<int>(opts.rootRank);
-  auto channel = shmFor("broadcast", tensors[0].is_cpu());
-  const bool parts =
-      hierarchical(shm::Kind::Broadcast, tensors[0].is_cpu(), tensors[0].nbytes());
+  std::shared_ptr<shm::Channel> channel;
+  const auto route = routeFor(collectives::Collective::Broadcast, "broadcast", tensors[0].is_cpu(),
+                              tensors[0].nbytes(), channel);
   // Shared memory takes any contiguous shape; the schedules want 1-D.
-  const bool anyShape = channel || parts;
+  const bool anyShape = route.path != collectives::Path::Schedule;
   const auto shaped = [&](const at::Tensor& t) { return anyShape ? dense(t) : flat(t); };
   at::Tensor work = rank_ == root ? shaped(tensors[opts.rootTensor])
                     : tensors.size() == 1 && tensors[0].is_contiguous()
                         ? (anyShape ? tensors[0] : tensors[0].view({-1}))
                         : at::empty({tensors[0].numel()}, tensors[0].options());
   const std::string detail = "from rank " + std::to_string(root);
-  if (channel || parts) {
+  if (anyShape) {
     TensorJob job;
     job.kind = shm::Kind::Broadcast;
     job.root = root;
@@ -290,8 +293,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                         detail, tensors, [work, tensors] { scatterBack(work, tensors); },
                         opts.timeout);
   }
-  auto plan = collectives::planBroadcast(rank_, size_, root, elementCount(work), work.element_size(),
-                                         thresholds(work));
+  auto plan = collectives::planBroadcast(rank_, size_, root, elementCount(work),
+                                         work.element_size(), thresholds(work, route.schedule));
   const std::uint32_t seq = nextSequence();
   return launchCollective(
       c10d::OpType::BROADCAST, seq,
@@ -302,8 +305,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptions& opts) {
   const CollectiveEntry entry(*this);
-  auto channel = shmFor("barrier", true);
-  if (channel || hierarchical(shm::Kind::Barrier, true, 0)) {
+  std::shared_ptr<shm::Channel> channel;
+  const auto route = routeFor(collectives::Collective::Barrier, "barrier", true, 0, channel);
+  if (route.path != collectives::Path::Schedule) {
     return launchShared(c10d::OpType::BARRIER, channel, TensorJob{}, "barrier", {}, "", {}, nullptr,
                         opts.timeout);
   }

@@ -5,6 +5,7 @@
 #include "c10d/staging.hpp"
 #include "c10d/tensor_job.hpp"
 #include "c10d/validation.hpp"
+#include "collectives/route.hpp"
 #include "collectives/schedule.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "shm/collective_op.hpp"
@@ -36,7 +37,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
   }
   const auto n = static_cast<int64_t>(input.numel());
   const std::string detail = "to rank " + std::to_string(root);
-  if (auto channel = shmFor("gather", input.is_cpu())) {
+  std::shared_ptr<shm::Channel> channel;
+  routeFor(collectives::Collective::Gather, "gather", input.is_cpu(), input.nbytes(), channel);
+  if (channel) {
     TensorJob job;
     job.kind = shm::Kind::Gather;
     job.root = root;
@@ -85,7 +88,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
   checkTensors("scatter", {output}, false);
   checkWritable("scatter", {output});
   const auto n = static_cast<int64_t>(output.numel());
-  auto channel = shmFor("scatter", output.is_cpu());
+  std::shared_ptr<shm::Channel> channel;
+  routeFor(collectives::Collective::Scatter, "scatter", output.is_cpu(), output.nbytes(), channel);
   // Over shared memory only the root stages the blocks.
   at::Tensor work = rank_ == root || !channel ? at::empty({n * size_}, output.options()) : at::Tensor();
   if (rank_ == root) {

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "c10d/peer_table.hpp"
+#include "collectives/route.hpp"
 #include "commux/options.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -76,15 +77,28 @@ std::string hierarchySettings() {
 std::vector<std::pair<const char*, std::string>> agreedSettings() {
   const Config& c = Config::get();
   const auto n = [](auto v) { return std::to_string(v); };
-  return {{"COMMUX_ALLREDUCE_RING_MIN_BYTES", n(c.allreduceRingMinBytes)},
-          {"COMMUX_CHAIN_MIN_BYTES", n(c.chainMinBytes)},
-          {"COMMUX_PIPELINE_CHUNK_BYTES", n(c.pipelineChunkBytes)},
-          {"COMMUX_CUDA_CHUNK_BYTES", n(c.cudaChunkBytes)},
-          {"COMMUX_LOG_ALGORITHMS_MIN_RANKS", n(c.logAlgorithmsMinRanks)},
-          {"COMMUX_RING_MIN_BLOCK_BYTES", n(c.ringMinBlockBytes)},
-          {"COMMUX_SEQUENCE_WRAP", n(c.sequenceWrap)},
-          {"COMMUX_ROUND_WRAP", n(c.roundWrap)},
-          {"COMMUX_CHECK_COLLECTIVES", n(c.checkCollectives)}};
+  std::vector<std::pair<const char*, std::string>> agreed = {
+      {"COMMUX_ALLREDUCE_RING_MIN_BYTES", n(c.allreduceRingMinBytes)},
+      {"COMMUX_CHAIN_MIN_BYTES", n(c.chainMinBytes)},
+      {"COMMUX_PIPELINE_CHUNK_BYTES", n(c.pipelineChunkBytes)},
+      {"COMMUX_CUDA_CHUNK_BYTES", n(c.cudaChunkBytes)},
+      {"COMMUX_LOG_ALGORITHMS_MIN_RANKS", n(c.logAlgorithmsMinRanks)},
+      {"COMMUX_RING_MIN_BLOCK_BYTES", n(c.ringMinBlockBytes)},
+      {"COMMUX_SEQUENCE_WRAP", n(c.sequenceWrap)},
+      {"COMMUX_ROUND_WRAP", n(c.roundWrap)},
+      {"COMMUX_CHECK_COLLECTIVES", n(c.checkCollectives)}};
+  // The names live as long as the process (a table of static strings).
+  static const auto names = [] {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < collectives::kCollectives; ++i) {
+      out.push_back(collectives::algorithmSetting(static_cast<collectives::Collective>(i)));
+    }
+    return out;
+  }();
+  for (std::size_t i = 0; i < collectives::kCollectives; ++i) {
+    agreed.emplace_back(names[i].c_str(), c.algorithms[i]);
+  }
+  return agreed;
 }
 
 std::string encodeSettings() {

@@ -12,8 +12,7 @@ OpEntry::OpEntry(const ProcessGroupUCX& group) { group.checkSameProcess(); }
 
 CollectiveEntry::CollectiveEntry(ProcessGroupUCX& group) : entry_(group) { group.joinSetUp(); }
 
-
-collectives::Thresholds thresholds(const at::Tensor& buffer) {
+collectives::Thresholds thresholds(const at::Tensor& buffer, const char* forced) {
   const Config& c = Config::get();
   collectives::Thresholds t;
   t.allreduceRingMinBytes = c.allreduceRingMinBytes;
@@ -22,6 +21,7 @@ collectives::Thresholds thresholds(const at::Tensor& buffer) {
       buffer.defined() && buffer.is_cuda() ? c.cudaChunkBytes : c.pipelineChunkBytes;
   t.logAlgorithmsMinRanks = c.logAlgorithmsMinRanks;
   t.ringMinBlockBytes = c.ringMinBlockBytes;
+  t.forced = forced;
   return t;
 }
 

@@ -42,7 +42,9 @@ class CollectiveEntry {
 };
 
 /// The selection's settings for an operation on `buffer` (host memory when undefined).
-collectives::Thresholds thresholds(const at::Tensor& buffer = at::Tensor());
+/// `forced`: the schedule the call's route forces (collectives/route.hpp), or null.
+collectives::Thresholds thresholds(const at::Tensor& buffer = at::Tensor(),
+                                   const char* forced = nullptr);
 
 inline std::size_t elementCount(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 

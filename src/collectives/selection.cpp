@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string_view>
+
+#include "core/error.hpp"
 
 namespace commux::collectives {
 namespace {
@@ -119,8 +122,22 @@ double alltoallBruck(const CostModel& m, int p, double b) {
 
 }  // namespace cost
 
+namespace {
+
+bool forced(const Thresholds& t, std::string_view name) {
+  return t.forced != nullptr && name == t.forced;
+}
+
+}  // namespace
+
 Plan planAllreduce(int rank, int size, std::size_t count, std::size_t elementSize,
                    const Thresholds& t) {
+  if (forced(t, "ring"))
+    return {allreduceRing(rank, size, count, chunkElements(t, elementSize)), "ring"};
+  if (forced(t, "recursive_doubling")) {
+    return {allreduceRecursiveDoubling(rank, size, count), "recursive_doubling"};
+  }
+  if (forced(t, "rabenseifner")) return {allreduceRabenseifner(rank, size, count), "rabenseifner"};
   const std::size_t bytes = count * elementSize;
   // The ring needs at least one element per rank to beat recursive doubling at all.
   const bool ringPossible = count >= static_cast<std::size_t>(size);
@@ -144,6 +161,16 @@ Plan planAllreduce(int rank, int size, std::size_t count, std::size_t elementSiz
 
 Plan planAllgather(int rank, int size, const std::vector<Range>& blocks, std::size_t elementSize,
                    const Thresholds& t) {
+  if (forced(t, "ring")) return {allgatherRing(rank, size, blocks), "ring"};
+  if (forced(t, "recursive_doubling")) {
+    COMMUX_CHECK(isPowerOfTwo(size), InvalidArgument,
+                 "commux: COMMUX_ALGORITHM_ALLGATHER="
+                 "recursive_doubling needs a power-of-two group, not ",
+                 size, " ranks");
+    return {allgatherRecursiveDoubling(rank, size, blocks), "recursive_doubling"};
+  }
+  if (forced(t, "dissemination"))
+    return {allgatherDissemination(rank, size, blocks), "dissemination"};
   // Same bytes per rank either way; the logarithmic algorithms take ceil(log2 p) steps
   // instead of p-1.
   if (size < t.logAlgorithmsMinRanks || largestBlockBytes(blocks, elementSize) >= t.ringMinBlockBytes) {
@@ -158,6 +185,10 @@ Plan planReduceScatter(int rank, int size, const std::vector<Range>& blocks,
   auto ring = [&] {
     return Plan{reduceScatterRing(rank, size, blocks, 0, chunkElements(t, elementSize)), "ring"};
   };
+  if (forced(t, "ring")) return ring();
+  if (forced(t, "recursive_halving")) {
+    return {reduceScatterRecursiveHalving(rank, size, blocks), "recursive_halving"};
+  }
   if (size < t.logAlgorithmsMinRanks || largestBlockBytes(blocks, elementSize) >= t.ringMinBlockBytes) {
     return ring();
   }
@@ -172,6 +203,13 @@ Plan planReduceScatter(int rank, int size, const std::vector<Range>& blocks,
 
 Plan planBroadcast(int rank, int size, int root, std::size_t count, std::size_t elementSize,
                    const Thresholds& t) {
+  if (forced(t, "binomial")) return {broadcastBinomial(rank, size, root, count), "binomial"};
+  if (forced(t, "chain")) {
+    return {broadcastChain(rank, size, root, count, chunkElements(t, elementSize)), "chain"};
+  }
+  if (forced(t, "scatter_allgather")) {
+    return {broadcastScatterAllgather(rank, size, root, count), "scatter_allgather"};
+  }
   if (size >= t.logAlgorithmsMinRanks) {
     const auto n = static_cast<double>(count * elementSize);
     const double binomial = cost::broadcastBinomial(t.model, size, n);
@@ -189,6 +227,10 @@ Plan planBroadcast(int rank, int size, int root, std::size_t count, std::size_t 
 
 Plan planReduce(int rank, int size, int root, std::size_t count, std::size_t elementSize,
                 const Thresholds& t) {
+  if (forced(t, "binomial")) return {reduceBinomial(rank, size, root, count), "binomial"};
+  if (forced(t, "chain")) {
+    return {reduceChain(rank, size, root, count, chunkElements(t, elementSize)), "chain"};
+  }
   if (size > 2 && count * elementSize >= t.chainMinBytes) {
     return {reduceChain(rank, size, root, count, chunkElements(t, elementSize)), "chain"};
   }
@@ -216,14 +258,25 @@ Plan planAlltoall(int rank, int size, const std::vector<Range>& sendBlocks,
   auto pairwise = [&] {
     return Plan{alltoallPairwise(rank, size, sendBlocks, recvBlocks), "pairwise"};
   };
+  if (forced(t, "pairwise")) return pairwise();
   // Blocks of different sizes would have to be announced first (an exchange of counts).
-  if (!cpu || !uniform || size < t.logAlgorithmsMinRanks || !equalAndContiguous(sendBlocks) ||
-      !equalAndContiguous(recvBlocks) || sendBlocks[0].count != recvBlocks[0].count) {
+  const bool bruckPossible = cpu && uniform && equalAndContiguous(sendBlocks) &&
+                             equalAndContiguous(recvBlocks) &&
+                             sendBlocks[0].count == recvBlocks[0].count;
+  if (forced(t, "bruck")) {
+    COMMUX_CHECK(bruckPossible, InvalidArgument,
+                 "commux: COMMUX_ALGORITHM_ALL_TO_ALL=bruck needs CPU tensors split evenly: "
+                 "all_to_all_single without split sizes (every rank must know every block's "
+                 "size)");
+  } else if (!bruckPossible || size < t.logAlgorithmsMinRanks) {
     return pairwise();
   }
   const std::size_t count = sendBlocks[0].count;
   const auto b = static_cast<double>(count * elementSize);
-  if (cost::alltoallBruck(t.model, size, b) >= cost::alltoallPairwise(t.model, size, b)) return pairwise();
+  if (!forced(t, "bruck") &&
+      cost::alltoallBruck(t.model, size, b) >= cost::alltoallPairwise(t.model, size, b)) {
+    return pairwise();
+  }
   const std::size_t sendEnd = sendBlocks.back().offset + sendBlocks.back().count;
   const std::size_t recvEnd = recvBlocks.back().offset + recvBlocks.back().count;
   return {alltoallBruck(rank, size, count, sendBlocks[0].offset, recvBlocks[0].offset,

@@ -35,6 +35,10 @@ struct Thresholds {
   /// transfer time, its traffic goes to neighbours only and its scratch is one chunk.
   std::size_t ringMinBlockBytes = 256 * 1024;
   CostModel model{};
+  /// The schedule COMMUX_ALGORITHM_<COLLECTIVE> forces (collectives/route.hpp), by its name
+  /// in the collective's table; null: chosen by the rules above. A name the plan function
+  /// cannot build for this group raises InvalidArgument.
+  const char* forced = nullptr;
 };
 
 struct Plan {

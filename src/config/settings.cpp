@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "collectives/route.hpp"
 #include "config/env_readers.hpp"
 #include "wire/tag.hpp"
 
@@ -63,6 +64,32 @@ void readLoopbackOnly(const char* name, bool& out) {
         env::rawValue("UCX_NET_DEVICES") == nullptr && env::rawValue("UCX_TLS") == nullptr;
   env::readBool(name, out);
 }
+
+template <collectives::Collective C>
+void readAlgorithm(const char* name, Config& config) {
+  std::string value;
+  env::readText(name, value);
+  if (!value.empty() && collectives::findAlgorithm(C, value) == nullptr) {
+    throw std::invalid_argument(std::string(name) + "=" + value + " names no algorithm of " +
+                                collectives::nameOf(C) + " (" + collectives::algorithmNames(C) +
+                                ")");
+  }
+  config.algorithms[static_cast<std::size_t>(C)] = value;
+}
+
+template <collectives::Collective C>
+SettingValue showAlgorithm(const Config& config) {
+  return config.algorithms[static_cast<std::size_t>(C)];
+}
+
+#define COMMUX_ALGORITHM_SETTING(C, NAME, WHAT, ALGORITHMS)                                     \
+  {                                                                                             \
+    "COMMUX_ALGORITHM_" NAME, "empty (chosen by size and group)",                               \
+        "the algorithm " WHAT " always takes: " ALGORITHMS                                      \
+        " (tests, benchmarks); `shm` needs one host, `hierarchical` a group across hosts that " \
+        "share memory. Same value on every rank",                                               \
+        &readAlgorithm<collectives::Collective::C>, &showAlgorithm<collectives::Collective::C>  \
+  }
 
 }  // namespace
 
@@ -143,6 +170,24 @@ const std::vector<Setting>& settings() {
          env::readInRange(n, c.logAlgorithmsMinRanks, 0, wire::kMaxRanks + 1, "ranks");
        },
        [](const Config& c) -> SettingValue { return whole(c.logAlgorithmsMinRanks); }},
+      COMMUX_ALGORITHM_SETTING(Allreduce, "ALLREDUCE", "allreduce",
+                               "`shm`, `hierarchical`, `recursive_doubling`, `ring`, "
+                               "`rabenseifner`"),
+      COMMUX_ALGORITHM_SETTING(Reduce, "REDUCE", "reduce",
+                               "`shm`, `hierarchical`, `binomial`, `chain`"),
+      COMMUX_ALGORITHM_SETTING(Broadcast, "BROADCAST", "broadcast",
+                               "`shm`, `hierarchical`, `binomial`, `chain`, `scatter_allgather`"),
+      COMMUX_ALGORITHM_SETTING(Allgather, "ALLGATHER", "allgather",
+                               "`shm`, `hierarchical`, `ring`, `recursive_doubling` (power-of-two "
+                               "groups), `dissemination`"),
+      COMMUX_ALGORITHM_SETTING(ReduceScatter, "REDUCE_SCATTER", "reduce_scatter",
+                               "`shm`, `hierarchical`, `ring`, `recursive_halving`"),
+      COMMUX_ALGORITHM_SETTING(Gather, "GATHER", "gather", "`shm`, `binomial`"),
+      COMMUX_ALGORITHM_SETTING(Scatter, "SCATTER", "scatter", "`shm`, `binomial`"),
+      COMMUX_ALGORITHM_SETTING(Alltoall, "ALL_TO_ALL", "all_to_all",
+                               "`shm`, `pairwise`, `bruck` (even splits on the CPU)"),
+      COMMUX_ALGORITHM_SETTING(Barrier, "BARRIER", "barrier",
+                               "`shm`, `hierarchical`, `dissemination`"),
       {"COMMUX_RING_MIN_BLOCK_BYTES", "`262144`",
        "from this many bytes per rank's block, allgather, reduce_scatter and allreduce keep "
        "the ring at any group size",
