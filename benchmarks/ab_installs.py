@@ -1,6 +1,6 @@
 """A/B of two commux installs in one run: `python3 -m commux.bench` alternately with the
-installed commux (B) and another one (A, a `pip install --target` folder put first on
-PYTHONPATH), so both see the same machine state; prints B/A per point (median of the runs'
+installed commux (B; or another `--new` folder) and another one (A, a `pip install
+--target` folder put first on PYTHONPATH), so both see the same machine state; prints B/A per point (median of the runs'
 medians). Example (the version before a change against the installed one):
 
     git worktree add /tmp/old <commit> && (cd /tmp/old && python3 -m pip install \\
@@ -32,6 +32,8 @@ def run(pythonpath, bench_args, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--old", required=True, help="folder holding the A install (pip --target)")
+    ap.add_argument("--new", default=None,
+                    help="folder holding the B install (pip --target); default: the installed one")
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("bench", nargs=argparse.REMAINDER, help="-- then commux.bench arguments")
     args = ap.parse_args()
@@ -39,7 +41,7 @@ def main():
     a_runs, b_runs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
-            for label, path, runs in (("A", args.old, a_runs), ("B", None, b_runs)):
+            for label, path, runs in (("A", args.old, a_runs), ("B", args.new, b_runs)):
                 runs.append(run(path, bench, os.path.join(tmp, f"{label}{i}")))
     print(f"{'op':<12}{'ranks':>6}{'bytes':>10}{'A us':>10}{'B us':>10}{'B/A':>8}")
     for key in sorted(a_runs[0]):
