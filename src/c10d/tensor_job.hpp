@@ -25,9 +25,8 @@ struct TensorJob {
   std::shared_ptr<engine::DoneFlag> gate;
 };
 
-/// A contiguous CPU tensor as a core buffer that keeps it alive (an undefined tensor: no
-/// buffer).
-core::Buffer coreBuffer(const at::Tensor& tensor);
+/// The channel's job: each tensor (contiguous, CPU) as a core buffer, an undefined one as
+/// no buffer; the buffers' owners keep the tensors alive together.
 shm::Job toCore(TensorJob&& job);
 
 /// `f` run under a NoGradGuard (null stays null): the channel runs closures of the adapter's
