@@ -84,6 +84,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
   if (onlyPeer < 0) {
     w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
   }
+  w->addReads({work, sendBuffer});
   setup.work = std::move(work);
   setup.sendBuffer = std::move(sendBuffer);
   setup.finalize = std::move(finalize);
@@ -157,6 +158,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
   watchMembers();
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
+  // Peers read these in place (CMA) until the lane has run the job.
+  w->addReads({job.buffer, job.input, job.output});
   launch(w, std::make_shared<shm::CollectiveOp>(channel, toCore(std::move(job)),
                                                 withoutGrad(std::move(finalize)), w->parts(),
                                                 w->completer()));

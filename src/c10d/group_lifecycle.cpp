@@ -50,10 +50,14 @@ void ProcessGroupUCX::checkStorageIdle(const char* op, const at::Tensor& tensor)
   for (const auto& weak : inflight_) {
     const auto work = weak.lock();
     if (!work || work->isCompleted()) continue;
-    for (const auto& t : work->tensors()) {
-      TORCH_CHECK_VALUE(!t.defined() || !t.has_storage() || !t.storage().is_alias_of(storage),
-                        "commux: ", op, ": the tensor's memory is in use by an operation still in "
-                        "flight (", work->description(), "); wait for it first");
+    for (const auto* tensors : {&work->tensors(), &work->reads()}) {
+      for (const auto& t : *tensors) {
+        TORCH_CHECK_VALUE(!t.defined() || !t.has_storage() || !t.storage().is_alias_of(storage),
+                          "commux: ", op,
+                          ": the tensor's memory is in use by an operation "
+                          "still in flight (",
+                          work->description(), "); wait for it first");
+      }
     }
   }
 }

@@ -58,6 +58,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     std::chrono::milliseconds timeout, std::uint32_t sequence) {
   const HostLayout& layout = *layout_;
   const shm::Kind kind = job.kind;
+  // What the parts read (a window registration must not move it meanwhile).
+  const at::Tensor buffer = job.buffer, input = job.input, output = job.output;
   const int myHost = layout.hostOf[rank_];
   const int hosts = layout.hostCount();
   const int hostRanks = static_cast<int>(layout.hosts[myHost].size());
@@ -302,6 +304,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
   watchMembers();
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
+  w->addReads({buffer, input, output});
   launch(w, HierarchicalOp::make(channel, std::move(plan), w->parts(), w->completer()));
   return w;
 }

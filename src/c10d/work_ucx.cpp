@@ -143,6 +143,12 @@ int WorkUCX::sourceRank() const {
 
 std::vector<at::Tensor> WorkUCX::result() { return outputs_; }
 
+void WorkUCX::addReads(std::initializer_list<at::Tensor> tensors) {
+  for (const auto& t : tensors) {
+    if (t.defined()) reads_.push_back(t);
+  }
+}
+
 void WorkUCX::synchronize() {
   // CUDA: the last copies for the caller were queued on the stream current at launch; a
   // caller that waits from another stream must not overtake them.

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,6 +78,11 @@ class WorkUCX : public c10d::Work {
   std::string description() const { return description_.str(); }
   /// The tensors the operation writes or sends (its result, once complete).
   const std::vector<at::Tensor>& tensors() const noexcept { return outputs_; }
+  /// Tensors it also reads or works in (a collective's input, its work buffer; undefined
+  /// ones are skipped), for as long as the Work lives: a window registration must not move
+  /// their memory while the operation may still read it (set before launch).
+  void addReads(std::initializer_list<at::Tensor> tensors);
+  const std::vector<at::Tensor>& reads() const noexcept { return reads_; }
   /// What the Op of this Work is given.
   const engine::Description& parts() const noexcept { return description_; }
   /// Set while the operation waits for endCoalescing to be posted (COMMUX_GROUP): waiting
@@ -95,6 +101,7 @@ class WorkUCX : public c10d::Work {
   std::shared_ptr<engine::Op> op() const;
 
   std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> reads_;
   const std::chrono::milliseconds timeout_;
   const engine::Description description_;
   std::shared_ptr<engine::Engine> engine_;

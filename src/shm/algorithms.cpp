@@ -349,7 +349,8 @@ void alltoall(Steps& steps, const Turn& turn) {
   const Job& job = turn.job;
   const int rank = steps.rank();
   const std::size_t p = static_cast<std::size_t>(steps.shape().size);
-  const std::size_t es = job.typed().elementSize;
+  // A job with no buffer at all (never built so) still divides by a size.
+  const std::size_t es = std::max<std::size_t>(1, job.typed().elementSize);
   const std::size_t header = alltoallHeader(steps.shape().size);
   // A slot holds one piece per other rank: the block a rank keeps for itself is copied
   // straight from its input to its output, never through the slots.

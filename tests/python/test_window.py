@@ -623,6 +623,35 @@ def test_registration_never_moves_memory_under_a_transfer_nor_a_views_whole_stor
     assert all(run_ranks(_registration_and_transfers, 2, timeout=90))
 
 
+def _registration_and_collective_inputs(rank, world_size):
+    # A tensor a collective still in flight reads (its input, which a peer may read in
+    # place) is not moved either: the collective would read freed memory.
+    src = torch.arange(2 * 1000, dtype=torch.float32) + 10_000 * rank
+    out = torch.empty(2 * 1000)
+    if rank == 0:
+        work = dist.all_to_all_single(out, src, async_op=True)  # rank 1 has not called yet
+        expect_error(lambda: dist._new_window(src), "in use by an operation still in flight",
+                     "a register under an all_to_all that reads it", exc_types=(ValueError,))
+        dist.send(torch.ones(1), dst=1, tag=11)  # now rank 1 calls
+        work.wait()
+    else:
+        dist.recv(torch.empty(1), src=0, tag=11)
+        dist.all_to_all_single(out, src)
+    want = torch.cat([torch.arange(1000 * rank, 1000 * (rank + 1), dtype=torch.float32) + 10_000 * q
+                      for q in range(world_size)])
+    assert torch.equal(out, want), "all_to_all result"
+    win = dist._new_window(src)  # done: it may move now
+    win.tensor_deregister()
+    assert_group_works(world_size)
+    return True
+
+
+# With shared memory (the default), where a registration moves the tensor into a segment;
+# with COMMUX_SHM=0 nothing moves, and the registration (a collective) just waits for rank 1.
+def test_registration_never_moves_the_input_of_a_collective_in_flight():
+    assert all(run_ranks(_registration_and_collective_inputs, 2, timeout=90))
+
+
 def _dropped_window(rank, world_size):
     import gc
     peer = 1 - rank
