@@ -64,7 +64,7 @@ Reduction Reduction::of(const char* op, const c10d::ReduceOp& reduceOp, at::Scal
       TORCH_CHECK_NOT_IMPLEMENTED(false, "commux: ", op, ": ReduceOp ",
                                   static_cast<int>(reduceOp.op_), " is not supported");
   }
-  r.label_ = engine::reduceKindName(r.kind_);
+  r.label_ = core::nameOf(r.kind_);
   return r;
 }
 

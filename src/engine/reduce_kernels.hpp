@@ -33,6 +33,4 @@ bool atenHostFold(void* out, const void* a, const void* b, std::size_t count,
 /// The core's name for a torch dtype, if it has one.
 std::optional<core::Dtype> coreDtype(at::ScalarType dtype);
 
-inline const char* reduceKindName(ReduceKind kind) { return core::nameOf(kind); }
-
 }  // namespace commux::engine
