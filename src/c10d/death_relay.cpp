@@ -1,6 +1,7 @@
 #include "c10d/death_relay.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <mutex>
 
@@ -12,13 +13,27 @@
 
 namespace commux {
 
+namespace {
+
+using Notice = std::array<std::uint8_t, DeathRelay::kNoticeBytes>;
+
+// Each operation keeps the notice it sends or receives into alive: a cancelled receive may
+// still be UCX's after the relay closed, and one notice feeds several sends.
+engine::P2POp::Buffers bufferOf(const std::shared_ptr<Notice>& notice) {
+  engine::P2POp::Buffers buffers;
+  buffers.push_back(core::bufferOf(notice->data(), notice->size(), core::Dtype::UInt8, notice));
+  return buffers;
+}
+
+}  // namespace
+
 struct DeathRelay::State {
   std::mutex mutex;  // held while onNotice runs, so close() waits for it
   bool closed = false;
   std::shared_ptr<engine::Engine> engine;
   std::uint32_t context = 0;
   OnNotice onNotice;
-  at::Tensor buffer;
+  std::shared_ptr<Notice> buffer = std::make_shared<Notice>();
   std::shared_ptr<engine::Op> receive;  // the standing receive
 };
 
@@ -28,7 +43,6 @@ DeathRelay::DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t con
   state_->engine = std::move(engine);
   state_->context = context;
   state_->onNotice = std::move(onNotice);
-  state_->buffer = at::zeros({kNoticeBytes}, at::kByte);
   std::lock_guard<std::mutex> lock(state_->mutex);
   post(state_);
 }
@@ -38,7 +52,7 @@ DeathRelay::~DeathRelay() { close(); }
 void DeathRelay::post(const std::shared_ptr<State>& state) {
   std::weak_ptr<State> weak = state;
   auto op = std::make_shared<engine::P2POp>(
-      engine::P2POp::Kind::Recv, std::vector<at::Tensor>{state->buffer}, nullptr,
+      engine::P2POp::Kind::Recv, bufferOf(state->buffer), nullptr,
       wire::controlTag(state->context, 0), wire::kControlMask, false,
       engine::Description::p2p("death notice", "from", -1, 0, kNoticeBytes, 1),
       [weak](std::exception_ptr error, int source) {
@@ -50,7 +64,7 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
         // that notice only: the receive is posted again below, so this rank never goes deaf.
         // When the engine stops, posting fails quietly and that is the end.
         if (!error) {
-          const auto* bytes = state->buffer.data_ptr<std::uint8_t>();
+          const auto* bytes = state->buffer->data();
           std::int32_t dead = -1;
           std::memcpy(&dead, bytes, sizeof(dead));
           const char* text = reinterpret_cast<const char*>(bytes + sizeof(dead));
@@ -76,8 +90,8 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
 void DeathRelay::tell(int dead, const std::string& why,
                       const std::vector<std::shared_ptr<const engine::Route>>& targets) {
   if (targets.empty()) return;
-  at::Tensor notice = at::zeros({kNoticeBytes}, at::kByte);
-  auto* bytes = notice.data_ptr<std::uint8_t>();
+  auto notice = std::make_shared<Notice>();  // zeroed; the text ends in a zero byte
+  auto* bytes = notice->data();
   const std::int32_t rank = dead;
   std::memcpy(bytes, &rank, sizeof(rank));
   std::memcpy(bytes + sizeof(rank), why.data(),
@@ -85,7 +99,7 @@ void DeathRelay::tell(int dead, const std::string& why,
   for (const auto& route : targets) {
     if (!route) continue;
     auto op = std::make_shared<engine::P2POp>(
-        engine::P2POp::Kind::Send, std::vector<at::Tensor>{notice}, route,
+        engine::P2POp::Kind::Send, bufferOf(notice), route,
         wire::controlTag(route->context, static_cast<std::uint32_t>(rank_)), wire::kExactMask,
         false, engine::Description::p2p("death notice", "to", -1, 0, kNoticeBytes, 1),
         [](std::exception_ptr, int) {});

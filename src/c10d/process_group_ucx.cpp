@@ -17,6 +17,7 @@
 #include "c10d/process_engine.hpp"
 #include "c10d/shm_setup.hpp"
 #include "c10d/staging.hpp"
+#include "c10d/tensor_p2p_op.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "commux/options.hpp"
@@ -24,7 +25,6 @@
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
-#include "engine/p2p_op.hpp"
 #include "shm/channel.hpp"
 #include "wire/tag.hpp"
 
@@ -533,7 +533,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
       c10d::kUnsetTimeout);
   work->setPeer(dstRank);
   const bool pack = packs(tensors);
-  launch(work, std::make_shared<engine::P2POp>(
+  launch(work, std::make_shared<TensorP2POp>(
                    engine::P2POp::Kind::Send, tensors, route,
                    wire::p2pTag(route->context, static_cast<std::uint32_t>(rank_),
                                 static_cast<std::uint32_t>(tag), pack),
@@ -554,7 +554,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
       engine::Description::p2p("recv", "from", srcRank, tag, totalBytes(tensors), tensors.size()),
       c10d::kUnsetTimeout);
   work->setPeer(srcRank);
-  launch(work, std::make_shared<engine::P2POp>(
+  launch(work, std::make_shared<TensorP2POp>(
                    engine::P2POp::Kind::Recv, tensors, nullptr,
                    wire::p2pTag(context_, static_cast<std::uint32_t>(srcRank),
                                 static_cast<std::uint32_t>(tag)),
@@ -578,7 +578,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recvAnysource(std::vector<at::Te
       c10d::OpType::RECVANYSOURCE, tensors,
       engine::Description::p2p("recv", "from", -1, tag, totalBytes(tensors), tensors.size()),
       c10d::kUnsetTimeout);
-  launch(work, std::make_shared<engine::P2POp>(
+  launch(work, std::make_shared<TensorP2POp>(
                    engine::P2POp::Kind::Recv, tensors, nullptr,
                    wire::p2pTag(context_, 0, static_cast<std::uint32_t>(tag)), wire::kAnySourceMask,
                    false, work->parts(), work->completer()));

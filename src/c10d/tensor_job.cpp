@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "engine/reduce_kernels.hpp"
+#include "c10d/tensor_buffer.hpp"
 
 namespace commux {
 
@@ -17,18 +17,6 @@ struct JobTensors {
   at::Tensor output;
 };
 
-core::Buffer describe(const at::Tensor& tensor) {
-  core::Buffer buffer;
-  if (!tensor.defined()) return buffer;
-  const auto dtype = engine::coreDtype(tensor.scalar_type());
-  buffer.data = tensor.data_ptr();
-  buffer.count = static_cast<std::size_t>(tensor.numel());
-  buffer.dtype = dtype ? *dtype : core::Dtype::Opaque;
-  buffer.elementSize = static_cast<std::uint16_t>(tensor.element_size());
-  buffer.frontEndType = static_cast<std::int16_t>(tensor.scalar_type());
-  return buffer;
-}
-
 }  // namespace
 
 shm::Job toCore(TensorJob&& job) {
@@ -36,9 +24,9 @@ shm::Job toCore(TensorJob&& job) {
   core.kind = job.kind;
   core.root = job.root;
   core.reduce = job.reduce;
-  core.buffer = describe(job.buffer);
-  core.input = describe(job.input);
-  core.output = describe(job.output);
+  core.buffer = viewOf(job.buffer);
+  core.input = viewOf(job.input);
+  core.output = viewOf(job.output);
   if (core.buffer.present() || core.input.present() || core.output.present()) {
     // Each buffer's owner shares the one allocation (aliasing shared_ptrs).
     auto tensors = std::make_shared<JobTensors>(

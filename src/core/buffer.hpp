@@ -11,6 +11,10 @@
 
 namespace commux::core {
 
+/// Where a buffer's bytes live. The core moves both; only host memory is folded or shared
+/// through a host's shared memory.
+enum class MemoryType : std::uint8_t { Host, Cuda };
+
 struct Buffer {
   void* data = nullptr;
   std::size_t count = 0;  // elements
@@ -19,7 +23,11 @@ struct Buffer {
   /// The front end's own type (torch: the ScalarType's number), or -1: what ranks compare
   /// for an Opaque type, and what an installed fold (core/fold.hpp) may fold by.
   std::int16_t frontEndType = -1;
+  /// Keeps the memory alive while the operation (or a peer reading it in place) may touch
+  /// it; null when the caller promises that itself (an operation that holds its tensors).
   std::shared_ptr<const void> owner;
+  MemoryType memory = MemoryType::Host;
+  int device = -1;  // the GPU's index for Cuda memory
 
   bool present() const noexcept { return elementSize != 0; }
   std::size_t bytes() const noexcept { return count * elementSize; }

@@ -5,7 +5,6 @@
 // UCX requests, reacts to their completions, and reports success or failure exactly once
 // through its Done callback.
 #include <c10/core/Stream.h>
-#include <c10/util/SmallVector.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
@@ -18,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/inline_vector.hpp"
 #include "engine/description.hpp"
 #include "wire/tag.hpp"
 
@@ -112,6 +112,8 @@ class Op : public std::enable_shared_from_this<Op> {
   /// posted until it is told to stop: a window's inbox).
   void retire(Engine& engine);
   std::size_t outstanding() const noexcept { return outstanding_; }
+  /// Its buffers are on GPU `index`.
+  void placeOnCudaDevice(int index);
 
  private:
   friend class Engine;
@@ -134,7 +136,7 @@ class Op : public std::enable_shared_from_this<Op> {
   std::atomic<bool> finished_{false};
   std::size_t outstanding_ = 0;
   // Requests still owned by UCX, for cancellation; inline for the usual one or two.
-  c10::SmallVector<Pending*, 4> inflight_;
+  core::InlineVector<Pending*, 4> inflight_;
 };
 
 }  // namespace commux::engine

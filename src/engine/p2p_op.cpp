@@ -1,43 +1,36 @@
 #include "engine/p2p_op.hpp"
 
-#include <ATen/core/grad_mode.h>
-
-#include <c10/core/StreamGuard.h>
-
 #include "core/error.hpp"
 #include "engine/engine.hpp"
-#include "engine/memory.hpp"
 
 namespace commux::engine {
 
-P2POp::P2POp(Kind kind, const std::vector<at::Tensor>& tensors, std::shared_ptr<const Route> route,
-             wire::Tag tag, wire::Tag mask, bool pack, Description description, Done done)
+P2POp::P2POp(Kind kind, Buffers buffers, std::shared_ptr<const Route> route, wire::Tag tag,
+             wire::Tag mask, bool pack, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       kind_(kind),
+      buffers_(std::move(buffers)),
       route_(std::move(route)),
       tag_(tag),
       mask_(mask),
       pack_(pack),
-      memory_(tensors.empty() ? UCS_MEMORY_TYPE_HOST : memoryTypeOf(tensors.front())) {
-  if (memory_ == UCS_MEMORY_TYPE_CUDA) cudaDevice_ = tensors.front().device();
-  buffers_.reserve(tensors.size());
-  for (const auto& t : tensors) {
-    at::Tensor staged = t.is_contiguous() ? t : (kind == Kind::Send ? t.contiguous() : at::empty_like(t, at::MemoryFormat::Contiguous));
-    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
-    buffers_.push_back(Buffer{t, std::move(staged), bytes});
+      memory_(UCS_MEMORY_TYPE_HOST) {
+  if (!buffers_.empty() && buffers_.front().memory == core::MemoryType::Cuda) {
+    memory_ = UCS_MEMORY_TYPE_CUDA;
+    placeOnCudaDevice(buffers_.front().device);
   }
   if (pack_) {
     for (const auto& b : buffers_) {
-      packedBytes_ += b.bytes;
+      packedBytes_ += b.bytes();
       // Empty pieces carry nothing (and may have no storage).
-      if (b.bytes != 0) iov_.push_back(ucp_dt_iov_t{address(b), b.bytes});
+      if (b.bytes() != 0) iov_.push_back(ucp_dt_iov_t{address(b), b.bytes()});
     }
   }
 }
 
-void* P2POp::address(const Buffer& b) {
-  // An empty tensor may have no storage at all; zero-length messages need no address.
-  return b.bytes == 0 ? nullptr : b.staged.data_ptr();
+void* P2POp::address(const core::Buffer& b) {
+  // An empty buffer may have no storage at all; zero-length messages need no address.
+  return b.bytes() == 0 ? nullptr : b.data;
 }
 
 void P2POp::start(Engine& engine) {
@@ -53,36 +46,28 @@ void P2POp::start(Engine& engine) {
   if (kind_ == Kind::Send) {
     ucp_ep_h ep = engine.endpoint(*route_);
     for (std::uint32_t i = 0; i < buffers_.size(); ++i) {
-      postSend(engine, ep, address(buffers_[i]), buffers_[i].bytes, tag_, i, memory_);
+      postSend(engine, ep, address(buffers_[i]), buffers_[i].bytes(), tag_, i, memory_);
     }
   } else {
     for (std::uint32_t i = 0; i < buffers_.size(); ++i) {
-      postRecv(engine, address(buffers_[i]), buffers_[i].bytes, tag_, mask_, i, memory_);
+      postRecv(engine, address(buffers_[i]), buffers_[i].bytes(), tag_, mask_, i, memory_);
     }
   }
   if (buffers_.empty()) succeed();
 }
 
-void P2POp::finishRecv(const Buffer& b) {
-  if (!b.staged.is_same(b.target)) {
-    const at::NoGradGuard noGrad;  // the target may require grad; the copy is not autograd's
-    const c10::OptionalStreamGuard onCallersStream(userStream());
-    b.target.copy_(b.staged);
-  }
-}
-
 void P2POp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
   if (kind_ == Kind::Recv) {
-    const std::size_t expected = pack_ ? packedBytes_ : buffers_[slot].bytes;
+    const std::size_t expected = pack_ ? packedBytes_ : buffers_[slot].bytes();
     if (info.length != expected || wire::isPacked(info.senderTag) != pack_) {
       std::string mismatch = packingMismatch(description(), pack_, info);
       if (mismatch.empty()) mismatch = sizeMismatch(description(), pack_, expected, info);
       COMMUX_FAIL(InvalidArgument, mismatch);
     }
     if (pack_) {
-      for (const auto& b : buffers_) finishRecv(b);
+      for (std::size_t i = 0; i < buffers_.size(); ++i) received(i);
     } else {
-      finishRecv(buffers_[slot]);
+      received(slot);
     }
     sourceRank_ = static_cast<int>(wire::sourceOf(info.senderTag));
   }
@@ -92,7 +77,7 @@ void P2POp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info)
 std::string P2POp::describeFailure(std::uint32_t slot, ucs_status_t status,
                                    const RecvInfo& info) const {
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-    return truncatedMessage(description(), pack_, pack_ ? packedBytes_ : buffers_[slot].bytes,
+    return truncatedMessage(description(), pack_, pack_ ? packedBytes_ : buffers_[slot].bytes(),
                             info);
   }
   return Op::describeFailure(slot, status, info);

@@ -4,12 +4,11 @@
 // send order, so a multi-tensor receive fills its tensors element by element. Packed
 // (COMMUX_COALESCE), they travel as ONE message described by a UCX IOV list, with the
 // packing bit of the tag set so that a receiver expecting the other format fails clearly.
-#include <ATen/ATen.h>
-#include <c10/util/SmallVector.h>
-
 #include <memory>
 #include <vector>
 
+#include "core/buffer.hpp"
+#include "core/inline_vector.hpp"
 #include "engine/op.hpp"
 #include "engine/route.hpp"
 
@@ -28,17 +27,19 @@ std::string sizeMismatch(const std::string& description, bool expectPacked, std:
 std::string truncatedMessage(const std::string& description, bool expectPacked,
                              std::size_t capacity, const RecvInfo& info);
 
-class P2POp final : public Op {
+class P2POp : public Op {
  public:
   enum class Kind { Send, Recv };
+  /// Inline for the usual single buffer.
+  using Buffers = core::InlineVector<core::Buffer, 1>;
 
   /// Send: `route` is the destination. Recv: `route` is unused (may be null); `mask` selects exact or
-  /// any-source matching. Runs on the caller's thread: non-contiguous tensors are staged
-  /// here, so a send captures the tensor's value at call time.
-  /// `pack`: send or expect one IOV message for all tensors (`tag` must then carry the
+  /// any-source matching. The buffers are contiguous and all in one kind of memory (on one
+  /// GPU); each stays alive through its owner, or through a subclass that holds it.
+  /// `pack`: send or expect one IOV message for all buffers (`tag` must then carry the
   /// packing bit for a send).
-  P2POp(Kind kind, const std::vector<at::Tensor>& tensors, std::shared_ptr<const Route> route,
-        wire::Tag tag, wire::Tag mask, bool pack, Description description, Done done);
+  P2POp(Kind kind, Buffers buffers, std::shared_ptr<const Route> route, wire::Tag tag,
+        wire::Tag mask, bool pack, Description description, Done done);
 
   void start(Engine& engine) override;
 
@@ -46,19 +47,15 @@ class P2POp final : public Op {
   void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) override;
   std::string describeFailure(std::uint32_t slot, ucs_status_t status,
                               const RecvInfo& info) const override;
+  /// A receive's buffer `index` holds its message (before the operation succeeds, under the
+  /// worker lock): a front end that received into a staging copy copies it out here.
+  virtual void received(std::size_t index) {}
 
  private:
-  struct Buffer {
-    at::Tensor target;  // the user's tensor
-    at::Tensor staged;  // contiguous memory UCX reads or writes (== target when possible)
-    std::size_t bytes;
-  };
-
-  static void* address(const Buffer& b);
-  void finishRecv(const Buffer& b);
+  static void* address(const core::Buffer& b);
 
   Kind kind_;
-  c10::SmallVector<Buffer, 1> buffers_;  // inline for the usual single tensor
+  Buffers buffers_;
   std::shared_ptr<const Route> route_;
   wire::Tag tag_;
   wire::Tag mask_;
