@@ -22,9 +22,6 @@ namespace commux {
 namespace core {
 struct SetupDeaths;
 class KeyValueStore;
-}  // namespace core
-
-namespace core {
 enum class ReduceOp : std::uint8_t;
 }  // namespace core
 namespace engine {
@@ -32,7 +29,6 @@ class Engine;
 class BlockingTransfer;
 class Op;
 class Description;
-using ReduceKind = core::ReduceOp;
 }  // namespace engine
 namespace collectives {
 struct Schedule;
@@ -224,14 +220,14 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> launchCollective(
       c10d::OpType type, std::uint32_t sequence, engine::Description description,
       std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
-      std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
+      std::optional<core::ReduceOp> reduce, std::function<void()> finalize,
       std::chrono::milliseconds timeout, at::Tensor sendBuffer = {}, int onlyPeer = -1);
   void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op);
   /// COMMUX_CHECK_COLLECTIVES on the UCX path: every rank compares what it called (operation,
   /// dtype, reduction, elements) with the others' before posting anything; a mismatch
   /// raises ValueError on every rank alike.
   void checkSameCollective(c10d::OpType type, const at::Tensor& work,
-                           std::optional<engine::ReduceKind> reduce,
+                           std::optional<core::ReduceOp> reduce,
                            const engine::Description& description,
                            std::chrono::milliseconds timeout);
   std::uint32_t nextSequence() { return sequence_++; }

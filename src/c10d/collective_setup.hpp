@@ -16,7 +16,7 @@ class PeerTable;
 /// whose rounds the tag cannot tell apart (the error names the collective and the `ranks`
 /// the schedule runs among).
 engine::CollectiveOp::Setup collectiveSetup(PeerTable& peers, collectives::Schedule schedule,
-                                            std::optional<engine::ReduceKind> reduce,
+                                            std::optional<core::ReduceOp> reduce,
                                             std::uint32_t context, int rank,
                                             std::uint32_t sequence,
                                             const engine::Description& description, int ranks);

@@ -9,6 +9,7 @@
 #include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/tensor_job.hpp"
+#include "c10d/tensor_collective_op.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "collectives/round_fit.hpp"
@@ -30,12 +31,12 @@ thread_local bool checkingCollective = false;
 
 /// A flat buffer holding the local reduction of all `tensors`; never aliases them when
 /// `privateCopy` is set.
-at::Tensor localReduce(const std::vector<at::Tensor>& tensors, engine::ReduceKind kind,
+at::Tensor localReduce(const std::vector<at::Tensor>& tensors, core::ReduceOp kind,
                        bool privateCopy) {
   at::Tensor work = flat(tensors[0]);
   if (privateCopy && tensors[0].is_contiguous()) work = work.clone();
   for (std::size_t i = 1; i < tensors.size(); ++i) {
-    engine::reduceInto(work, flat(tensors[i]), kind);
+    reduceInto(work, flat(tensors[i]), kind);
   }
   return work;
 }
@@ -43,7 +44,7 @@ at::Tensor localReduce(const std::vector<at::Tensor>& tensors, engine::ReduceKin
 }  // namespace
 
 engine::CollectiveOp::Setup collectiveSetup(PeerTable& peers, collectives::Schedule schedule,
-                                            std::optional<engine::ReduceKind> reduce,
+                                            std::optional<core::ReduceOp> reduce,
                                             std::uint32_t context, int rank,
                                             std::uint32_t sequence,
                                             const engine::Description& description, int ranks) {
@@ -67,7 +68,7 @@ engine::CollectiveOp::Setup collectiveSetup(PeerTable& peers, collectives::Sched
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     c10d::OpType type, std::uint32_t sequence, engine::Description description,
     std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
-    std::optional<engine::ReduceKind> reduce, std::function<void()> finalize,
+    std::optional<core::ReduceOp> reduce, std::function<void()> finalize,
     std::chrono::milliseconds timeout, at::Tensor sendBuffer, int onlyPeer) {
   const NoAutograd noAutograd;  // the operation's entry checked the rest
   if (onlyPeer < 0 && size_ > 1 && Config::get().checkCollectives && !checkingCollective &&
@@ -85,15 +86,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
   }
   w->addReads({work, sendBuffer});
-  setup.work = std::move(work);
-  setup.sendBuffer = std::move(sendBuffer);
   setup.finalize = std::move(finalize);
-  launch(w, std::make_shared<engine::CollectiveOp>(std::move(setup), w->parts(), w->completer()));
+  launch(w, std::make_shared<TensorCollectiveOp>(std::move(setup), std::move(work),
+                                                 std::move(sendBuffer), w->parts(),
+                                                 w->completer()));
   return w;
 }
 
 void ProcessGroupUCX::checkSameCollective(c10d::OpType type, const at::Tensor& work,
-                                          std::optional<engine::ReduceKind> reduce,
+                                          std::optional<core::ReduceOp> reduce,
                                           const engine::Description& description,
                                           std::chrono::milliseconds timeout) {
   // What every rank's call must agree on: the operation, the dtype, the reduction and (but

@@ -87,8 +87,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
                                                 : ranks[0]);
   }
   const bool crosses = members[myHost] == rank_;
-  const std::optional<engine::ReduceKind> reduce =
-      shm::reduces(kind) ? std::optional<engine::ReduceKind>(job.reduce) : std::nullopt;
+  const std::optional<core::ReduceOp> reduce =
+      shm::reduces(kind) ? std::optional<core::ReduceOp>(job.reduce) : std::nullopt;
 
   const bool rootHere = rooted && rootHost == myHost;
   const int localRoot = rootHere ? layout.localIndexOf[root] : 0;
@@ -291,7 +291,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     try {
       cross.setup = collectiveSetup(*peers_, std::move(schedule), reduce, context_, rank_,
                                     sequence, description, hosts);
-      cross.setup.work = flatOrEmpty(crossOn);
+      cross.work = flatOrEmpty(crossOn);
       cross.setup.finalize = std::move(after);
     } catch (...) {
       cross.refused = std::current_exception();

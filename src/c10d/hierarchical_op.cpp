@@ -2,6 +2,7 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include "c10d/tensor_collective_op.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
 #include "shm/channel.hpp"
@@ -50,8 +51,10 @@ std::shared_ptr<HierarchicalOp> HierarchicalOp::make(std::weak_ptr<shm::Channel>
     op->refused_ = plan.cross->refused;
     if (!op->refused_) {
       try {
-        op->cross_ = std::make_shared<engine::CollectiveOp>(std::move(plan.cross->setup),
-                                                            description, reporter(kCross));
+        op->cross_ = std::make_shared<TensorCollectiveOp>(std::move(plan.cross->setup),
+                                                          std::move(plan.cross->work),
+                                                          at::Tensor(), description,
+                                                          reporter(kCross));
       } catch (...) {
         // Fails where the part would start, so this host's channel is abandoned.
         op->refused_ = std::current_exception();

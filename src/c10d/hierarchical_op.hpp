@@ -42,7 +42,8 @@ class HierarchicalOp final : public engine::Op {
  public:
   /// This rank's part between hosts.
   struct Cross {
-    engine::CollectiveOp::Setup setup;  // `work` and `finalize` filled in
+    engine::CollectiveOp::Setup setup;  // `finalize` filled in
+    at::Tensor work;  // the setup's work buffer
     /// Runs just before it starts (reorders the host's blocks; may be empty).
     std::function<void()> before;
     /// Set when the setup could not be made: the part fails where it would have started,

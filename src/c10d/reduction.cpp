@@ -5,7 +5,7 @@
 namespace commux {
 
 Reduction Reduction::of(const char* op, const c10d::ReduceOp& reduceOp, at::ScalarType dtype) {
-  using K = engine::ReduceKind;
+  using K = core::ReduceOp;
   const bool integral = at::isIntegralType(dtype, /*includeBool=*/true);
   const bool complex = at::isComplexType(dtype);
   Reduction r;

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/reduce_kernels.hpp"
+#include "c10d/aten_fold.hpp"
 
 namespace commux {
 
@@ -17,7 +17,7 @@ class Reduction {
   /// Validates `reduceOp` for `dtype` (raises a ValueError/NotImplementedError naming `op`).
   static Reduction of(const char* op, const c10d::ReduceOp& reduceOp, at::ScalarType dtype);
 
-  engine::ReduceKind kind() const noexcept { return kind_; }
+  core::ReduceOp kind() const noexcept { return kind_; }
   /// "SUM", "AVG", "PREMUL_SUM"...: for descriptions and errors.
   const std::string& label() const noexcept { return label_; }
 
@@ -29,7 +29,7 @@ class Reduction {
   void finish(const at::Tensor& result, int64_t contributions) const;
 
  private:
-  engine::ReduceKind kind_ = engine::ReduceKind::Sum;
+  core::ReduceOp kind_ = core::ReduceOp::Sum;
   bool average_ = false;
   std::optional<double> scale_;
   at::Tensor tensorScale_;

@@ -1,13 +1,13 @@
 #include "c10d/tensor_buffer.hpp"
 
-#include "engine/reduce_kernels.hpp"
+#include "c10d/aten_fold.hpp"
 
 namespace commux {
 
 core::Buffer viewOf(const at::Tensor& tensor) {
   core::Buffer buffer;
   if (!tensor.defined()) return buffer;
-  const auto dtype = engine::coreDtype(tensor.scalar_type());
+  const auto dtype = coreDtype(tensor.scalar_type());
   buffer.data = tensor.data_ptr();
   buffer.count = static_cast<std::size_t>(tensor.numel());
   buffer.dtype = dtype ? *dtype : core::Dtype::Opaque;

@@ -3,14 +3,14 @@
 // DistBackendError, ... and c10d code that catches c10's types keeps working), c10's
 // exceptions read back as the core's kinds, the core's messages go to c10's log, and
 // host folds of tensors' memory use ATen's kernels where the core's would be slower or
-// lack the type (engine/reduce_kernels.hpp).
+// lack the type (c10d/aten_fold.hpp).
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
 #include "core/error.hpp"
 #include "core/fold.hpp"
 #include "core/log.hpp"
-#include "engine/reduce_kernels.hpp"
+#include "c10d/aten_fold.hpp"
 
 namespace commux {
 namespace {
@@ -72,7 +72,7 @@ const bool installedTorchHooks = [] {
   core::setErrorFactory(&toTorch);
   core::setErrorReader(&fromTorch);
   core::setLogSink(&toTorchLog);
-  core::setHostFold(&engine::atenHostFold);
+  core::setHostFold(&atenHostFold);
   return true;
 }();
 

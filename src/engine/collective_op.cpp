@@ -1,28 +1,26 @@
 #include "engine/collective_op.hpp"
 
-#include <ATen/core/grad_mode.h>
-
-#include <c10/core/StreamGuard.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
-
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/fold.hpp"
 #include "engine/engine.hpp"
-#include "engine/memory.hpp"
 
 namespace commux::engine {
 
 CollectiveOp::CollectiveOp(Setup setup, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       s_(std::move(setup)),
-      elementSize_(static_cast<std::size_t>(s_.work.element_size())),
-      memory_(memoryTypeOf(s_.work)),
+      elementSize_(s_.work.elementSize),
+      memory_(s_.work.memory == core::MemoryType::Cuda ? UCS_MEMORY_TYPE_CUDA
+                                                       : UCS_MEMORY_TYPE_HOST),
       roundMask_(s_.roundWrap - 1) {
-  if (memory_ == UCS_MEMORY_TYPE_CUDA) cudaDevice_ = s_.work.device();
-  COMMUX_CHECK(static_cast<std::size_t>(s_.work.numel()) >= s_.schedule.workElements, Runtime,
-               "commux: ", Op::description(), ": the work buffer holds ", s_.work.numel(),
-               " elements, the schedule needs ", s_.schedule.workElements);
+  COMMUX_CHECK(s_.work.present(), Runtime, "commux: ", Op::description(),
+               ": a collective needs a work buffer");
+  if (memory_ == UCS_MEMORY_TYPE_CUDA) placeOnCudaDevice(s_.work.device);
+  COMMUX_CHECK(s_.work.count >= s_.schedule.workElements, Runtime, "commux: ", Op::description(),
+               ": the work buffer holds ", s_.work.count, " elements, the schedule needs ",
+               s_.schedule.workElements);
   if (memory_ != UCS_MEMORY_TYPE_HOST) {
     for (const auto& step : s_.schedule.steps) {
       // Copies run as memcpy under the worker lock; on a GPU they would need a stream of
@@ -31,28 +29,47 @@ CollectiveOp::CollectiveOp(Setup setup, Description description, Done done)
                    ": this schedule copies locally, which needs host memory");
     }
   }
-  if (s_.schedule.scratchElements > 0) {
-    scratch_ = at::empty({static_cast<int64_t>(s_.schedule.scratchElements)}, s_.work.options());
+  if (s_.sendBuffer.present()) {
+    COMMUX_CHECK(s_.sendBuffer.elementSize == elementSize_ && s_.sendBuffer.memory == s_.work.memory,
+                 Runtime, "commux: ", Op::description(),
+                 ": the send buffer differs from the work buffer in type or memory");
   }
+  const std::size_t scratch = s_.schedule.scratchElements;
+  if (scratch > 0 && !s_.scratch.present()) {
+    COMMUX_CHECK(memory_ == UCS_MEMORY_TYPE_HOST, Runtime, "commux: ", Op::description(),
+                 ": a collective on device memory needs scratch memory from its front end");
+    // Not value-initialised: every byte is received before it is read.
+    hostScratch_.reset(new char[scratch * elementSize_]);
+    s_.scratch = s_.work;
+    s_.scratch.data = hostScratch_.get();
+    s_.scratch.count = scratch;
+    s_.scratch.owner = nullptr;
+  }
+  COMMUX_CHECK(scratch == 0 || (s_.scratch.count >= scratch &&
+                                s_.scratch.elementSize == elementSize_ &&
+                                s_.scratch.memory == s_.work.memory),
+               Runtime, "commux: ", Op::description(), ": the scratch buffer holds ",
+               s_.scratch.count, " elements, the schedule needs ", scratch,
+               " of the work buffer's type and memory");
 }
 
-char* CollectiveOp::addressIn(const at::Tensor& buffer, std::size_t elementOffset) const {
-  // An empty tensor may have no storage at all; zero-length transfers need no address.
-  if (buffer.numel() == 0) return nullptr;
-  return static_cast<char*>(buffer.data_ptr()) + elementOffset * elementSize_;
+char* CollectiveOp::addressIn(const core::Buffer& buffer, std::size_t elementOffset) const {
+  // An empty buffer may have no storage at all; zero-length transfers need no address.
+  if (buffer.count == 0) return nullptr;
+  return buffer.bytePointer() + elementOffset * elementSize_;
 }
 
 char* CollectiveOp::at(std::size_t elementOffset) const { return addressIn(s_.work, elementOffset); }
 
 char* CollectiveOp::sendAt(std::size_t elementOffset, collectives::Source source) const {
-  const bool send = source == collectives::Source::Send && s_.sendBuffer.defined();
+  const bool send = source == collectives::Source::Send && s_.sendBuffer.present();
   return addressIn(send ? s_.sendBuffer : s_.work, elementOffset);
 }
 
 void CollectiveOp::start(Engine& engine) { postStep(engine); }
 
 void CollectiveOp::finish() {
-  if (s_.finalize) finalizeOutsideAutograd();
+  if (s_.finalize) runFinalize();
   succeed();
 }
 
@@ -89,9 +106,7 @@ void CollectiveOp::postStep(Engine& engine) {
     const auto& t = step.recvs[j];
     void* dest = at(t.offset);
     if (step.recvMode == collectives::RecvMode::Reduce) {
-      dest = scratch_.defined() && scratch_.numel() > 0
-                 ? static_cast<char*>(scratch_.data_ptr()) + scratchOffset * elementSize_
-                 : nullptr;
+      dest = addressIn(s_.scratch, scratchOffset);
       scratchOffsets_.push_back(scratchOffset);
       scratchOffset += t.count;
     }
@@ -112,14 +127,12 @@ void CollectiveOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo
                  " were expected; do all ranks pass tensors of the same size and dtype?");
   }
   if (outstanding() != 0) return;
-  if (foldStep()) {
-    // The GPU folds on a stream of our own; the next step's sends read the folded buffer
-    // (UCX copies on its own streams), so go on once that stream got there, without
-    // holding the worker (and every other operation of the process) while the GPU works.
-    engine.continueAfter(*foldStream_, shared_from_this(),
-                         [self = std::static_pointer_cast<CollectiveOp>(shared_from_this())](
-                             Engine& e) { self->nextStep(e); });
-    return;
+  if (step.recvMode == collectives::RecvMode::Reduce) {
+    if (memory_ == UCS_MEMORY_TYPE_HOST) {
+      foldOnHost(step);
+    } else if (foldOnDevice(engine, step, scratchOffsets_)) {
+      return;  // the subclass goes on once the GPU folded
+    }
   }
   nextStep(engine);
 }
@@ -130,40 +143,19 @@ void CollectiveOp::nextStep(Engine& engine) {
   postStep(engine);
 }
 
-void CollectiveOp::finalizeOutsideAutograd() {
-  const at::NoGradGuard noGrad;
-  const c10::OptionalStreamGuard onCallersStream(userStream());
-  s_.finalize();
-}
-
-bool CollectiveOp::foldStep() {
-  const collectives::Step& step = s_.schedule.steps[step_];
-  if (step.recvMode != collectives::RecvMode::Reduce) return false;
-  // On a GPU the folds run on a stream of their own, and finish before the next step's
-  // sends read the buffer (UCX copies on its own streams). The caller's stream would also
-  // order them, but would make this thread wait for whatever the caller queued since.
-  std::optional<c10::StreamGuard> onFoldStream;
-  if (s_.work.is_cuda()) {
-    if (!foldStream_) {
-      foldStream_ = c10::impl::getDeviceGuardImpl(s_.work.device().type())
-                        ->getStreamFromGlobalPool(s_.work.device());
-    }
-    onFoldStream.emplace(*foldStream_);
-  }
+void CollectiveOp::foldOnHost(const collectives::Step& step) {
   for (std::size_t j = 0; j < step.recvs.size(); ++j) {
     const auto& t = step.recvs[j];
     if (t.count == 0) continue;
-    const auto count = static_cast<int64_t>(t.count);
-    if (!s_.work.is_cuda()) {
-      const std::size_t es = s_.work.element_size();
-      char* acc = static_cast<char*>(s_.work.data_ptr()) + t.offset * es;
-      char* in = static_cast<char*>(scratch_.data_ptr()) + scratchOffsets_[j] * es;
-      if (reduceRaw(acc, in, t.count, s_.work.scalar_type(), *s_.reduce)) continue;
-    }
-    reduceInto(s_.work.narrow(0, static_cast<int64_t>(t.offset), count),
-               scratch_.narrow(0, static_cast<int64_t>(scratchOffsets_[j]), count), *s_.reduce);
+    char* acc = at(t.offset);
+    core::fold(acc, acc, addressIn(s_.scratch, scratchOffsets_[j]), t.count, s_.work, *s_.reduce);
   }
-  return foldStream_.has_value();
+}
+
+bool CollectiveOp::foldOnDevice(Engine& engine, const collectives::Step& step,
+                                const std::vector<std::size_t>& scratchOffsets) {
+  COMMUX_FAIL(Unsupported, "commux: ", description(),
+              ": folding device memory needs a front end that folds on the device");
 }
 
 }  // namespace commux::engine

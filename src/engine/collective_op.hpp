@@ -3,30 +3,35 @@
 // posts its sends and receives, waits for all of them, folds Reduce-mode receives into the
 // work buffer, and moves on. A finalizer (copy back to the user's tensors, AVG division)
 // runs at the end, still under the worker lock, before the operation reports success.
-#include <ATen/ATen.h>
-
+// Host memory is folded here (core::fold); a front end whose buffers live on a GPU
+// subclasses it to fold them there (c10d/tensor_collective_op.hpp).
 #include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "collectives/schedule.hpp"
+#include "core/buffer.hpp"
+#include "core/reduce.hpp"
 #include "engine/op.hpp"
-#include "engine/reduce_kernels.hpp"
 #include "engine/route.hpp"
 
 namespace commux::engine {
 
-class CollectiveOp final : public Op {
+class CollectiveOp : public Op {
  public:
   struct Setup {
     collectives::Schedule schedule;
-    at::Tensor work;  // 1-D contiguous
-    /// When defined (1-D contiguous, work's dtype), sends read from here instead of from
+    core::Buffer work;  // contiguous; its owner (or the subclass) keeps it alive
+    /// When present (contiguous, work's type), sends read from here instead of from
     /// work: an all-to-all then sends from the user's input and receives into the user's
     /// output with no staging copy. Copies and steps that say Source::Work read work.
-    at::Tensor sendBuffer;
-    std::optional<ReduceKind> reduce;
+    core::Buffer sendBuffer;
+    /// Where Reduce-mode receives land before they are folded: at least
+    /// schedule.scratchElements of work's type, in work's memory. When absent the
+    /// operation allocates host memory for it (device memory must come with the Setup).
+    core::Buffer scratch;
+    std::optional<core::ReduceOp> reduce;
     /// Routes by group rank; only the schedule's peers need to be filled in.
     std::vector<std::shared_ptr<const Route>> routes;
     std::uint32_t myContext = 0;
@@ -42,6 +47,18 @@ class CollectiveOp final : public Op {
 
  protected:
   void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) override;
+  /// Device memory: fold the step's Reduce-mode receives (receive j landed in scratch at
+  /// element `scratchOffsets[j]`) into work. Return false when they are folded on return;
+  /// true when the subclass goes on with nextStep(engine) itself once they are (the
+  /// folds run on a GPU stream, and the worker is not held while the GPU works).
+  virtual bool foldOnDevice(Engine& engine, const collectives::Step& step,
+                            const std::vector<std::size_t>& scratchOffsets);
+  /// Runs Setup::finalize (a subclass may run it in a context of its own).
+  virtual void runFinalize() { s_.finalize(); }
+  /// The current step is over: post the next one, or finish.
+  void nextStep(Engine& engine);
+  /// The fold of a reducing schedule.
+  core::ReduceOp reduceKind() const { return *s_.reduce; }
 
  private:
   /// Runs the current step's copies and posts its transfers; steps of copies alone end at
@@ -49,25 +66,19 @@ class CollectiveOp final : public Op {
   void postStep(Engine& engine);
   void copyStep(const collectives::Step& step);
   void finish();
-  /// Folds the current step's Reduce-mode receives into the work buffer. True when the
-  /// folds were queued on a CUDA stream (the step is over once that stream gets there).
-  bool foldStep();
-  /// The current step is over: post the next one, or finish.
-  void nextStep(Engine& engine);
-  /// Finalizers copy into user tensors that may require grad; that is not autograd's.
-  void finalizeOutsideAutograd();
-  char* addressIn(const at::Tensor& buffer, std::size_t elementOffset) const;
+  /// Folds the current step's Reduce-mode receives into the host work buffer.
+  void foldOnHost(const collectives::Step& step);
+  char* addressIn(const core::Buffer& buffer, std::size_t elementOffset) const;
   char* at(std::size_t elementOffset) const;
   char* sendAt(std::size_t elementOffset, collectives::Source source) const;
 
   Setup s_;
-  at::Tensor scratch_;
+  std::unique_ptr<char[]> hostScratch_;  // when the Setup brought none
   std::size_t elementSize_;
   ucs_memory_type_t memory_;
   /// Rounds go into the tag modulo COMMUX_ROUND_WRAP (the launch checked that no step
   /// needs more; collectives/round_fit.hpp).
   std::uint32_t roundMask_;
-  std::optional<c10::Stream> foldStream_;  // CUDA work buffers only
   std::size_t step_ = 0;
   std::vector<std::size_t> scratchOffsets_;  // per receive of the current step
 };

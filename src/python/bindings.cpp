@@ -13,7 +13,7 @@
 #include "commux/options.hpp"
 #include "config/settings.hpp"
 #include "core/reduce.hpp"
-#include "engine/reduce_kernels.hpp"
+#include "c10d/aten_fold.hpp"
 #include "c10d/process_engine.hpp"
 #include "commux/window_ucx.hpp"
 #include "commux/process_group_ucx.hpp"
@@ -167,7 +167,7 @@ PYBIND11_MODULE(_C, m) {
                               b.sizes() == out.sizes() && a.scalar_type() == out.scalar_type() &&
                               b.scalar_type() == out.scalar_type(),
                           "_core_reduce: three alike contiguous CPU tensors");
-        const auto dtype = commux::engine::coreDtype(out.scalar_type());
+        const auto dtype = commux::coreDtype(out.scalar_type());
         TORCH_CHECK_VALUE(dtype, "_core_reduce: the core has no dtype ", out.scalar_type());
         static const std::pair<const char*, commux::core::ReduceOp> kOps[] = {
             {"sum", commux::core::ReduceOp::Sum},      {"product", commux::core::ReduceOp::Product},

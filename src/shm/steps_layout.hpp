@@ -46,7 +46,7 @@ struct alignas(layout::kLine) Steps::Control {
   std::uint32_t reduced;
   std::uint32_t departed;
   std::uint32_t kind[kMaxDepth];    // shm::Kind
-  std::uint32_t reduce[kMaxDepth];  // engine::ReduceKind, for the reducing kinds
+  std::uint32_t reduce[kMaxDepth];  // core::ReduceOp, for the reducing kinds
   std::int32_t root[kMaxDepth];     // for the rooted kinds
   std::uint32_t dtype[kMaxDepth];
   std::uint64_t count[kMaxDepth];    // Job::blockCount()

@@ -41,7 +41,7 @@ def _sample(n, dtype, gen):
 def _complex_pairs(a, b, name):
     """What the core computes for complex numbers, in torch, one rounding per operation:
     (a + c, b + d) and (ac - bd, ad + bc). ATen's own complex ops differ from it on purpose
-    in two places, so commux leaves torch's complex folds to ATen (reduce_kernels.cpp): its
+    in two places, so commux leaves torch's complex folds to ATen (src/c10d/aten_fold.cpp): its
     add is a + 1 * b, and inf * (1 + 0i) has a NaN part; its vectorised product uses fused
     multiply-adds where the CPU has them (one rounding less)."""
     x, y = torch.view_as_real(a), torch.view_as_real(b)

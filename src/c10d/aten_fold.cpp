@@ -1,8 +1,8 @@
-#include "engine/reduce_kernels.hpp"
+#include "c10d/aten_fold.hpp"
 
 #include <ATen/core/grad_mode.h>
 
-namespace commux::engine {
+namespace commux {
 namespace {
 
 // Above this, ATen's vectorised kernels win over a plain loop.
@@ -30,7 +30,7 @@ std::optional<core::Dtype> coreDtype(at::ScalarType dtype) {
   }
 }
 
-bool reduceRaw(void* acc, const void* in, std::size_t count, at::ScalarType dtype, ReduceKind kind) {
+bool reduceRaw(void* acc, const void* in, std::size_t count, at::ScalarType dtype, core::ReduceOp kind) {
   const auto core = coreDtype(dtype);
   if (!core || count * core::sizeOf(*core) > kRawMaxBytes) return false;
   // Complex tensors keep ATen's folds, whose results differ from the core's pairs in the
@@ -41,7 +41,7 @@ bool reduceRaw(void* acc, const void* in, std::size_t count, at::ScalarType dtyp
 }
 
 bool atenHostFold(void* out, const void* a, const void* b, std::size_t count,
-                  const core::Buffer& like, ReduceKind kind) {
+                  const core::Buffer& like, core::ReduceOp kind) {
   if (like.frontEndType < 0) return false;  // not a tensor's: the core's kernels
   const auto dtype = static_cast<at::ScalarType>(like.frontEndType);
   if (out == a && reduceRaw(out, b, count, dtype, kind)) return true;
@@ -53,38 +53,38 @@ bool atenHostFold(void* out, const void* a, const void* b, std::size_t count,
   return true;
 }
 
-void reduceInto(const at::Tensor& acc, const at::Tensor& in, ReduceKind kind) {
+void reduceInto(const at::Tensor& acc, const at::Tensor& in, core::ReduceOp kind) {
   reduceOut(acc, acc, in, kind);
 }
 
-void reduceOut(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, ReduceKind kind) {
+void reduceOut(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, core::ReduceOp kind) {
   // Buffers may alias gradients that require grad (create_graph=True); folding them is
   // not part of any graph.
   const at::NoGradGuard noGrad;
   at::Tensor result = out;  // the *_out ops take a mutable reference
   switch (kind) {
-    case ReduceKind::Sum:
+    case core::ReduceOp::Sum:
       at::add_out(result, a, b);
       break;
-    case ReduceKind::Product:
+    case core::ReduceOp::Product:
       at::mul_out(result, a, b);
       break;
-    case ReduceKind::Min:
+    case core::ReduceOp::Min:
       at::minimum_out(result, a, b);
       break;
-    case ReduceKind::Max:
+    case core::ReduceOp::Max:
       at::maximum_out(result, a, b);
       break;
-    case ReduceKind::BitAnd:
+    case core::ReduceOp::BitAnd:
       at::bitwise_and_out(result, a, b);
       break;
-    case ReduceKind::BitOr:
+    case core::ReduceOp::BitOr:
       at::bitwise_or_out(result, a, b);
       break;
-    case ReduceKind::BitXor:
+    case core::ReduceOp::BitXor:
       at::bitwise_xor_out(result, a, b);
       break;
   }
 }
 
-}  // namespace commux::engine
+}  // namespace commux
