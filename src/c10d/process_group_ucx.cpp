@@ -17,6 +17,7 @@
 #include "c10d/process_engine.hpp"
 #include "c10d/shm_setup.hpp"
 #include "c10d/staging.hpp"
+#include "c10d/streams.hpp"
 #include "c10d/tensor_p2p_op.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
@@ -479,15 +480,20 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
   work->attach(op);
   // CUDA tensors: the operation starts once the caller's current stream has produced its
   // inputs, and whatever it does for the caller afterwards goes on that stream.
-  std::optional<c10::Device> device = op->cudaDevice();
-  if (!device) device = work->cudaDevice();
+  std::optional<c10::Device> device;
+  if (const auto& index = op->cudaDevice()) {
+    device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(*index));
+  } else {
+    device = work->cudaDevice();
+  }
   if (op->callerSynchronised()) device.reset();
-  std::optional<c10::Stream> stream;
+  std::optional<core::Stream> stream;
   std::string doomed;  // it involves a dead peer: fail it unless what arrived completes it
   if (device) {
-    stream = c10::impl::getDeviceGuardImpl(device->type())->getStream(*device);
+    const c10::Stream current = c10::impl::getDeviceGuardImpl(device->type())->getStream(*device);
+    stream = toCore(current);
     op->setUserStream(*stream);
-    work->setStream(*stream);
+    work->setStream(current);
   }
   {
     std::lock_guard<std::mutex> lock(trackMutex_);

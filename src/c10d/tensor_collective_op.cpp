@@ -4,6 +4,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "c10d/streams.hpp"
 #include "c10d/tensor_buffer.hpp"
 #include "engine/engine.hpp"
 #include "c10d/aten_fold.hpp"
@@ -64,7 +65,7 @@ bool TensorCollectiveOp::foldOnDevice(engine::Engine& engine, const collectives:
   // The next step's sends read the folded buffer, so go on once the fold stream got
   // there, without holding the worker (and every other operation of the process) while
   // the GPU works.
-  engine.continueAfter(*foldStream_, shared_from_this(),
+  engine.continueAfter(toCore(*foldStream_), shared_from_this(),
                        [self = std::static_pointer_cast<TensorCollectiveOp>(shared_from_this())](
                            engine::Engine& e) { self->nextStep(e); });
   return true;
@@ -72,7 +73,7 @@ bool TensorCollectiveOp::foldOnDevice(engine::Engine& engine, const collectives:
 
 void TensorCollectiveOp::runFinalize() {
   const at::NoGradGuard noGrad;
-  const c10::OptionalStreamGuard onCallersStream(userStream());
+  const c10::OptionalStreamGuard onCallersStream(toC10(userStream()));
   CollectiveOp::runFinalize();
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/core/StreamGuard.h>
 
+#include "c10d/streams.hpp"
 #include "c10d/tensor_buffer.hpp"
 
 namespace commux {
@@ -44,7 +45,7 @@ TensorP2POp::TensorP2POp(Kind kind, const std::vector<at::Tensor>& tensors,
 void TensorP2POp::received(std::size_t index) {
   if (!anyStaged || staged[index].is_same(targets[index])) return;
   const at::NoGradGuard noGrad;  // the target may require grad; the copy is not autograd's
-  const c10::OptionalStreamGuard onCallersStream(userStream());
+  const c10::OptionalStreamGuard onCallersStream(toC10(userStream()));
   targets[index].copy_(staged[index]);
 }
 

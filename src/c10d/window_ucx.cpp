@@ -195,8 +195,8 @@ void checkDevice(const char* what, const at::Tensor& tensor) {
                               ", and this commux was built without CUDA");
 }
 
-std::optional<c10::Device> deviceOf(const at::Tensor& tensor) {
-  return tensor.is_cuda() ? std::optional<c10::Device>(tensor.device()) : std::nullopt;
+std::optional<int> deviceOf(const at::Tensor& tensor) {
+  return tensor.is_cuda() ? std::optional<int>(tensor.device().index()) : std::nullopt;
 }
 
 // A call with a CUDA tensor waits for the caller's current stream, so that what the stream

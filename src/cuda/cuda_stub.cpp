@@ -3,14 +3,29 @@
 #include "cuda/cuda_support.hpp"
 
 namespace commux::cuda {
+namespace {
+
+[[noreturn]] void noCuda() {
+  throw std::runtime_error("commux: this build has no CUDA support (torch was CPU-only when "
+                           "commux was built); rebuild commux against a CUDA torch");
+}
+
+}  // namespace
 
 bool compiled() { return false; }
 
 int deviceCount() { return 0; }
 
-void whenStreamReaches(const c10::Stream& stream, std::function<void()> ready) {
-  throw std::runtime_error("commux: this build has no CUDA support (torch was CPU-only when "
-                           "commux was built); rebuild commux against a CUDA torch");
+void whenStreamReaches(const core::Stream&, std::function<void()>) { noCuda(); }
+
+void setDevice(int) { noCuda(); }
+
+struct DeviceScope::Guard {};
+
+DeviceScope::DeviceScope(const std::optional<int>& device) {
+  if (device) noCuda();
 }
+
+DeviceScope::~DeviceScope() = default;
 
 }  // namespace commux::cuda

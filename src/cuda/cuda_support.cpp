@@ -1,3 +1,7 @@
+// The CUDA unit as torch's adapter builds it: streams and devices through c10's CUDA
+// guards, which restore a device without creating a context on it.
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -28,7 +32,10 @@ bool compiled() { return true; }
 
 int deviceCount() { return static_cast<int>(c10::cuda::device_count()); }
 
-void whenStreamReaches(const c10::Stream& stream, std::function<void()> ready) {
+void whenStreamReaches(const core::Stream& coreStream, std::function<void()> ready) {
+  const auto stream = c10::Stream::unpack3(coreStream.id,
+                                           static_cast<c10::DeviceIndex>(coreStream.device),
+                                           c10::DeviceType::CUDA);
   const c10::cuda::CUDAStream cudaStream(stream);
   const c10::cuda::CUDAGuard device(stream.device_index());
   // A host function on the stream runs when the stream reaches it: the operation starts
@@ -43,5 +50,22 @@ void whenStreamReaches(const c10::Stream& stream, std::function<void()> ready) {
                              cudaGetErrorString(rc) + ")");
   }
 }
+
+void setDevice(int device) {
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+      ->setDevice(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+}
+
+struct DeviceScope::Guard {
+  explicit Guard(int device)
+      : guard(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device))) {}
+  c10::DeviceGuard guard;
+};
+
+DeviceScope::DeviceScope(const std::optional<int>& device) {
+  if (device) guard_ = std::make_unique<Guard>(*device);
+}
+
+DeviceScope::~DeviceScope() = default;
 
 }  // namespace commux::cuda

@@ -1,10 +1,12 @@
 #pragma once
 // What the CUDA unit offers the rest of commux. Only cuda_support.cpp (built when torch has
 // CUDA) includes CUDA headers; cuda_stub.cpp stands in otherwise, so the library loads
-// and runs with no GPU and no CUDA runtime.
-#include <c10/core/Stream.h>
-
+// and runs with no GPU and no CUDA runtime. This header is torch-free: the engine calls it.
 #include <functional>
+#include <memory>
+#include <optional>
+
+#include "core/stream.hpp"
 
 namespace commux::cuda {
 
@@ -16,6 +18,23 @@ int deviceCount();
 /// blocking the caller or synchronising the device. `ready` runs on a CUDA driver thread:
 /// it must be quick and must not call CUDA (it only hands an operation to the engine).
 /// Throws when this build has no CUDA unit.
-void whenStreamReaches(const c10::Stream& stream, std::function<void()> ready);
+void whenStreamReaches(const core::Stream& stream, std::function<void()> ready);
+/// Makes GPU `device` this thread's current one, for good (the progress thread, whose
+/// later progress calls need the device of the transfers it drives).
+void setDevice(int device);
+
+/// Makes GPU `device` current while it lives, then restores the previous one (nothing when
+/// empty): UCX's CUDA transports work in the current device's context.
+class DeviceScope {
+ public:
+  explicit DeviceScope(const std::optional<int>& device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  struct Guard;
+  std::unique_ptr<Guard> guard_;  // only when a device was given
+};
 
 }  // namespace commux::cuda

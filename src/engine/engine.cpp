@@ -2,15 +2,12 @@
 
 #include <pthread.h>
 
-#include <c10/core/DeviceGuard.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
-
-#include "engine/errors.hpp"
-
 #include <chrono>
 #include <optional>
 #include <stdexcept>
 
+#include "cuda/cuda_support.hpp"
+#include "engine/errors.hpp"
 #include "ucx/status.hpp"
 
 namespace commux::engine {
@@ -336,7 +333,7 @@ void Engine::runQueuedWhileStopping() {
   }
 }
 
-void Engine::continueAfter(const c10::Stream& stream, std::shared_ptr<Op> op,
+void Engine::continueAfter(const core::Stream& stream, std::shared_ptr<Op> op,
                            std::function<void(Engine&)> command) {
   streamWaits_.add(stream, std::move(op), std::move(command));
 }
@@ -421,21 +418,16 @@ void Engine::startOp(const std::shared_ptr<Op>& op) {
     // the operation (often the progress thread) may never have touched that device. The
     // progress thread keeps it (its later progress calls need it); a caller's thread that
     // started the operation inline gets its own device back.
-    std::optional<c10::DeviceGuard> onDevice;
-    if (const auto& device = op->cudaDevice()) {
-      if (onProgressThread()) {
-        c10::impl::getDeviceGuardImpl(device->type())->setDevice(*device);
-      } else {
-        onDevice.emplace(*device);
-      }
-    }
+    const auto& device = op->cudaDevice();
+    if (device && onProgressThread()) cuda::setDevice(*device);
+    const cuda::DeviceScope onDevice(onProgressThread() ? std::nullopt : device);
     op->start(*this);
   } catch (...) {
     op->fail(*this, std::current_exception());
   }
 }
 
-void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<c10::Stream>& after) {
+void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<core::Stream>& after) {
   if (after) {
     auto command = [op](Engine& engine) { engine.startOp(op); };
     continueAfter(*after, std::move(op), std::move(command));

@@ -113,7 +113,7 @@ class Engine {
   /// caller nor the device is synchronised. If the engine stops first, `op` fails (it
   /// never goes missing).
   void submit(std::shared_ptr<Op> op, Drive drive = Drive::IfFree,
-              const std::optional<c10::Stream>& after = std::nullopt);
+              const std::optional<core::Stream>& after = std::nullopt);
   /// Worker-lock holders (an operation made of parts, in its start() or a part's
   /// completion): start `part` now, on this thread.
   void startPart(const std::shared_ptr<Op>& part);
@@ -122,7 +122,7 @@ class Engine {
   /// Worker-lock holders (ops): run `command` on the driver once `stream` has run what is
   /// queued on it now, without holding the worker while the GPU works. `command` must hold
   /// a reference to `op`; `op` fails if the engine stops first.
-  void continueAfter(const c10::Stream& stream, std::shared_ptr<Op> op,
+  void continueAfter(const core::Stream& stream, std::shared_ptr<Op> op,
                      std::function<void(Engine&)> command);
 
   /// The one way to wait, for every waiter: until `flag` is set or `deadline`. It lets

@@ -30,9 +30,7 @@ Op::Op(Description description, Done done)
 
 Op::~Op() = default;
 
-void Op::placeOnCudaDevice(int index) {
-  cudaDevice_ = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
-}
+void Op::placeOnCudaDevice(int index) { cudaDevice_ = index; }
 
 void Op::postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t count,
                   wire::Tag tag, std::uint32_t slot, ucs_memory_type_t memory,

@@ -4,7 +4,6 @@
 // whichever thread drives the worker: the caller, a waiter, the progress thread): it posts
 // UCX requests, reacts to their completions, and reports success or failure exactly once
 // through its Done callback.
-#include <c10/core/Stream.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "core/inline_vector.hpp"
+#include "core/stream.hpp"
 #include "engine/description.hpp"
 #include "wire/tag.hpp"
 
@@ -57,10 +57,10 @@ class Op : public std::enable_shared_from_this<Op> {
   /// The caller's CUDA stream (set for operations on CUDA tensors): work done for the
   /// caller after the transfer (copies back, AVG division) is queued on it, so the
   /// caller's later kernels see the result without a host synchronisation.
-  void setUserStream(c10::Stream stream) { userStream_ = stream; }
-  const std::optional<c10::Stream>& userStream() const noexcept { return userStream_; }
+  void setUserStream(core::Stream stream) { userStream_ = stream; }
+  const std::optional<core::Stream>& userStream() const noexcept { return userStream_; }
   /// The GPU its buffers are on; empty for host memory.
-  const std::optional<c10::Device>& cudaDevice() const noexcept { return cudaDevice_; }
+  const std::optional<int>& cudaDevice() const noexcept { return cudaDevice_; }
   /// True when its caller already waited for the CUDA stream that produced its buffers
   /// (a window call): it starts at once instead of behind that stream, so it keeps its
   /// place among the caller's operations.
@@ -120,10 +120,10 @@ class Op : public std::enable_shared_from_this<Op> {
   void track(Engine& engine, Pending* pending, void* request);
 
   Description description_;
-  std::optional<c10::Stream> userStream_;
+  std::optional<core::Stream> userStream_;
 
  protected:
-  std::optional<c10::Device> cudaDevice_;
+  std::optional<int> cudaDevice_;
   bool callerSynchronised_ = false;
 
  private:

@@ -15,7 +15,7 @@ struct StreamWaits::Gate {
 
 StreamWaits::~StreamWaits() { close(); }
 
-void StreamWaits::add(const c10::Stream& stream, std::shared_ptr<Op> op, Command command) {
+void StreamWaits::add(const core::Stream& stream, std::shared_ptr<Op> op, Command command) {
   auto gate = std::make_shared<Gate>();
   gate->owner = this;
   gate->op = std::move(op);

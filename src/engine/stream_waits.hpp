@@ -6,13 +6,13 @@
 // the engine still runs, and the engine fails the operations whose gate is still closed
 // when it stops. Without that, a Work whose host function found the engine stopped was
 // dropped and never completed.
-#include <c10/core/Stream.h>
-
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
+
+#include "core/stream.hpp"
 
 namespace commux::engine {
 
@@ -33,7 +33,7 @@ class StreamWaits {
 
   /// Pushes `command` once `stream` reaches its current end. `command` must hold its own
   /// reference to `op`. Throws when the stream cannot take a host function.
-  void add(const c10::Stream& stream, std::shared_ptr<Op> op, Command command);
+  void add(const core::Stream& stream, std::shared_ptr<Op> op, Command command);
   /// The engine stops: no command is pushed from now on. Returns the operations whose
   /// stream had not got there yet, for the engine to fail. Commands pushed before this
   /// returns must still be run (or failed) by the engine.

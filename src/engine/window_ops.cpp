@@ -1,9 +1,8 @@
 #include "engine/window_ops.hpp"
 
-#include <c10/core/DeviceGuard.h>
-
 #include <cstring>
 
+#include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
 #include "wire/tag.hpp"
@@ -31,7 +30,7 @@ constexpr std::uint32_t kControlSlot = 0;
 }  // namespace
 
 WindowInbox::WindowInbox(std::uint32_t context, int rank, int groupSize, char* base,
-                         std::size_t bytes, std::optional<c10::Device> device,
+                         std::size_t bytes, std::optional<int> device,
                          Description description)
     : Op(std::move(description), nullptr),
       context_(context),
@@ -93,7 +92,7 @@ void WindowInbox::answer(Engine& engine, const Get& get) {
   }
   const auto& route = routes_.at(static_cast<std::size_t>(get.source));
   const std::uint32_t slot = takeSlot(DataSlot{true, get.source, 0});
-  const c10::OptionalDeviceGuard onDevice(cudaDevice_);
+  const cuda::DeviceScope onDevice(cudaDevice_);
   postSend(engine, engine.endpoint(*route), get.bytes == 0 ? nullptr : base_ + get.offset,
            get.bytes, window::replyTag(route->context, rank_), slot, memory_);
 }
@@ -132,7 +131,7 @@ void WindowInbox::onControl(Engine& engine, int source, std::size_t length) {
       const std::uint32_t slot = takeSlot(DataSlot{false, source, from.posted++});
       from.landed.push_back(false);
       // Whichever thread drives the worker posts it: UCX needs the window's GPU current.
-      const c10::OptionalDeviceGuard onDevice(cudaDevice_);
+      const cuda::DeviceScope onDevice(cudaDevice_);
       postRecv(engine, base_ + header.offset, header.bytes,
                window::dataTag(context_, static_cast<std::uint32_t>(source)), wire::kExactMask,
                slot, memory_);
@@ -237,7 +236,7 @@ void WindowInbox::onFailed() {
 }
 
 WindowPutOp::WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source, const void* data,
-                         std::size_t bytes, std::optional<c10::Device> device,
+                         std::size_t bytes, std::optional<int> device,
                          std::size_t offsetBytes, std::shared_ptr<void> keepAlive, bool signal,
                          Description description, Done done)
     : Op(std::move(description), std::move(done)),
@@ -300,7 +299,7 @@ void WindowSignalOp::onComplete(Engine& engine, std::uint32_t slot, const RecvIn
 
 WindowGetOp::WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t source,
                          std::uint32_t target, std::uint32_t context, void* data, std::size_t bytes,
-                         std::optional<c10::Device> device, std::size_t offsetBytes,
+                         std::optional<int> device, std::size_t offsetBytes,
                          std::shared_ptr<void> keepAlive, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       route_(std::move(route)),

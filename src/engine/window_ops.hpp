@@ -67,7 +67,7 @@ class WindowInbox final : public Op {
  public:
   /// `device`: the GPU [base, base + bytes) lives on; empty for host memory.
   WindowInbox(std::uint32_t context, int rank, int groupSize, char* base, std::size_t bytes,
-              std::optional<c10::Device> device, Description description);
+              std::optional<int> device, Description description);
 
   void start(Engine& engine) override;
   /// The peers' windows, once the registration read them: gets are answered from then on
@@ -147,7 +147,7 @@ class WindowInbox final : public Op {
 class WindowPutOp final : public Op {
  public:
   WindowPutOp(std::shared_ptr<const Route> route, std::uint32_t source, const void* data,
-              std::size_t bytes, std::optional<c10::Device> device, std::size_t offsetBytes,
+              std::size_t bytes, std::optional<int> device, std::size_t offsetBytes,
               std::shared_ptr<void> keepAlive, bool signal, Description description, Done done);
   void start(Engine& engine) override;
 
@@ -190,7 +190,7 @@ class WindowGetOp final : public Op {
   /// `source`: this rank; `target`: the peer's rank; `context`: this rank's window context.
   WindowGetOp(std::shared_ptr<const Route> route, std::uint32_t source, std::uint32_t target,
               std::uint32_t context, void* data, std::size_t bytes,
-              std::optional<c10::Device> device, std::size_t offsetBytes,
+              std::optional<int> device, std::size_t offsetBytes,
               std::shared_ptr<void> keepAlive, Description description, Done done);
   void start(Engine& engine) override;
 
