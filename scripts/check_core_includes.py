@@ -22,8 +22,8 @@ engine/endpoint_cache.hpp engine/endpoint_cache.cpp
 engine/route.hpp engine/done_flag.hpp engine/settings.hpp
 shm/cma.hpp shm/cma.cpp shm/lane.hpp shm/steps.hpp shm/steps_layout.hpp shm/algorithms.hpp
 shm/channel.hpp
-c10d/process_engine.hpp c10d/peer_table.hpp c10d/peer_table.cpp c10d/shm_setup.hpp
-c10d/shm_setup.cpp c10d/death_relay.hpp
+c10d/process_engine.hpp group/peer_table.hpp group/peer_table.cpp group/shm_setup.hpp
+group/shm_setup.cpp group/death_relay.hpp
 """.split()
 
 

@@ -20,7 +20,7 @@ py_include=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])
 # The oldest torch headers accept C++17; the newest need C++20, which the build uses.
 std=c++17
 failed=0
-for f in src/c10d/*.cpp src/engine/*.cpp src/python/bindings.cpp src/cuda/cuda_stub.cpp; do
+for f in src/c10d/*.cpp src/engine/*.cpp src/group/*.cpp src/python/bindings.cpp src/cuda/cuda_stub.cpp; do
   if ! g++ -std=$std -fsyntax-only -D_GLIBCXX_USE_CXX11_ABI=1 -DCOMMUX_VERSION='"check"' \
       -I"$cache/torch/include" -I"$cache/torch/include/torch/csrc/api/include" \
       -I"$ucx_include" -I"$py_include" -Isrc -Iinclude "$f"; then

@@ -23,7 +23,7 @@ for kind in "${kinds[@]}"; do
   cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMMUX_SANITIZE="$kind" \
     -DCOMMUX_BUILD_TESTS=ON -DCOMMUX_BUILD_PYTHON=OFF -DCOMMUX_BUILD_BENCH=OFF \
     -DPython3_EXECUTABLE="$(command -v "$PY")" >/dev/null
-  cmake --build "$dir" --target commux_unit_tests commux_rank_tests commux_step_tests commux_cost_model
+  cmake --build "$dir" --target commux_unit_tests commux_rank_tests commux_step_tests commux_core_tests commux_cost_model
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "c10d/peer_table.hpp"
+#include "group/peer_table.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "commux/process_group_ucx.hpp"

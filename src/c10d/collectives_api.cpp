@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "c10d/collective_setup.hpp"
-#include "c10d/peer_table.hpp"
+#include "group/peer_table.hpp"
 #include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/tensor_job.hpp"

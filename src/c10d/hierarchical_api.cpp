@@ -8,8 +8,8 @@
 
 #include "c10d/collective_setup.hpp"
 #include "c10d/hierarchical_op.hpp"
-#include "c10d/peer_table.hpp"
-#include "c10d/shm_setup.hpp"
+#include "group/peer_table.hpp"
+#include "group/shm_setup.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/work_ucx.hpp"
 #include "collectives/selection.hpp"

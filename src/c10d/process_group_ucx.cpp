@@ -12,10 +12,10 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "c10d/c10d_store.hpp"
-#include "c10d/death_relay.hpp"
-#include "c10d/peer_table.hpp"
+#include "group/death_relay.hpp"
+#include "group/peer_table.hpp"
 #include "c10d/process_engine.hpp"
-#include "c10d/shm_setup.hpp"
+#include "group/shm_setup.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/streams.hpp"
 #include "c10d/tensor_p2p_op.hpp"

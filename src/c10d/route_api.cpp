@@ -1,6 +1,6 @@
 // The route of every collective call (collectives/route.hpp) from what this group knows:
 // its shared-memory channel, its hosts' layout and COMMUX_ALGORITHM_<COLLECTIVE>.
-#include "c10d/shm_setup.hpp"
+#include "group/shm_setup.hpp"
 #include "collectives/route.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"

@@ -16,8 +16,8 @@
 #include <limits>
 #include <sstream>
 
-#include "c10d/peer_table.hpp"
-#include "c10d/shm_setup.hpp"
+#include "group/peer_table.hpp"
+#include "group/shm_setup.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "commux/options.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 // Whether the ranks of a host outnumber the CPUs they may run on, which decides how their
-// shared-memory channel is shaped and how its waits spin (c10d/shm_setup.cpp).
+// shared-memory channel is shaped and how its waits spin (group/shm_setup.cpp).
 #include <string>
 #include <vector>
 

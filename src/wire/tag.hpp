@@ -18,7 +18,7 @@
 //           K=1: bits 31..12 = collective sequence number (mod 2^20), bits 11..0 = the
 //                round inside the collective (mod 2^12).
 //
-// Control notices (a member's death, relayed between hosts: c10d/death_relay.hpp) carry
+// Control notices (a member's death, relayed between hosts: group/death_relay.hpp) carry
 // K=0 and the context kControlContext, which no group is ever given, so no user or
 // collective receive can match them; their payload is the receiver's context for the group.
 //

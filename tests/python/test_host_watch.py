@@ -1,7 +1,7 @@
 """Watching members at scale: in a group that spans hosts a rank reads the records of (and
 watches) only its own host's ranks, the other hosts' leaders when it leads its host, and the
 peers its collectives talk to. A death anywhere still fails every survivor's collective
-within seconds: host leaders relay it (src/c10d/death_relay.hpp).
+within seconds: host leaders relay it (src/group/death_relay.hpp).
 
 COMMUX_HOST splits this machine into "hosts", as in test_hierarchical.py. Every rank here
 shares one PID namespace, so a rank that watched every member would see each death by

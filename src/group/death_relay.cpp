@@ -1,4 +1,4 @@
-#include "c10d/death_relay.hpp"
+#include "group/death_relay.hpp"
 
 #include <algorithm>
 #include <array>

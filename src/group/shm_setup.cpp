@@ -1,4 +1,4 @@
-#include "c10d/shm_setup.hpp"
+#include "group/shm_setup.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "c10d/peer_table.hpp"
+#include "group/peer_table.hpp"
 #include "collectives/route.hpp"
 #include "commux/options.hpp"
 #include "core/error.hpp"

@@ -1,4 +1,4 @@
-#include "c10d/peer_table.hpp"
+#include "group/peer_table.hpp"
 
 #include <algorithm>
 #include <cstdlib>
