@@ -4,8 +4,8 @@
 # looks for neither torch nor Python. A torch, c10 or pybind11 include in the core fails
 # this build. With UCX (the wheel's, through UCX_ROOT, else pkg-config's) it also builds
 # commux_core (the engine, the shared-memory channel, the group set-up) and runs its tests:
-# real ranks moving plain buffers, the engine's waits; then those again under ASan+UBSan
-# and TSan.
+# real ranks moving plain buffers, the engine's waits, the shared-memory step protocol at
+# its interleavings; then those again under ASan+UBSan and TSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
@@ -35,10 +35,10 @@ for kind in address thread; do
   dir=build/core-only-$kind
   echo "== the core's engine tests under the $kind sanitizer ($dir)"
   configure "$dir" -DCOMMUX_SANITIZE="$kind"
-  "${clean_env[@]}" cmake --build "$dir" -j2 --target commux_core_tests
+  "${clean_env[@]}" cmake --build "$dir" -j2 --target commux_core_tests commux_step_tests
   "${clean_env[@]}" ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     UCX_TLS=^cma UCX_MEM_EVENTS=no UCX_MEM_MMAP_HOOK_MODE=none \
-    ctest --test-dir "$dir" --output-on-failure --timeout 300 -R '^(EngineWait|CoreRanks)\.'
+    ctest --test-dir "$dir" --output-on-failure --timeout 300 -R '^(EngineWait\.|CoreRanks\.|StepInterleavings$)'
 done

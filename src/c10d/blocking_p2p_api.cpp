@@ -127,6 +127,12 @@ void ProcessGroupUCX::finishBlocking(engine::BlockingTransfer& transfer, bool is
     if (mismatch.empty()) mismatch = engine::sizeMismatch(describe(), false, bytes, info);
     C10_THROW_ERROR(ValueError, mismatch);
   }
+  if (status == UCS_ERR_CANCELED) {
+    // Only the engine's teardown cancels without this wait's knowing (at process exit).
+    C10_THROW_ERROR(DistBackendError, "commux: " + describe() +
+                                          ": the process group was shut down with this "
+                                          "operation in flight");
+  }
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
     C10_THROW_ERROR(DistBackendError, engine::truncatedMessage(describe(), false, bytes, info));
   }

@@ -11,10 +11,8 @@ namespace commux {
 namespace detail {
 
 P2PTensors::P2PTensors(engine::P2POp::Kind kind, const std::vector<at::Tensor>& tensors) {
-  targets.reserve(tensors.size());
   staged.reserve(tensors.size());
   for (const auto& t : tensors) {
-    targets.push_back(t);
     if (t.is_contiguous()) {
       staged.push_back(t);
     } else {
@@ -24,6 +22,7 @@ P2PTensors::P2PTensors(engine::P2POp::Kind kind, const std::vector<at::Tensor>& 
                            : at::empty_like(t, at::MemoryFormat::Contiguous));
     }
   }
+  if (anyStaged) targets.assign(tensors.begin(), tensors.end());
 }
 
 engine::P2POp::Buffers P2PTensors::views() const {
@@ -43,7 +42,7 @@ TensorP2POp::TensorP2POp(Kind kind, const std::vector<at::Tensor>& tensors,
             std::move(done)) {}
 
 void TensorP2POp::received(std::size_t index) {
-  if (!anyStaged || staged[index].is_same(targets[index])) return;
+  if (!anyStaged || staged[index].is_same(targets[index])) return;  // nothing was staged
   const at::NoGradGuard noGrad;  // the target may require grad; the copy is not autograd's
   const c10::OptionalStreamGuard onCallersStream(toC10(userStream()));
   targets[index].copy_(staged[index]);

@@ -19,8 +19,11 @@ struct P2PTensors {
   P2PTensors(engine::P2POp::Kind kind, const std::vector<at::Tensor>& tensors);
   engine::P2POp::Buffers views() const;
 
-  c10::SmallVector<at::Tensor, 1> targets;  // the user's tensors
-  c10::SmallVector<at::Tensor, 1> staged;   // what UCX reads or writes (== target when possible)
+  // What UCX reads or writes: the user's tensor itself when contiguous, else a contiguous
+  // copy. Either keeps the user's tensor alive (an isend whose caller dropped it).
+  c10::SmallVector<at::Tensor, 1> staged;
+  // The user's tensors, only when one of them was staged (a receive copies back into it).
+  c10::SmallVector<at::Tensor, 1> targets;
   bool anyStaged = false;
 };
 }  // namespace detail

@@ -16,7 +16,9 @@ BlockingTransfer::~BlockingTransfer() {
   if (ended()) {
     while (!released_.load(std::memory_order_acquire)) std::this_thread::yield();
   }
-  if (request_ != nullptr) engine_.runDriving(releaseRequest, this);
+  // Ended off the worker lock (on UCX's own thread), or released by a cancel that did not
+  // take: the request, and the engine's list, are put right under the lock.
+  if (request_ != nullptr || listed_) engine_.runDriving(releaseRequest, this);
 }
 
 bool BlockingTransfer::sendIfFree(const Route& route, const void* data, std::size_t bytes,
@@ -81,6 +83,7 @@ void BlockingTransfer::posted(void* request) {
       ucp_request_free(request);
     } else {
       request_ = request;
+      engine_.transferPosted(this);
     }
     return;
   }
@@ -110,6 +113,7 @@ void BlockingTransfer::end(void* request, ucs_status_t status, const RecvInfo& i
   if (!posting_ && engine_.drivenByThisThread()) {
     engine_.releaseAfterProgress(request);
     request_ = nullptr;
+    engine_.transferEnded(this);
   }
   engine_.setDone(flag_);
   released_.store(true, std::memory_order_release);
@@ -128,10 +132,11 @@ void BlockingTransfer::cancelRequest(Engine& engine, void* arg) {
   }
 }
 
-void BlockingTransfer::releaseRequest(Engine&, void* arg) {
+void BlockingTransfer::releaseRequest(Engine& engine, void* arg) {
   auto* self = static_cast<BlockingTransfer*>(arg);
   if (self->request_ != nullptr) ucp_request_free(self->request_);
   self->request_ = nullptr;
+  engine.transferEnded(self);
 }
 
 bool BlockingTransfer::cancel(std::chrono::milliseconds limit) {

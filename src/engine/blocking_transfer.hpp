@@ -73,8 +73,14 @@ class BlockingTransfer {
   static void cancelRequest(Engine& engine, void* self);
   static void releaseRequest(Engine& engine, void* self);
 
+  friend class Engine;  // its list of posted transfers (worker lock)
+
   Engine& engine_;
   DoneFlag flag_;
+  // In the engine's list while UCX owns the request (worker lock).
+  BlockingTransfer* prevPosted_ = nullptr;
+  BlockingTransfer* nextPosted_ = nullptr;
+  bool listed_ = false;
   // Written under the worker lock; read by the owner once the flag is set.
   void* request_ = nullptr;
   std::size_t bytes_ = 0;  // what the transfer moves: how long a wait spins

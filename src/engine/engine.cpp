@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "cuda/cuda_support.hpp"
+#include "engine/blocking_transfer.hpp"
 #include "engine/errors.hpp"
 #include "ucx/status.hpp"
 
@@ -304,6 +305,27 @@ void Engine::runDriving(void (*fn)(Engine&, void*), void* arg) {
   releaseQueuedRequests();
 }
 
+void Engine::transferPosted(BlockingTransfer* transfer) {
+  transfer->prevPosted_ = nullptr;
+  transfer->nextPosted_ = transfersHead_;
+  if (transfersHead_ != nullptr) transfersHead_->prevPosted_ = transfer;
+  transfersHead_ = transfer;
+  transfer->listed_ = true;
+  ++transferCount_;
+}
+
+void Engine::transferEnded(BlockingTransfer* transfer) {
+  if (!transfer->listed_) return;
+  if (transfer->prevPosted_ != nullptr) {
+    transfer->prevPosted_->nextPosted_ = transfer->nextPosted_;
+  } else {
+    transfersHead_ = transfer->nextPosted_;
+  }
+  if (transfer->nextPosted_ != nullptr) transfer->nextPosted_->prevPosted_ = transfer->prevPosted_;
+  transfer->listed_ = false;
+  --transferCount_;
+}
+
 void Engine::releaseQueuedRequests() {
   if (releaseLater_.empty()) return;
   for (void* request : releaseLater_) ucp_request_free(request);
@@ -548,7 +570,7 @@ void Engine::deliverFailure(const std::string& address, const std::string& why) 
 
 Engine::Stats Engine::stats() {
   Driving driving(workerMutex_, driver_, /*locked=*/false);
-  return Stats{activeCount_, inflightRequests_, endpoints_.size(), purged_};
+  return Stats{activeCount_, inflightRequests_ + transferCount_, endpoints_.size(), purged_};
 }
 
 void Engine::purgeContext(std::uint32_t context) {
@@ -877,8 +899,23 @@ void Engine::teardown() {
   }
   for (const auto& op : live) op->fail(*this, error);
   runQueuedWhileStopping();
+  // The blocking path's requests: cancelled, their callers' waits end (with
+  // UCS_ERR_CANCELED) instead of running into a worker that is gone.
+  // A cancel may end its transfer at once, and its owner may then free it: read the next
+  // one first.
+  for (BlockingTransfer *t = transfersHead_, *next = nullptr; t != nullptr; t = next) {
+    next = t->nextPosted_;
+    if (t->request_ != nullptr) ucp_request_cancel(worker_.get(), t->request_);
+  }
+  const auto transfersOwed = [this] {
+    for (BlockingTransfer* t = transfersHead_; t != nullptr; t = t->nextPosted_) {
+      if (!t->ended()) return true;
+    }
+    return false;
+  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (inflightRequests_ != 0 && std::chrono::steady_clock::now() < deadline) {
+  while ((inflightRequests_ != 0 || transfersOwed()) &&
+         std::chrono::steady_clock::now() < deadline) {
     while (worker_.progress() != 0) {
     }
     drainCompletions();

@@ -39,6 +39,8 @@
 
 namespace commux::engine {
 
+class BlockingTransfer;
+
 class Engine {
  public:
   /// The process-wide engine, created on first use (with `settings`) and destroyed when
@@ -172,7 +174,7 @@ class Engine {
   /// Operations and UCX requests in flight (for leak checks in soaks and tests).
   struct Stats {
     std::size_t activeOps = 0;
-    std::size_t inflightRequests = 0;
+    std::size_t inflightRequests = 0;  // an Op's, and the blocking path's (BlockingTransfer)
     std::size_t endpoints = 0;
     std::size_t purgedMessages = 0;  // dropped by purgeContext so far
   };
@@ -230,6 +232,10 @@ class Engine {
   /// UCX request was a heap allocation per message).
   Pending* makePending(std::shared_ptr<Op> op, std::uint32_t slot);
   void recycle(std::unique_ptr<Pending> pending);
+  /// Worker-lock holders: a BlockingTransfer whose request UCX still owns, so that
+  /// teardown cancels it (its caller's wait then ends) and stats() counts it; and its end.
+  void transferPosted(BlockingTransfer* transfer);
+  void transferEnded(BlockingTransfer* transfer);
 
  private:
   struct Completion {
@@ -326,8 +332,11 @@ class Engine {
   std::size_t purged_ = 0;
   std::size_t inflightRequests_ = 0;  // posted and not yet handled
   std::vector<void*> releaseLater_;     // releaseAfterProgress's requests
+  BlockingTransfer* transfersHead_ = nullptr;  // posted blocking transfers UCX still owns
+  std::size_t transferCount_ = 0;
   StreamWaits streamWaits_;
   friend class Op;
+  friend class BlockingTransfer;
   std::thread thread_;
   // Declared last: its thread stops first, so no report arrives at a dying engine.
   PeerWatch watch_;

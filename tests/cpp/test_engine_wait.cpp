@@ -10,7 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "engine/blocking_transfer.hpp"
 #include "engine/engine.hpp"
+#include "wire/tag.hpp"
 
 namespace {
 
@@ -88,3 +90,47 @@ TEST(EngineWait, AThreadThatNeverDrivesCannotTakeTheWorker) {
 }
 
 }  // namespace
+
+// A caller blocked in the blocking path (BlockingTransfer, no Op) when the engine stops (at
+// process exit): the teardown cancels its request, so its wait ends at once with
+// UCS_ERR_CANCELED instead of sleeping to its deadline on a worker that is gone, and the
+// engine counts the request while it is posted.
+TEST(EngineTeardown, StoppingTheEngineEndsABlockedTransfer) {
+  auto engine = Engine::instance(1, commux::engine::Settings{});
+  std::atomic<bool> posted{false};
+  bool ended = false;
+  ucs_status_t status = UCS_OK;
+  std::thread caller([&] {
+    commux::engine::BlockingTransfer transfer(*engine);
+    std::vector<char> buffer(64);
+    // Nobody sends this. The progress thread may hold the worker for a moment.
+    const auto tryUntil = Clock::now() + 5s;
+    while (!transfer.recvIfFree(buffer.data(), buffer.size(), commux::wire::p2pTag(1, 0, 5),
+                                commux::wire::kExactMask)) {
+      if (Clock::now() > tryUntil) return;
+      std::this_thread::sleep_for(1ms);
+    }
+    posted = true;
+    // A wait may also end early when the engine stops (as a deadline would): its caller
+    // looks again, as ProcessGroupUCX::finishBlocking does.
+    const auto deadline = Clock::now() + 20s;
+    while (!(ended = transfer.waitUntil(deadline)) && Clock::now() < deadline) {
+    }
+    status = transfer.status();
+  });
+  const auto postedBy = Clock::now() + 6s;
+  while (!posted && Clock::now() < postedBy) std::this_thread::sleep_for(1ms);
+  if (!posted) {
+    caller.join();
+    FAIL() << "the worker was never free for the receive";
+  }
+  EXPECT_EQ(engine->stats().inflightRequests, 1u);
+  std::this_thread::sleep_for(50ms);  // the caller is asleep in its wait by now
+  const auto stopAt = Clock::now();
+  Engine::shutdownInstance();
+  caller.join();
+  EXPECT_LT(Clock::now() - stopAt, 5s);
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(status, UCS_ERR_CANCELED) << ucs_status_string(status);
+  EXPECT_EQ(engine->stats().inflightRequests, 0u);
+}

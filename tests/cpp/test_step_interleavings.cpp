@@ -31,8 +31,6 @@
 //
 // A failure prints the case, the fault and the schedule (`choices`); COMMUX_INTERLEAVING_SEED
 // replays one random schedule, COMMUX_INTERLEAVING_BUDGET scales the number of runs.
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,7 +50,8 @@
 #include <tuple>
 #include <vector>
 
-#include "c10d/tensor_job.hpp"
+#include "core/buffer.hpp"
+#include "core/error.hpp"
 #include "engine/description.hpp"
 #include "engine/op.hpp"
 #include "shm/algorithms.hpp"
@@ -60,7 +59,6 @@
 
 namespace {
 
-using Job = commux::TensorJob;  // tensors; commux::toCore makes the channel's job
 using commux::shm::Kind;
 using commux::shm::Steps;
 using commux::shm::Turn;
@@ -264,20 +262,61 @@ struct Case {
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
 
+using Values = std::vector<float>;
+
 // A rank's contribution: small integers, exact in float whatever the order of the sums.
-at::Tensor values(int rank, int64_t n, int salt) {
-  return at::arange(n, at::kFloat).remainder(11).add(static_cast<double>(rank * 3 + salt));
+Values values(int rank, int64_t n, int salt) {
+  Values v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 11 + rank * 3 + salt);
+  return v;
 }
+
+Values operator+(Values a, const Values& b) {
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  return a;
+}
+
+Values join(const std::vector<Values>& parts) {
+  Values all;
+  for (const auto& part : parts) all.insert(all.end(), part.begin(), part.end());
+  return all;
+}
+
+Values slice(const Values& v, int64_t from, int64_t count) {
+  return Values(v.begin() + from, v.begin() + from + count);
+}
+
+std::shared_ptr<Values> owned(Values v) { return std::make_shared<Values>(std::move(v)); }
 
 std::size_t alltoallCount(int from, int to, int64_t scale) {
   return static_cast<std::size_t>((from + 1) * (to + 2) * scale % 1700);
 }
 
-/// What a participant brings to the `round`-th run of the case, and what it must hold after.
+/// What a participant brings to the `round`-th run of the case (its job's buffers, which it
+/// owns), and what it must hold after.
 struct Planned {
-  Job job;
-  at::Tensor result;  // what to compare after (undefined: nothing to check)
-  at::Tensor expected;
+  Kind kind = Kind::Barrier;
+  int root = 0;
+  std::shared_ptr<Values> buffer, input, output;  // null: no such buffer
+  std::vector<std::size_t> sendCounts, recvCounts;
+  std::shared_ptr<Values> result;  // what to compare after (null: nothing to check)
+  Values expected;
+
+  commux::shm::Job job() const {
+    const auto view = [](const std::shared_ptr<Values>& v) {
+      return v ? commux::core::bufferOf(v->data(), v->size(), commux::core::Dtype::Float32, v)
+               : commux::core::Buffer{};
+    };
+    commux::shm::Job job;
+    job.kind = kind;
+    job.root = root;
+    job.buffer = view(buffer);
+    job.input = view(input);
+    job.output = view(output);
+    job.sendCounts = sendCounts;
+    job.recvCounts = recvCounts;
+    return job;
+  }
 };
 
 Planned plan(const Case& c, int rank, int round) {
@@ -289,56 +328,57 @@ Planned plan(const Case& c, int rank, int round) {
     return plan(first, rank, round);
   }
   Planned p;
-  Job& job = p.job;
+  Planned& job = p;
   job.kind = c.kind;
   job.root = c.root;
   const int n = c.ranks;
   // A mismatch in the first round only: the second must work again.
   const int64_t count = c.count + (c.mismatch && round == 0 && rank == n - 1 ? 1 : 0);
+  const Values zeros(static_cast<std::size_t>(count), 0.0f);
   switch (c.kind) {
     case Kind::Allreduce:
     case Kind::Reduce: {
-      job.buffer = values(rank, count, round);
-      at::Tensor sum = at::zeros({count}, at::kFloat);
-      for (int r = 0; r < n; ++r) sum += values(r, count, round);
+      job.buffer = owned(values(rank, count, round));
+      Values sum = zeros;
+      for (int r = 0; r < n; ++r) sum = sum + values(r, count, round);
       p.result = job.buffer;
-      p.expected = c.kind == Kind::Allreduce || rank == c.root ? sum : job.buffer.clone();
+      p.expected = c.kind == Kind::Allreduce || rank == c.root ? sum : *job.buffer;
       break;
     }
     case Kind::Broadcast:
-      job.buffer = rank == c.root ? values(rank, count, round) : at::zeros({count}, at::kFloat);
+      job.buffer = owned(rank == c.root ? values(rank, count, round) : zeros);
       p.result = job.buffer;
       p.expected = values(c.root, count, round);
       break;
     case Kind::Allgather:
     case Kind::Gather: {
-      job.input = values(rank, count, round);
-      std::vector<at::Tensor> all;
+      job.input = owned(values(rank, count, round));
+      std::vector<Values> all;
       for (int r = 0; r < n; ++r) all.push_back(values(r, count, round));
       if (c.kind == Kind::Allgather || rank == c.root) {
-        job.output = at::zeros({count * n}, at::kFloat);
+        job.output = owned(Values(static_cast<std::size_t>(count * n), 0.0f));
         p.result = job.output;
-        p.expected = at::cat(all);
+        p.expected = join(all);
       }
       break;
     }
     case Kind::Scatter:
-      if (rank == c.root) job.input = values(rank, count * n, round);
-      job.output = at::zeros({count}, at::kFloat);
+      if (rank == c.root) job.input = owned(values(rank, count * n, round));
+      job.output = owned(zeros);
       p.result = job.output;
-      p.expected = values(c.root, count * n, round).narrow(0, rank * count, count);
+      p.expected = slice(values(c.root, count * n, round), rank * count, count);
       break;
     case Kind::ReduceScatter: {
-      job.input = values(rank, count * n, round);
-      job.output = at::zeros({count}, at::kFloat);
-      at::Tensor sum = at::zeros({count}, at::kFloat);
-      for (int r = 0; r < n; ++r) sum += values(r, count * n, round).narrow(0, rank * count, count);
+      job.input = owned(values(rank, count * n, round));
+      job.output = owned(zeros);
+      Values sum = zeros;
+      for (int r = 0; r < n; ++r) sum = sum + slice(values(r, count * n, round), rank * count, count);
       p.result = job.output;
       p.expected = sum;
       break;
     }
     case Kind::Alltoall: {
-      std::vector<at::Tensor> sends, expected;
+      std::vector<Values> sends, expected;
       for (int q = 0; q < n; ++q) {
         job.sendCounts.push_back(alltoallCount(rank, q, c.count));
         job.recvCounts.push_back(alltoallCount(q, rank, c.count));
@@ -346,10 +386,10 @@ Planned plan(const Case& c, int rank, int round) {
         expected.push_back(
             values(q * 10 + rank, static_cast<int64_t>(job.recvCounts.back()), round));
       }
-      job.input = at::cat(sends);
-      job.output = at::zeros({at::cat(expected).numel()}, at::kFloat);
+      job.input = owned(join(sends));
+      p.expected = join(expected);
+      job.output = owned(Values(p.expected.size(), 0.0f));
       p.result = job.output;
-      p.expected = at::cat(expected);
       break;
     }
     case Kind::Barrier:
@@ -409,7 +449,7 @@ RunResult runOnce(const Case& c, Chooser& chooser, Fault fault, int faulty) {
         for (int round = 0; round < kRounds; ++round) {
           Planned p = plan(c, r, round);
           const NamedOp op(c.name + " round " + std::to_string(round));
-          const commux::shm::Job job = commux::toCore(Job(p.job));
+          const commux::shm::Job job = p.job();
           Turn turn{job, op};
           // After its timeout a rank's later collectives keep a passed deadline, as the
           // group refuses them (here: the channel it broke must).
@@ -418,17 +458,20 @@ RunResult runOnce(const Case& c, Chooser& chooser, Fault fault, int faulty) {
           std::string& outcome = result.outcomes[r][round];
           try {
             commux::shm::runCollective(*steps[r], turn);
-            if (p.result.defined() && !at::equal(p.result, p.expected)) {
+            if (p.result && *p.result != p.expected) {
               result.wrong[r][round] = true;
               outcome = "WRONG RESULT";
             }
           } catch (const commux::shm::DeadlineReached&) {
             outcome = "deadline";
             timedOut = true;
-          } catch (const c10::ValueError& e) {
-            outcome = std::string("ValueError: ") + e.what_without_backtrace();
-          } catch (const c10::Error& e) {
-            outcome = std::string("error: ") + e.what_without_backtrace();
+          } catch (const std::exception&) {
+            // A core error, or (in libcommux, which installs the factory) the c10 type it
+            // became: InvalidArgument is torch's ValueError.
+            const auto reading = commux::core::readError(std::current_exception());
+            outcome = (reading.kind == commux::core::ErrorKind::InvalidArgument ? "ValueError: "
+                                                                               : "error: ") +
+                      reading.message;
           }
           turns[r] = nullptr;
         }
@@ -578,7 +621,6 @@ unsigned budget() {
 
 /// Explores `c` with `fault` on `faulty`: depth first with two preemptions, then at random.
 void explore(const Case& c, Fault fault, int faulty) {
-  at::set_num_threads(1);
   const unsigned runs = budget();
   std::vector<int> prefix;
   unsigned systematic = 0;
