@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
 
 #include "cuda/cuda_support.hpp"
 #include "engine/blocking_transfer.hpp"
@@ -191,19 +192,26 @@ bool Engine::drivenByThisThread() const noexcept {
 
 namespace {
 
-// What this thread runs once it lets go of the worker (Engine::afterRelease), and how
-// deeply it holds it.
+// How this thread may drive the worker: the engine's per-thread policy, in one place.
+// Counters, not flags, since each state nests (a completion callback that submits, a lane
+// run inside a wait). Plain ints, so that reading it is one thread-local access and no
+// initialisation check.
+struct ThreadPolicy {
+  int drivingDepth = 0;            // how deeply it holds the worker lock (Driving)
+  int runningAfterRelease = 0;     // inside what afterRelease queued (a future's callbacks)
+  int neverDrivesDepth = 0;        // Engine::NeverDrives: the lane's thread, the peer watch
+  int holdingLaneDepth = 0;        // a waiter runs a shared-memory lane (HoldsLane)
+  int startingForCallerDepth = 0;  // submit() starts the caller's own operation
+};
+static_assert(std::is_trivially_destructible_v<ThreadPolicy>);
+thread_local ThreadPolicy policy;
+// What this thread runs once it lets go of the worker (Engine::afterRelease).
 thread_local std::vector<std::function<void()>> afterReleaseQueue;
-thread_local int drivingDepth = 0;
-thread_local int runningAfterRelease = 0;
-thread_local int neverDrivesDepth = 0;
-thread_local int holdingLaneDepth = 0;        // a waiter runs a shared-memory lane (HoldsLane)
-thread_local int startingForCallerDepth = 0;  // submit() starts the caller's own operation
 
 void runAfterRelease() {
   struct Running {
-    Running() { ++runningAfterRelease; }
-    ~Running() { --runningAfterRelease; }
+    Running() { ++policy.runningAfterRelease; }
+    ~Running() { --policy.runningAfterRelease; }
   } running;
   // A callback may drive the worker again and queue more: loop until none are left.
   while (!afterReleaseQueue.empty()) {
@@ -220,18 +228,18 @@ class Driving {
       : mutex_(mutex), driver_(driver) {
     // A lane or watch thread that drove the worker could run a user's callback, or wait
     // for a lock that a callback holds.
-    COMMUX_ASSERT(neverDrivesDepth == 0,
+    COMMUX_ASSERT(policy.neverDrivesDepth == 0,
                   "commux: a thread that must never drive the worker tried to");
     if (!locked) mutex_.lock();
     // Read only under the lock: the previous driver is this thread (nested) or nobody.
     previous_ = driver_.load(std::memory_order_relaxed);
     driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    ++drivingDepth;
+    ++policy.drivingDepth;
   }
   ~Driving() {
     driver_.store(previous_, std::memory_order_relaxed);
     mutex_.unlock();
-    if (--drivingDepth == 0 && holdingLaneDepth == 0 && !afterReleaseQueue.empty()) {
+    if (--policy.drivingDepth == 0 && policy.holdingLaneDepth == 0 && !afterReleaseQueue.empty()) {
       runAfterRelease();
     }
   }
@@ -244,21 +252,21 @@ class Driving {
 
 }  // namespace
 
-bool Engine::inAfterRelease() noexcept { return runningAfterRelease > 0; }
+bool Engine::inAfterRelease() noexcept { return policy.runningAfterRelease > 0; }
 
-Engine::NeverDrives::NeverDrives() { ++neverDrivesDepth; }
-Engine::NeverDrives::~NeverDrives() { --neverDrivesDepth; }
-bool Engine::startingForCaller() noexcept { return startingForCallerDepth > 0; }
+Engine::NeverDrives::NeverDrives() { ++policy.neverDrivesDepth; }
+Engine::NeverDrives::~NeverDrives() { --policy.neverDrivesDepth; }
+bool Engine::startingForCaller() noexcept { return policy.startingForCallerDepth > 0; }
 
-Engine::HoldsLane::HoldsLane() { ++holdingLaneDepth; }
+Engine::HoldsLane::HoldsLane() { ++policy.holdingLaneDepth; }
 Engine::HoldsLane::~HoldsLane() {
-  if (--holdingLaneDepth == 0 && drivingDepth == 0 && !afterReleaseQueue.empty()) {
+  if (--policy.holdingLaneDepth == 0 && policy.drivingDepth == 0 && !afterReleaseQueue.empty()) {
     runAfterRelease();
   }
 }
 
 void Engine::afterRelease(std::function<void()> fn) {
-  if (drivingDepth > 0 || holdingLaneDepth > 0) {
+  if (policy.drivingDepth > 0 || policy.holdingLaneDepth > 0) {
     afterReleaseQueue.push_back(std::move(fn));
   } else {
     fn();
@@ -267,7 +275,7 @@ void Engine::afterRelease(std::function<void()> fn) {
 
 template <typename Work>
 bool Engine::driveIfFree(Work&& work) {
-  if (neverDrivesDepth > 0 || !workerMutex_.try_lock()) return false;
+  if (policy.neverDrivesDepth > 0 || !workerMutex_.try_lock()) return false;
   Driving driving(workerMutex_, driver_, /*locked=*/true);
   work();
   return true;
@@ -472,12 +480,12 @@ void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<cor
       struct ForCaller {
         bool counted;
         explicit ForCaller(bool outermost) : counted(outermost) {
-          if (counted) ++startingForCallerDepth;
+          if (counted) ++policy.startingForCallerDepth;
         }
         ~ForCaller() {
-          if (counted) --startingForCallerDepth;
+          if (counted) --policy.startingForCallerDepth;
         }
-      } forCaller(drivingDepth == 1);
+      } forCaller(policy.drivingDepth == 1);
       startOp(op);
     }
     // Let UCX move what was just posted; work that is not UCX's needs no round.
@@ -799,7 +807,7 @@ bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline
     assist->assist(deadline);
     if (flag.done()) return true;
   }
-  const bool drives = neverDrivesDepth == 0;
+  const bool drives = policy.neverDrivesDepth == 0;
   if (drives) {
     // Drive the worker for a short while: a reply that arrives within the spin is picked
     // up with no thread hand-off at all. Meanwhile the progress thread rests unarmed.
