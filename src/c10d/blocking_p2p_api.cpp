@@ -18,7 +18,7 @@
 namespace commux {
 namespace {
 
-// A blocked caller looks at the group this often: an abort or a peer's death ends its wait
+// A blocked caller's wait looks at the group this often: an abort or a peer's death ends it
 // within this (an ordinary Work is failed by the group itself, which knows no blocking call).
 constexpr std::chrono::milliseconds kLookEvery{100};
 
@@ -96,27 +96,28 @@ void ProcessGroupUCX::finishBlocking(engine::BlockingTransfer& transfer, bool is
   };
   if (!transfer.ended()) {
     const auto limit = timeout_;
-    auto look = std::chrono::steady_clock::now();
-    const auto deadline = look + limit;
     std::string stopped;  // why the wait ended before the transfer did
-    while (!transfer.waitUntil(std::min(deadline, look + kLookEvery))) {
-      look = std::chrono::steady_clock::now();
+    const auto interrupted = [&] {
       const State s = state_.load(std::memory_order_acquire);
       if (s != State::Running) {
         stopped = std::string("the group was ") + (s == State::Aborted ? "aborted" : "shut down");
       } else if (std::string why = deadWhy(); !why.empty()) {
         stopped = "rank " + std::to_string(peer) + " died (" + why + ")";
-      } else if (look >= deadline) {
+      }
+      return !stopped.empty();
+    };
+    const auto end = transfer.waitUnless(std::chrono::steady_clock::now() + limit, interrupted,
+                                         kLookEvery);
+    if (end != engine::Engine::WaitEnd::Done) {
+      if (stopped.empty()) {
         // "Timed out" in Gloo's words, as WorkUCX::wait says it.
         stopped = "Timed out after " + std::to_string(limit.count()) +
                   " ms; the operation was cancelled and the group stays usable";
       }
-      if (stopped.empty()) continue;
       // What arrived before the cancel still completes it, as a Work's failAfterDraining.
       if (!transfer.cancel(kCancelWait) || transfer.status() != UCS_OK) {
         C10_THROW_ERROR(DistBackendError, "commux: " + describe() + ": " + stopped);
       }
-      break;
     }
   }
   const ucs_status_t status = transfer.status();

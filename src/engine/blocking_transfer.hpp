@@ -16,15 +16,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 
 #include "engine/done_flag.hpp"
+#include "engine/engine.hpp"
 #include "engine/op.hpp"
 #include "engine/route.hpp"
 #include "wire/tag.hpp"
 
 namespace commux::engine {
-
-class Engine;
 
 class BlockingTransfer {
  public:
@@ -44,6 +44,10 @@ class BlockingTransfer {
   bool ended() const noexcept { return flag_.done(); }
   /// Waits until it ended or `deadline`; true if it ended.
   bool waitUntil(std::chrono::steady_clock::time_point deadline);
+  /// Waits until it ended, `deadline`, or `interrupted()` (asked every `every`).
+  Engine::WaitEnd waitUnless(std::chrono::steady_clock::time_point deadline,
+                             const std::function<bool()>& interrupted,
+                             std::chrono::milliseconds every);
   /// Cancels it unless it ended, then waits up to `limit` for UCX to end it; true if it
   /// ended (possibly with success: it may have completed meanwhile). If not, the request is
   /// released, UCX calls nothing back any more, and the buffer must be treated as lost.

@@ -791,6 +791,27 @@ std::chrono::microseconds Engine::transferSpin(std::uint64_t bytes) noexcept {
 
 bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist,
                   std::uint64_t bytes) {
+  return waitFor(flag, deadline, assist, bytes, /*spin=*/true);
+}
+
+Engine::WaitEnd Engine::waitUnless(DoneFlag& flag, std::chrono::steady_clock::time_point deadline,
+                                   const std::function<bool()>& interrupted,
+                                   std::chrono::milliseconds every, Op* assist,
+                                   std::uint64_t bytes) {
+  for (bool first = true;; first = false) {
+    if (flag.done()) return WaitEnd::Done;
+    if (interrupted()) return WaitEnd::Interrupted;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return WaitEnd::Deadline;
+    const auto until = deadline - now > every ? now + every : deadline;
+    if (waitFor(flag, until, first ? assist : nullptr, first ? bytes : 0, first)) {
+      return WaitEnd::Done;
+    }
+  }
+}
+
+bool Engine::waitFor(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist,
+                     std::uint64_t bytes, bool spin) {
   if (flag.done()) return true;
   if (drivenByThisThread()) {
     // Inside a completion callback: this thread holds the worker, so nobody else can
@@ -808,7 +829,7 @@ bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline
     if (flag.done()) return true;
   }
   const bool drives = policy.neverDrivesDepth == 0;
-  if (drives) {
+  if (drives && spin) {
     // Drive the worker for a short while: a reply that arrives within the spin is picked
     // up with no thread hand-off at all. Meanwhile the progress thread rests unarmed.
     {

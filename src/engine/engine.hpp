@@ -134,9 +134,19 @@ class Engine {
   /// directly), or on the flag's condition variable when another waiter is parked or this
   /// thread never drives. False at the deadline. docs/design.md, "Progress: who drives
   /// the worker", has the whole protocol. `bytes`, what the operation moves, lengthens
-  /// the spin by the time those bytes take to copy (transferSpin).
+  /// the spin by the time those bytes take to copy (transferSpin). It may also return false
+  /// early when the engine stops.
   bool wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist = nullptr,
             std::uint64_t bytes = 0);
+  enum class WaitEnd { Done, Deadline, Interrupted };
+  /// As wait(), and also ends when `interrupted()` says so: asked before the wait sleeps and
+  /// again every `every` while it sleeps (only the first stretch spins). For what nothing
+  /// here is woken by: another process leaving a shared-memory channel, a group aborted or
+  /// a peer found dead while a caller blocks in the blocking path. Callers wait once, not
+  /// in slices of their own.
+  WaitEnd waitUnless(DoneFlag& flag, std::chrono::steady_clock::time_point deadline,
+                     const std::function<bool()>& interrupted, std::chrono::milliseconds every,
+                     Op* assist = nullptr, std::uint64_t bytes = 0);
   /// How much longer than COMMUX_WAIT_SPIN_US a wait for an operation moving `bytes`
   /// spins: their copy time at kSpinBytesPerMicro, at most kMaxTransferSpin. Such a wait
   /// cannot end sooner, and one that parks just before its end pays a wake-up through
@@ -266,6 +276,9 @@ class Engine {
   /// `done` or `deadline`, so a completion wakes exactly this thread. Only one waiter
   /// parks at a time; returns false (without waiting) when another one already does.
   bool parkUntil(const std::atomic<bool>& done, std::chrono::steady_clock::time_point deadline);
+  /// wait()'s body; `spin`: drive the worker for a while before sleeping.
+  bool waitFor(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist,
+               std::uint64_t bytes, bool spin);
   /// Appends `command` to the submissions (throws once the engine stops).
   void enqueue(std::function<void(Engine&)> command);
   /// Appends `command` to the submissions, stopping or not.

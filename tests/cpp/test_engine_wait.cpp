@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -133,4 +134,40 @@ TEST(EngineTeardown, StoppingTheEngineEndsABlockedTransfer) {
   EXPECT_TRUE(ended);
   EXPECT_EQ(status, UCS_ERR_CANCELED) << ucs_status_string(status);
   EXPECT_EQ(engine->stats().inflightRequests, 0u);
+}
+
+// One wait with an interrupt: it ends when the interrupt says so (looked at every `every`,
+// not in a busy loop), at its deadline, or when its flag is set, whichever comes first.
+TEST(EngineWait, AnInterruptEndsAWaitWithinItsInterval) {
+  auto engine = makeEngine();
+  DoneFlag flag;
+  std::atomic<bool> stop{false};
+  int asked = 0;
+  const std::function<bool()> interrupted = [&] {
+    ++asked;
+    return stop.load();
+  };
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    stop = true;
+  });
+  const auto start = Clock::now();
+  EXPECT_EQ(engine->waitUnless(flag, start + 10s, interrupted, 20ms),
+            Engine::WaitEnd::Interrupted);
+  const auto took = Clock::now() - start;
+  stopper.join();
+  EXPECT_GE(took, 100ms);
+  EXPECT_LT(took, 1s);
+  EXPECT_LE(asked, 30) << "the interrupt was asked in a busy loop";
+
+  stop = false;
+  EXPECT_EQ(engine->waitUnless(flag, Clock::now() + 50ms, interrupted, 20ms),
+            Engine::WaitEnd::Deadline);
+
+  std::thread setter([&] {
+    std::this_thread::sleep_for(30ms);
+    engine->setDone(flag);
+  });
+  EXPECT_EQ(engine->waitUnless(flag, Clock::now() + 10s, interrupted, 1s), Engine::WaitEnd::Done);
+  setter.join();
 }
