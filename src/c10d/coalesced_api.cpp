@@ -83,7 +83,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_coalesced(
   at::Tensor work = at::cat(c10::fmap(tensors, [](const at::Tensor& t) { return t.reshape({-1}); }));
   reduction.prepare(work);
   auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
-                                         thresholds(work));
+                                         thresholds(work, forcedSchedule(collectives::Collective::Allreduce)));
   const int64_t contributions = size_;
   const std::uint32_t seq = nextSequence();
   return launchCollective(
@@ -133,7 +133,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_coalesced(
   const std::uint32_t seq = nextSequence();
   auto plan = collectives::planAllgather(
       rank_, size_, equalBlocks(static_cast<std::size_t>(packing.total), size_),
-      work.element_size(), thresholds(work));
+      work.element_size(), thresholds(work, forcedSchedule(collectives::Collective::Allgather)));
   return launchCollective(
       c10d::OpType::ALLGATHER_COALESCED, seq,
       describe(op, inputTensors, "", plan.algorithm, seq), outputs, std::move(plan.schedule),
@@ -172,7 +172,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_into_tensor_coalesced(
   const int p = size_;
   auto plan = collectives::planAllgather(
       rank_, size_, equalBlocks(static_cast<std::size_t>(packing.total), size_),
-      work.element_size(), thresholds(work));
+      work.element_size(), thresholds(work, forcedSchedule(collectives::Collective::Allgather)));
   return launchCollective(
       c10d::OpType::COALESCED, seq, describe(op, inputs, "", plan.algorithm, seq), outputs,
       std::move(plan.schedule), work, std::nullopt,
@@ -222,7 +222,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce_scatter_tensor_coalesced(
   const std::uint32_t seq = nextSequence();
   auto plan = collectives::planReduceScatter(
       rank_, size_, equalBlocks(static_cast<std::size_t>(packing.total), size_),
-      work.element_size(), thresholds(work));
+      work.element_size(), thresholds(work, forcedSchedule(collectives::Collective::ReduceScatter)));
   return launchCollective(
       c10d::OpType::COALESCED, seq, describe(op, outputs, reduction.label(), plan.algorithm, seq),
       outputs, std::move(plan.schedule), work, reduction.kind(),

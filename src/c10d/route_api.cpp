@@ -5,6 +5,7 @@
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "shm/channel.hpp"
+#include "c10d/staging.hpp"
 #include "shm/job.hpp"
 
 namespace commux {
@@ -54,6 +55,12 @@ collectives::Route ProcessGroupUCX::routeFor(collectives::Collective collective,
   const collectives::Route route = collectives::route(request);
   if (route.path != collectives::Path::SharedMemory) channel = nullptr;
   return route;
+}
+
+const char* forcedSchedule(collectives::Collective collective) {
+  return collectives::scheduleRoute(collective,
+                                    Config::get().algorithms[static_cast<std::size_t>(collective)])
+      .schedule;
 }
 
 }  // namespace commux

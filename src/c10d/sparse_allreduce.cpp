@@ -44,7 +44,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_sparse(
   counts.data_ptr<int64_t>()[rank_] = mine._nnz();
   const std::uint32_t countSeq = nextSequence();
   auto countPlan = collectives::planAllgather(rank_, size_, equalBlocks(1, size_),
-                                              counts.element_size(), thresholds());
+                                              counts.element_size(),
+                                              thresholds(at::Tensor(), forcedSchedule(collectives::Collective::Allgather)));
   launchCollective(c10d::OpType::ALLGATHER, countSeq,
                    describe(op, {target}, "non-zero counts", countPlan.algorithm, countSeq), {},
                    std::move(countPlan.schedule), counts, std::nullopt, nullptr, opts.timeout)
@@ -78,7 +79,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_sparse(
   valuesOf(rank_).copy_(values);
   const std::uint32_t seq = nextSequence();
   const int p = size_;
-  auto plan = collectives::planAllgather(rank_, size_, blocks, work.element_size(), thresholds());
+  auto plan = collectives::planAllgather(rank_, size_, blocks, work.element_size(),
+                                         thresholds(work, forcedSchedule(collectives::Collective::Allgather)));
   return launchCollective(
       c10d::OpType::ALLREDUCE, seq, describe(op, {target}, "SUM, an allgather", plan.algorithm, seq),
       tensors, std::move(plan.schedule), work, std::nullopt,

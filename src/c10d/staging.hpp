@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/route.hpp"
 #include "collectives/selection.hpp"
 #include "engine/description.hpp"
 
@@ -45,6 +46,10 @@ class CollectiveEntry {
 /// `forced`: the schedule the call's route forces (collectives/route.hpp), or null.
 collectives::Thresholds thresholds(const at::Tensor& buffer = at::Tensor(),
                                    const char* forced = nullptr);
+
+/// The schedule COMMUX_ALGORITHM_<COLLECTIVE> forces on what always runs as a schedule
+/// (collectives::scheduleRoute), or null.
+const char* forcedSchedule(collectives::Collective collective);
 
 inline std::size_t elementCount(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 

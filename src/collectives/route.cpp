@@ -100,6 +100,16 @@ std::string algorithmNames(Collective collective) {
   return names;
 }
 
+Route scheduleRoute(Collective collective, std::string_view forced) {
+  if (forced.empty()) return {Path::Schedule};
+  const Algorithm* algorithm = findAlgorithm(collective, forced);
+  COMMUX_CHECK(algorithm != nullptr, InvalidArgument, "commux: ", algorithmSetting(collective), "=",
+               forced, " names no algorithm of ", nameOf(collective), " (",
+               algorithmNames(collective), ")");
+  if (algorithm->path != Path::Schedule) return {Path::Schedule};
+  return {Path::Schedule, algorithm->name};
+}
+
 Route route(const RouteRequest& request) {
   if (request.forced.empty()) {
     if (request.channel) return {Path::SharedMemory};

@@ -71,4 +71,12 @@ struct Route {
 /// here raises InvalidArgument naming the setting.
 Route route(const RouteRequest& request);
 
+/// The route of what always runs as a schedule over UCX: the coalesced calls, a sparse
+/// allreduce's exchanges. A forced schedule applies; a forced `shm` or `hierarchical` says
+/// where a whole call runs, so these keep the automatic schedule under it. (The part of a
+/// hierarchical collective between hosts is automatic too: a forced schedule runs the whole
+/// call flat, so none reaches it. The collective check's own allgather is automatic.) Raises InvalidArgument for a name that is
+/// no algorithm of `collective`.
+Route scheduleRoute(Collective collective, std::string_view forced);
+
 }  // namespace commux::collectives

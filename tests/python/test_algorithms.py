@@ -73,9 +73,12 @@ def _forced(rank, ws, algorithms):
         "broadcast": lambda m: dist.broadcast(torch.ones(m), src=0),
         "allgather": lambda m: dist.all_gather_into_tensor(torch.empty(ws * m), torch.ones(m)),
         "reduce_scatter": lambda m: dist.reduce_scatter_tensor(torch.empty(m), torch.ones(ws * m)),
+        # The coalesced calls run as schedules only, and take a forced one (scheduleRoute).
+        "allreduce_coalesced": lambda m: dist.group.WORLD.allreduce_coalesced(
+            [torch.ones(m), torch.ones(3)]).wait(),
     }
     for collective, call in named.items():
-        algorithm = algorithms.get(collective)
+        algorithm = algorithms.get(collective.replace("_coalesced", ""))
         if algorithm in (None, "shm", "hierarchical"):
             continue
         msg = expect_error(lambda: call(8 + rank), ("different collectives",),
