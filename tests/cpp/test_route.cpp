@@ -117,6 +117,28 @@ TEST(Route, EveryScheduleInATableIsBuiltByItsPlanFunctionWhenForced) {
   }
 }
 
+// What runs only as a schedule (the coalesced calls) takes a forced schedule, keeps the
+// automatic one under a forced shm or hierarchical, and refuses an unknown name.
+TEST(Route, ScheduleOnlyCallsTakeAForcedScheduleAndNothingElse) {
+  EXPECT_EQ(scheduleRoute(Collective::Allreduce, "").path, Path::Schedule);
+  EXPECT_EQ(scheduleRoute(Collective::Allreduce, "").schedule, nullptr);
+  EXPECT_STREQ(scheduleRoute(Collective::Allreduce, "ring").schedule, "ring");
+  EXPECT_STREQ(scheduleRoute(Collective::Allgather, "dissemination").schedule, "dissemination");
+  for (const char* where : {"shm", "hierarchical"}) {
+    const Route r = scheduleRoute(Collective::ReduceScatter, where);
+    EXPECT_EQ(r.path, Path::Schedule) << where;
+    EXPECT_EQ(r.schedule, nullptr) << where;
+  }
+  try {
+    scheduleRoute(Collective::Allreduce, "fastest");
+    ADD_FAILURE() << "an unknown name was taken";
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.kind(), core::ErrorKind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("COMMUX_ALGORITHM_ALLREDUCE=fastest"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Route, SettingNamesAreTheCollectivesInCapitals) {
   EXPECT_EQ(algorithmSetting(Collective::Alltoall), "COMMUX_ALGORITHM_ALL_TO_ALL");
   EXPECT_EQ(algorithmSetting(Collective::ReduceScatter), "COMMUX_ALGORITHM_REDUCE_SCATTER");
