@@ -5,6 +5,7 @@
 // core left torch; nothing in the standard library does.)
 #include <array>
 #include <cstddef>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,26 @@ class InlineVector {
 
  public:
   InlineVector() = default;
+  InlineVector(const InlineVector&) = default;
+  InlineVector& operator=(const InlineVector&) = default;
+  // A moved-from vector is empty (the default move would keep its size).
+  InlineVector(InlineVector&& other) noexcept(std::is_nothrow_move_constructible_v<T>)
+      : inline_(std::move(other.inline_)),
+        heap_(std::move(other.heap_)),
+        size_(other.size_),
+        onHeap_(other.onHeap_) {
+    other.clear();
+  }
+  InlineVector& operator=(InlineVector&& other) noexcept(std::is_nothrow_move_assignable_v<T>) {
+    if (this != &other) {
+      inline_ = std::move(other.inline_);
+      heap_ = std::move(other.heap_);
+      size_ = other.size_;
+      onHeap_ = other.onHeap_;
+      other.clear();
+    }
+    return *this;
+  }
 
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
@@ -29,6 +50,14 @@ class InlineVector {
   const T& operator[](std::size_t i) const noexcept { return data()[i]; }
   T& front() noexcept { return data()[0]; }
   const T& front() const noexcept { return data()[0]; }
+
+  /// Empties it, back to its inline elements.
+  void clear() noexcept {
+    heap_.clear();
+    for (std::size_t i = 0; i < N; ++i) inline_[i] = T();
+    size_ = 0;
+    onHeap_ = false;
+  }
 
   void reserve(std::size_t capacity) {
     if (capacity > N) spill(capacity);

@@ -20,8 +20,6 @@ void whenStreamReaches(const core::Stream&, std::function<void()>) { noCuda(); }
 
 void setDevice(int) { noCuda(); }
 
-struct DeviceScope::Guard {};
-
 DeviceScope::DeviceScope(const std::optional<int>& device) {
   if (device) noCuda();
 }

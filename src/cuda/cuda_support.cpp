@@ -56,16 +56,21 @@ void setDevice(int device) {
       ->setDevice(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
 }
 
-struct DeviceScope::Guard {
-  explicit Guard(int device)
-      : guard(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device))) {}
-  c10::DeviceGuard guard;
-};
-
+// What c10::DeviceGuard does, with the previous device kept as a number: exchangeDevice to
+// enter, uncheckedSetDevice to restore (which creates no context on a device that has none).
 DeviceScope::DeviceScope(const std::optional<int>& device) {
-  if (device) guard_ = std::make_unique<Guard>(*device);
+  if (!device) return;
+  previous_ = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+                  ->exchangeDevice(c10::Device(c10::DeviceType::CUDA,
+                                               static_cast<c10::DeviceIndex>(*device)))
+                  .index();
 }
 
-DeviceScope::~DeviceScope() = default;
+DeviceScope::~DeviceScope() {
+  if (previous_ < 0) return;
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+      ->uncheckedSetDevice(
+          c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(previous_)));
+}
 
 }  // namespace commux::cuda

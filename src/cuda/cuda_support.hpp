@@ -3,7 +3,6 @@
 // CUDA) includes CUDA headers; cuda_stub.cpp stands in otherwise, so the library loads
 // and runs with no GPU and no CUDA runtime. This header is torch-free: the engine calls it.
 #include <functional>
-#include <memory>
 #include <optional>
 
 #include "core/stream.hpp"
@@ -33,8 +32,7 @@ class DeviceScope {
   DeviceScope& operator=(const DeviceScope&) = delete;
 
  private:
-  struct Guard;
-  std::unique_ptr<Guard> guard_;  // only when a device was given
+  int previous_ = -1;  // the device to restore; -1 when none was given
 };
 
 }  // namespace commux::cuda

@@ -807,6 +807,12 @@ Engine::WaitEnd Engine::waitUnless(DoneFlag& flag, std::chrono::steady_clock::ti
     if (waitFor(flag, until, first ? assist : nullptr, first ? bytes : 0, first)) {
       return WaitEnd::Done;
     }
+    if (stopping_.load() && !flag.done()) {
+      // The engine stops: nobody parks any more and waitFor returns at once, so sleep on
+      // the flag itself until the next look instead of asking in a busy loop.
+      std::unique_lock<std::mutex> lock(flag.mutex_);
+      flag.cv_.wait_until(lock, until, [&] { return flag.done(); });
+    }
   }
 }
 
