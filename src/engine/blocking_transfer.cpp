@@ -123,12 +123,6 @@ bool BlockingTransfer::waitUntil(std::chrono::steady_clock::time_point deadline)
   return engine_.wait(flag_, deadline, nullptr, bytes_);
 }
 
-Engine::WaitEnd BlockingTransfer::waitUnless(std::chrono::steady_clock::time_point deadline,
-                                             const std::function<bool()>& interrupted,
-                                             std::chrono::milliseconds every) {
-  return engine_.waitUnless(flag_, deadline, interrupted, every, nullptr, bytes_);
-}
-
 void BlockingTransfer::cancelRequest(Engine& engine, void* arg) {
   auto* self = static_cast<BlockingTransfer*>(arg);
   // A message that already arrived (a dead peer's last one, say) still completes it.

@@ -16,7 +16,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <functional>
 
 #include "engine/done_flag.hpp"
 #include "engine/engine.hpp"
@@ -45,9 +44,11 @@ class BlockingTransfer {
   /// Waits until it ended or `deadline`; true if it ended.
   bool waitUntil(std::chrono::steady_clock::time_point deadline);
   /// Waits until it ended, `deadline`, or `interrupted()` (asked every `every`).
+  template <typename Interrupted>
   Engine::WaitEnd waitUnless(std::chrono::steady_clock::time_point deadline,
-                             const std::function<bool()>& interrupted,
-                             std::chrono::milliseconds every);
+                             Interrupted&& interrupted, std::chrono::milliseconds every) {
+    return engine_.waitUnless(flag_, deadline, interrupted, every, nullptr, bytes_);
+  }
   /// Cancels it unless it ended, then waits up to `limit` for UCX to end it; true if it
   /// ended (possibly with success: it may have completed meanwhile). If not, the request is
   /// released, UCX calls nothing back any more, and the buffer must be treated as lost.

@@ -794,26 +794,16 @@ bool Engine::wait(DoneFlag& flag, std::chrono::steady_clock::time_point deadline
   return waitFor(flag, deadline, assist, bytes, /*spin=*/true);
 }
 
-Engine::WaitEnd Engine::waitUnless(DoneFlag& flag, std::chrono::steady_clock::time_point deadline,
-                                   const std::function<bool()>& interrupted,
-                                   std::chrono::milliseconds every, Op* assist,
-                                   std::uint64_t bytes) {
-  for (bool first = true;; first = false) {
-    if (flag.done()) return WaitEnd::Done;
-    if (interrupted()) return WaitEnd::Interrupted;
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return WaitEnd::Deadline;
-    const auto until = deadline - now > every ? now + every : deadline;
-    if (waitFor(flag, until, first ? assist : nullptr, first ? bytes : 0, first)) {
-      return WaitEnd::Done;
-    }
-    if (stopping_.load() && !flag.done()) {
-      // The engine stops: nobody parks any more and waitFor returns at once, so sleep on
-      // the flag itself until the next look instead of asking in a busy loop.
-      std::unique_lock<std::mutex> lock(flag.mutex_);
-      flag.cv_.wait_until(lock, until, [&] { return flag.done(); });
-    }
+bool Engine::waitStretch(DoneFlag& flag, std::chrono::steady_clock::time_point until, bool first,
+                         Op* assist, std::uint64_t bytes) {
+  if (waitFor(flag, until, first ? assist : nullptr, first ? bytes : 0, first)) return true;
+  if (stopping_.load() && !flag.done()) {
+    // The engine stops: nobody parks any more and waitFor returns at once, so sleep on the
+    // flag itself until the next look instead of asking in a busy loop.
+    std::unique_lock<std::mutex> lock(flag.mutex_);
+    return flag.cv_.wait_until(lock, until, [&] { return flag.done(); });
   }
+  return false;
 }
 
 bool Engine::waitFor(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist,

@@ -144,9 +144,21 @@ class Engine {
   /// here is woken by: another process leaving a shared-memory channel, a group aborted or
   /// a peer found dead while a caller blocks in the blocking path. Callers wait once, not
   /// in slices of their own.
+  /// `interrupted` is any callable returning bool (a template: no std::function to allocate
+  /// on the blocking path).
+  template <typename Interrupted>
   WaitEnd waitUnless(DoneFlag& flag, std::chrono::steady_clock::time_point deadline,
-                     const std::function<bool()>& interrupted, std::chrono::milliseconds every,
-                     Op* assist = nullptr, std::uint64_t bytes = 0);
+                     Interrupted&& interrupted, std::chrono::milliseconds every,
+                     Op* assist = nullptr, std::uint64_t bytes = 0) {
+    for (bool first = true;; first = false) {
+      if (flag.done()) return WaitEnd::Done;
+      if (interrupted()) return WaitEnd::Interrupted;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return WaitEnd::Deadline;
+      const auto until = deadline - now > every ? now + every : deadline;
+      if (waitStretch(flag, until, first, assist, bytes)) return WaitEnd::Done;
+    }
+  }
   /// How much longer than COMMUX_WAIT_SPIN_US a wait for an operation moving `bytes`
   /// spins: their copy time at kSpinBytesPerMicro, at most kMaxTransferSpin. Such a wait
   /// cannot end sooner, and one that parks just before its end pays a wake-up through
@@ -279,6 +291,9 @@ class Engine {
   /// wait()'s body; `spin`: drive the worker for a while before sleeping.
   bool waitFor(DoneFlag& flag, std::chrono::steady_clock::time_point deadline, Op* assist,
                std::uint64_t bytes, bool spin);
+  /// One stretch of waitUnless (the first spins and assists).
+  bool waitStretch(DoneFlag& flag, std::chrono::steady_clock::time_point until, bool first,
+                   Op* assist, std::uint64_t bytes);
   /// Appends `command` to the submissions (throws once the engine stops).
   void enqueue(std::function<void(Engine&)> command);
   /// Appends `command` to the submissions, stopping or not.

@@ -121,7 +121,7 @@ std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
 void Channel::passGate(engine::DoneFlag& gate, const Turn& turn) {
   // The turn's end (timed out, aborted, the channel broke: another process may have done
   // it) does not open the gate, so the wait looks at the turn every 20 ms.
-  const std::function<bool()> ended = [&] { return steps_.interrupted(turn); };
+  const auto ended = [&] { return steps_.interrupted(turn); };
   while (engine_->waitUnless(gate, turn.deadline, ended, std::chrono::milliseconds(20)) !=
          engine::Engine::WaitEnd::Done) {
     if (steps_.interrupted(turn)) steps_.leave(turn);
