@@ -119,12 +119,17 @@ std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
 }
 
 void Channel::passGate(engine::DoneFlag& gate, const Turn& turn) {
-  // The turn's end (timed out, aborted, the channel broke: another process may have done
-  // it) does not open the gate, so the wait looks at the turn every 20 ms.
-  const auto ended = [&] { return steps_.interrupted(turn); };
-  while (engine_->waitUnless(gate, turn.deadline, ended, std::chrono::milliseconds(20)) !=
-         engine::Engine::WaitEnd::Done) {
+  // Slices that each spin and drive the worker, not Engine::waitUnless (whose later
+  // stretches do not): with waitUnless here a leader's hierarchical collective once failed
+  // with the channel's "died during this shared-memory collective" instead of the death
+  // notice's error naming who told it (test_a_death_on_one_host_fails_every_other_hosts_
+  // collective, one CI run). Driving the worker likely brings the notice in sooner.
+  while (!gate.done()) {
     if (steps_.interrupted(turn)) steps_.leave(turn);
+    // Look at the turn now and then: its end (timed out, aborted, the channel broke) does
+    // not open the gate.
+    engine_->wait(gate, std::min(turn.deadline,
+                                 std::chrono::steady_clock::now() + std::chrono::milliseconds(20)));
   }
 }
 
