@@ -39,12 +39,10 @@ namespace shm {
 class Channel;
 enum class Kind : std::uint32_t;
 }  // namespace shm
+namespace group {
+class Group;
+}  // namespace group
 struct TensorJob;
-struct HostLayout;
-class DeathRelay;
-namespace core {
-class GroupHealth;
-}  // namespace core
 class PeerTable;
 class WorkUCX;
 class WindowUCX;
@@ -67,7 +65,7 @@ class ProcessGroupUCX : public c10d::Backend {
 
   const std::string getBackendName() const override { return "ucx"; }
   /// Collectives issued so far; equal on every rank of a healthy group (desync checks).
-  uint64_t getSequenceNumberForGroup() override { return sequence_.load(); }
+  uint64_t getSequenceNumberForGroup() override;
   /// Sequence numbers start at 0 on every rank: there is nothing to agree on.
   void setSequenceNumberForGroup() override {}
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
@@ -230,34 +228,10 @@ class ProcessGroupUCX : public c10d::Backend {
                            std::optional<core::ReduceOp> reduce,
                            const engine::Description& description,
                            std::chrono::milliseconds timeout);
-  std::uint32_t nextSequence() { return sequence_++; }
-  /// This host's shared-memory channel of the group, or null when there is none (the group
-  /// cannot use one, this rank is alone on its host, or it broke). Waits for the group's
-  /// set-up (running it here unless startSetUp's thread did) and raises its error.
-  std::shared_ptr<shm::Channel> shmChannel();
-  /// The group's set-up, collective over the group, under shmMutex_; records its outcome
-  /// (shm_, layout_, the relay, or setUpError_) and sets shmDecided_. Talks to the store
-  /// through `store` (the group's, or a connection of its own on startSetUp's thread).
-  void setUp(const std::shared_ptr<core::KeyValueStore>& store);
-  /// Runs setUp() on a thread of its own when the group sets up in the background.
-  void startSetUp();
-  /// Makes a set-up still waiting give up (telling the others why); once it returns, that
-  /// thread no longer touches the group.
-  void stopSetUp();
-  /// The group's channel when this collective goes through shared memory (CPU tensors on a
-  /// group whose ranks share a host), else null; every rank decides alike. Raises first
-  /// when collectives may not run (an earlier one failed).
-  std::shared_ptr<shm::Channel> shmFor(const char* what, bool cpu);
-  /// Where a collective runs (collectives/route.hpp): the one decision every entry point
-  /// takes. `bytes`: each rank's whole buffer, for the choice of parts; `channel` is set
-  /// when the route is the shared-memory channel, else null. Raises first when
-  /// collectives may not run, and when a forced algorithm cannot run here.
+  std::uint32_t nextSequence();
+  /// Where a collective runs: the group's one route (group::Group::route).
   collectives::Route routeFor(collectives::Collective collective, const char* what, bool cpu,
                               std::size_t bytes, std::shared_ptr<shm::Channel>& channel);
-  /// Whether a collective of `kind` over `bytes` (each rank's whole buffer) runs in parts:
-  /// the group spans hosts and some host has several ranks (known once shmFor has run), on
-  /// CPU tensors, as COMMUX_HIERARCHY and its thresholds say. Every rank decides alike.
-  bool hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) const;
   /// `job` (as for a channel, with group ranks as roots and a dense buffer) in parts: shared
   /// memory inside hosts, UCX between them (hierarchical_api.cpp). `sequence` numbers its
   /// UCX part.
@@ -284,47 +258,14 @@ class ProcessGroupUCX : public c10d::Backend {
                                            std::chrono::milliseconds timeout);
   /// Raises once the group was aborted or shut down, or in a child forked after it was made.
   void checkUsable() const;
-  /// How a collective set-up through the store (`what`) hears of this group's deaths,
-  /// reading records through `via` (the group's store when null).
-  core::SetupDeaths setupDeaths(const char* what,
-                                std::shared_ptr<core::KeyValueStore> via = nullptr);
   /// Raises ValueError naming the operation when an operation of this group still in flight
   /// reads or writes `tensor`'s storage (`op` would free or move it under that operation).
   void checkStorageIdle(const char* op, const at::Tensor& tensor);
   /// Keeps `tensor`'s memory until the group is destroyed: peers may still write into it.
   void keepUntilDestroyed(at::Tensor tensor);
-  /// True in a child forked after the group was made.
-  bool inheritedByFork() const noexcept;
   /// sendBlocking/recvBlocking's wait for a transfer posted on this thread, and its outcome.
   void finishBlocking(engine::BlockingTransfer& transfer, bool isSend, int peer, int tag,
                       std::size_t bytes);
-  /// Raises when `work` cannot run: a send to a dead peer, a collective after an earlier
-  /// one failed. Returns the error for an operation that involves a dead peer but may
-  /// still complete from what already arrived (receives, collectives): it is posted, then
-  /// failed unless that completes it. Called under trackMutex_ (see markDead).
-  std::string checkHealthy(const WorkUCX& work);
-  /// Raises before a collective is staged when an earlier collective failed here (or the
-  /// shared-memory channel broke): the ranks may be out of step.
-  void checkCollectivesAllowed(const char* what);
-  /// A cheap test: false when checkCollectivesAllowed would surely pass.
-  bool collectivesMayBeRefused() const;
-  /// Watch thread: the peer process at `address` died.
-  void onPeerFailed(const std::string& address, const std::string& why);
-  /// `rank` died: fail what waits on it, refuse what would, and tell who must hear of it
-  /// from this rank (relayDeath). `from`: the rank whose death notice said so, or -1 when
-  /// this rank saw it itself.
-  void markDead(int rank, const std::string& why, int from = -1);
-  /// Before a collective: every member's death must fail it. In a group that spans hosts
-  /// the relay covers the members this rank does not watch; otherwise it watches them all.
-  void watchMembers();
-  /// Once the host layout is known (shmChannel, under shmMutex_): watch this host's ranks
-  /// (and, as its leader, the other leaders) and start hearing death notices.
-  void startRelay();
-  /// Sends `rank`'s death (seen here, or told by `from`) to whoever learns it only from
-  /// this rank (death_relay.hpp).
-  void relayDeath(int rank, const std::string& why, int from);
-  /// Fails the receives still in flight (nothing can complete them once the group is gone).
-  void failOrphans(const std::string& why);
   /// all_to_all_single between contiguous tensors, with no staging. `uniform`: every
   /// rank's blocks are known to be of one size, the same on all ranks (collectives::
   /// planAlltoall may then choose Bruck).
@@ -342,56 +283,18 @@ class ProcessGroupUCX : public c10d::Backend {
                                               bool uniform, std::chrono::milliseconds timeout,
                                               const char* schedule = nullptr);
 
-  std::shared_ptr<engine::Engine> engine_;
-  std::uint32_t forkGeneration_;  // engine::forkGeneration() when the group was made
-  int creatorPid_;
-  std::shared_ptr<core::GroupHealth> health_;
-  std::uint64_t failureListener_ = 0;
   c10::intrusive_ptr<c10d::Store> store_;
-  std::shared_ptr<core::KeyValueStore> keyValueStore_;  // store_, as the core uses it
-  std::unique_ptr<PeerTable> peers_;
-  std::uint32_t context_;
   std::chrono::milliseconds timeout_;
-  std::atomic<std::uint32_t> sequence_{0};
   std::atomic<std::uint64_t> windows_{0};  // windows made so far (collectively, in order)
-
-  enum class State : std::uint8_t { Running, ShutDown, Aborted };
-  std::atomic<State> state_{State::Running};
-  std::atomic<bool> coalescing_{false};
-  // Guards coalesced_ and inflight_.
+  // Guards coalesced_ and keptAlive_.
   std::mutex trackMutex_;
-  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
-  // COMMUX_GROUP: operations of the open window, posted together at endCoalescing.
-  std::vector<std::shared_ptr<engine::Op>> deferredOps_;
-  std::vector<c10::intrusive_ptr<WorkUCX>> deferredWorks_;
-  // Operations abort() must cancel; completed entries are pruned as the list grows.
-  std::vector<c10::weak_intrusive_ptr<WorkUCX>> inflight_;
-  // Memory of windows released without every peer's agreement (keepUntilDestroyed).
+  // Memory of windows released without every peer's agreement (keepUntilDestroyed): freed
+  // only after the group (declared before it).
   std::vector<at::Tensor> keptAlive_;
-  std::size_t pruneAt_ = 64;
-
-  const bool setUpInBackground_;
-  // Shared with startSetUp's (detached) thread: it works on the group only under `mutex`,
-  // and not at all once `cancelled`.
-  struct SetUpControl {
-    std::mutex mutex;
-    bool cancelled = false;
-  };
-  std::shared_ptr<SetUpControl> setUpControl_;
-  std::atomic<bool> setUpStop_{false};  // set once the group goes away: the set-up gives up
-  mutable std::mutex shmMutex_;  // held through the set-up
-  std::atomic<bool> shmDecided_{false};  // written under shmMutex_; read without it by joinSetUp
-  std::exception_ptr setUpError_;        // under shmMutex_: why the set-up failed
-  std::atomic<bool> setUpFailed_{false};  // setUpError_ is set
-  // Set (before shmDecided_) when the group spans hosts and shares memory inside them.
-  std::shared_ptr<const HostLayout> layout_;
-  // Set once layout_ is and the relay listens (startRelay); read by markDead on any thread.
-  std::unique_ptr<DeathRelay> relay_;
-  std::atomic<bool> relayReady_{false};
-  // Declared last: destroyed first, so its lane stops while the engine still runs. Read
-  // and written with std::atomic_load/store: the watch thread reads it without shmMutex_,
-  // which a first allreduce holds through the (blocking) shared-memory set-up.
-  std::shared_ptr<shm::Channel> shm_;
+  // The Works of the open coalescing window, which endCoalescing's Work tracks.
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+  // What a group is (members, health, set-up, route, operations in flight): the core's.
+  std::unique_ptr<group::Group> group_;
 };
 
 }  // namespace commux

@@ -8,6 +8,7 @@
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "group/group.hpp"
 #include "core/group_health.hpp"
 #include "engine/blocking_transfer.hpp"
 #include "engine/description.hpp"
@@ -34,15 +35,15 @@ void* dataOf(const at::Tensor& t) { return t.numel() == 0 ? nullptr : t.data_ptr
 }  // namespace
 
 void ProcessGroupUCX::sendBlocking(const at::Tensor& tensor, int dstRank, int tag) {
-  if (onCallersThread(tensor) && !coalescing_.load(std::memory_order_relaxed)) {
+  if (onCallersThread(tensor) && !group_->batching()) {
     checkUsable();
     checkTag("send", tag);
     checkPeer("send", "destination", dstRank, size_);
-    const auto route = peers_->get(dstRank, "a send to it");
+    const auto route = group_->peers().get(dstRank, "a send to it");
     const std::size_t bytes = tensor.nbytes();
-    if (health_->anyDead()) {
+    {
       // As the ordinary path: a dead peer receives nothing, so a send to it fails now.
-      const std::string why = health_->deadWhy(dstRank);
+      const std::string why = group_->deadWhy(dstRank);
       if (!why.empty()) {
         C10_THROW_ERROR(
             DistBackendError,
@@ -51,7 +52,7 @@ void ProcessGroupUCX::sendBlocking(const at::Tensor& tensor, int dstRank, int ta
                 "); operations with it fail from now on");
       }
     }
-    engine::BlockingTransfer transfer(*engine_);
+    engine::BlockingTransfer transfer(group_->engine());
     if (transfer.sendIfFree(*route, dataOf(tensor), bytes,
                             wire::p2pTag(route->context, static_cast<std::uint32_t>(rank_),
                                          static_cast<std::uint32_t>(tag)))) {
@@ -64,15 +65,15 @@ void ProcessGroupUCX::sendBlocking(const at::Tensor& tensor, int dstRank, int ta
 }
 
 void ProcessGroupUCX::recvBlocking(const at::Tensor& tensor, int srcRank, int tag) {
-  if (onCallersThread(tensor) && !coalescing_.load(std::memory_order_relaxed)) {
+  if (onCallersThread(tensor) && !group_->batching()) {
     checkUsable();
     checkTag("recv", tag);
     checkPeer("recv", "source", srcRank, size_);
-    peers_->get(srcRank, "a receive from it");  // watched from now on
+    group_->peers().get(srcRank, "a receive from it");  // watched from now on
     const std::size_t bytes = tensor.nbytes();
-    engine::BlockingTransfer transfer(*engine_);
+    engine::BlockingTransfer transfer(group_->engine());
     if (transfer.recvIfFree(dataOf(tensor), bytes,
-                            wire::p2pTag(context_, static_cast<std::uint32_t>(srcRank),
+                            wire::p2pTag(group_->context(), static_cast<std::uint32_t>(srcRank),
                                          static_cast<std::uint32_t>(tag)),
                             wire::kExactMask)) {
       finishBlocking(transfer, false, srcRank, tag, bytes);
@@ -92,13 +93,14 @@ void ProcessGroupUCX::finishBlocking(engine::BlockingTransfer& transfer, bool is
         .str();
   };
   const auto deadWhy = [&]() -> std::string {
-    return health_->anyDead() ? health_->deadWhy(peer) : std::string();
+    return group_->deadWhy(peer);
   };
   if (!transfer.ended()) {
     const auto limit = timeout_;
     std::string stopped;  // why the wait ended before the transfer did
     const auto interrupted = [&] {
-      const State s = state_.load(std::memory_order_acquire);
+      using State = group::Group::State;
+      const State s = group_->state();
       if (s != State::Running) {
         stopped = std::string("the group was ") + (s == State::Aborted ? "aborted" : "shut down");
       } else if (std::string why = deadWhy(); !why.empty()) {

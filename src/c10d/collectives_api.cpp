@@ -17,6 +17,7 @@
 #include "collectives/selection.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "group/group.hpp"
 #include "core/group_health.hpp"
 #include "engine/collective_op.hpp"
 #include "engine/engine.hpp"
@@ -72,18 +73,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     std::chrono::milliseconds timeout, at::Tensor sendBuffer, int onlyPeer) {
   const NoAutograd noAutograd;  // the operation's entry checked the rest
   if (onlyPeer < 0 && size_ > 1 && Config::get().checkCollectives && !checkingCollective &&
-      !coalescing_.load(std::memory_order_relaxed)) {
+      !group_->batching()) {
     checkSameCollective(type, work, reduce, description, timeout);
   }
   // A collective fails when any member dies, also one this rank does not talk to directly
   // (its partners would wait for it).
-  if (onlyPeer < 0) watchMembers();
-  auto setup = collectiveSetup(*peers_, std::move(schedule), reduce, context_, rank_, sequence,
+  if (onlyPeer < 0) group_->watchMembers();
+  auto setup = collectiveSetup(group_->peers(), std::move(schedule), reduce, group_->context(), rank_, sequence,
                                description, size_);
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   w->setPeer(onlyPeer);
   if (onlyPeer < 0) {
-    w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
+    w->setOnFailure([health = group_->health()](std::exception_ptr error) { health->collectiveFailed(error); });
   }
   w->addReads({work, sendBuffer});
   setup.finalize = std::move(finalize);
@@ -142,23 +143,15 @@ void ProcessGroupUCX::checkSameCollective(c10d::OpType type, const at::Tensor& w
                     "); nothing was sent (COMMUX_CHECK_COLLECTIVES)");
 }
 
-std::shared_ptr<shm::Channel> ProcessGroupUCX::shmFor(const char* what, bool cpu) {
-  // Before the shared-memory set-up, which waits for every rank in the store.
-  checkCollectivesAllowed(what);
-  auto channel = shmChannel();
-  // A channel of a group that spans hosts holds this host's ranks only.
-  return cpu && !layout_ ? channel : nullptr;
-}
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
     c10d::OpType type, engine::Description description, std::vector<at::Tensor> outputs,
     const std::shared_ptr<shm::Channel>& channel, TensorJob&& job, std::function<void()> finalize,
     std::chrono::milliseconds timeout) {
   const NoAutograd noAutograd;  // the operation's entry checked the rest
   // Every member takes part: the collective fails when any of them dies.
-  watchMembers();
+  group_->watchMembers();
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
-  w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
+  w->setOnFailure([health = group_->health()](std::exception_ptr error) { health->collectiveFailed(error); });
   // Peers read these in place (CMA) until the lane has run the job.
   w->addReads({job.buffer, job.input, job.output});
   launch(w, std::make_shared<shm::CollectiveOp>(channel, toCore(std::move(job)),

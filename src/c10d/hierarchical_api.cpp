@@ -15,6 +15,7 @@
 #include "collectives/selection.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "group/group.hpp"
 #include "core/group_health.hpp"
 #include "shm/channel.hpp"
 
@@ -37,26 +38,11 @@ collectives::Schedule onRanks(collectives::Schedule schedule, const std::vector<
 
 }  // namespace
 
-std::vector<std::vector<int>> ProcessGroupUCX::hosts() const {
-  std::lock_guard<std::mutex> lock(shmMutex_);
-  return layout_ ? layout_->hosts : std::vector<std::vector<int>>{};
-}
-
-bool ProcessGroupUCX::hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) const {
-  if (!cpu || !layout_ || layout_->hierarchy == Hierarchy::Off) return false;
-  if (layout_->hierarchy != Hierarchy::Auto) return true;
-  // Allreduce, allgather, reduce_scatter and barrier gain from the smallest sizes (their flat
-  // schedules cross hosts at most steps). Broadcast's and reduce's flat trees cross about as
-  // often as the parts do, so below the threshold the extra shared-memory stages only cost
-  // (docs/performance.md, "host-aware collectives").
-  return !shm::hasRoot(kind) || bytes >= layout_->minBytes;
-}
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     c10d::OpType type, TensorJob&& job, engine::Description description,
     std::vector<at::Tensor> outputs, std::function<void()> finalize,
     std::chrono::milliseconds timeout, std::uint32_t sequence) {
-  const HostLayout& layout = *layout_;
+  const HostLayout& layout = *group_->layout();
   const shm::Kind kind = job.kind;
   // What the parts read (a window registration must not move it meanwhile).
   const at::Tensor buffer = job.buffer, input = job.input, output = job.output;
@@ -159,7 +145,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     schedule = onRanks(std::move(plan.schedule), members);
   }
 
-  auto channel = std::atomic_load(&shm_);
+  auto channel = group_->currentChannel();
   if (!channel) {
     // Alone on this host: only the part between hosts, which this rank always runs.
     TORCH_CHECK(crosses, "commux: internal error: a rank alone on its host must cross");
@@ -289,7 +275,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     // A refusal (collectiveSetup) surfaces where the part would start, so that this host's
     // channel is abandoned and its other ranks stop waiting for this one.
     try {
-      cross.setup = collectiveSetup(*peers_, std::move(schedule), reduce, context_, rank_,
+      cross.setup = collectiveSetup(group_->peers(), std::move(schedule), reduce, group_->context(), rank_,
                                     sequence, description, hosts);
       cross.work = flatOrEmpty(crossOn);
       cross.setup.finalize = std::move(after);
@@ -301,9 +287,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
   }
   const OpEntry entry(*this);
   // Every member takes part: the collective fails when any of them dies.
-  watchMembers();
+  group_->watchMembers();
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
-  w->setOnFailure([health = health_](std::exception_ptr error) { health->collectiveFailed(error); });
+  w->setOnFailure([health = group_->health()](std::exception_ptr error) { health->collectiveFailed(error); });
   w->addReads({buffer, input, output});
   launch(w, HierarchicalOp::make(channel, std::move(plan), w->parts(), w->completer()));
   return w;

@@ -22,6 +22,7 @@
 #include "c10d/work_ucx.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "group/group.hpp"
 #include "core/group_health.hpp"
 #include "core/setup_store.hpp"
 #include "cuda/cuda_support.hpp"
@@ -229,7 +230,7 @@ std::string windowKey(std::uint64_t window, std::uint64_t registration, int rank
 }  // namespace
 
 WindowUCX::WindowUCX(c10::intrusive_ptr<ProcessGroupUCX> group, std::uint64_t index)
-    : group_(std::move(group)), engine_(group_->engine_), index_(index) {}
+    : group_(std::move(group)), engine_(group_->group_->sharedEngine()), index_(index) {}
 
 WindowUCX::~WindowUCX() {
   try {
@@ -304,8 +305,8 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
     engine_->submit(inbox);
     // A rank that dies before it publishes is found within the failure detection's bound,
     // and a rank that gives up says so in its key, instead of the store's timeout.
-    const core::SetupDeaths deaths = group_->setupDeaths("a window registration");
-    core::SetupStore store(*group_->keyValueStore_, deaths);
+    const core::SetupDeaths deaths = group_->group_->setupDeaths("a window registration");
+    core::SetupStore store(*group_->group_->store(), deaths);
     const std::string mineKey = windowKey(index_, registrations_, rank);
     std::vector<std::string> keys;
     std::vector<int> ranks;
@@ -327,13 +328,13 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
                       std::string("commux: window.tensor_register (window #") +
                           std::to_string(index_) + ") was given up: " + e.what());
     }
-    const auto routes = group_->peers_->get(ranks, "a window registration");
+    const auto routes = group_->group_->peers().get(ranks, "a window registration");
     std::vector<Peer> peers(static_cast<std::size_t>(size));
     for (int r = 0; r < size; ++r) {
       const Record theirs = Record::decode(r, raw[static_cast<std::size_t>(r)]);
       // The process this rank's peer record names (and the group watches): a record naming
       // another would point this rank's writes (mapped, CMA) at that process.
-      if (const std::int64_t pid = group_->peers_->pidOf(r); theirs.pid != pid) {
+      if (const std::int64_t pid = group_->group_->peers().pidOf(r); theirs.pid != pid) {
         C10_THROW_ERROR(DistBackendError,
                         "commux: window.tensor_register: rank " + std::to_string(r) +
                             "'s record in the store names process " + std::to_string(theirs.pid) +
@@ -465,9 +466,8 @@ std::pair<std::size_t, std::size_t> WindowUCX::checkTransfer(const char* what,
 
 void WindowUCX::checkAlive(const char* what, int rank) const {
   // A copy into a dead peer's mapped memory would succeed and reach nobody: fail it as a
-  // message to it fails (ProcessGroupUCX::checkHealthy), naming the rank.
-  if (!group_->health_->anyDead()) return;
-  const std::string why = group_->health_->deadWhy(rank);
+  // message to it fails (group::Group::checkHealthy), naming the rank.
+  const std::string why = group_->group_->deadWhy(rank);
   if (!why.empty()) {
     C10_THROW_ERROR(DistBackendError, std::string("commux: ") + what + ": rank " +
                                           std::to_string(rank) + " died (" + why +

@@ -1,0 +1,589 @@
+#include "group/group.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+#include <tuple>
+
+#include "commux/options.hpp"
+#include "core/error.hpp"
+#include "core/group_health.hpp"
+#include "core/kv_store.hpp"
+#include "engine/engine.hpp"
+#include "engine/errors.hpp"
+#include "engine/fork_guard.hpp"
+#include "group/death_relay.hpp"
+#include "group/peer_table.hpp"
+#include "group/shm_setup.hpp"
+#include "shm/channel.hpp"
+#include "shm/job.hpp"
+#include "wire/tag.hpp"
+
+namespace commux::group {
+namespace {
+
+// How many leaders watch each host leader (the ones before it in host order): they tell
+// every other leader of its death, so it is missed only once all of them are dead.
+constexpr int kLeaderWatches = 2;
+
+// Before anything is published or sent: the tag's source field names at most 2^16 ranks.
+int checkedSize(int rank, int size) {
+  const std::uint32_t maxRanks = Config::get().maxRanks;
+  COMMUX_CHECK(size >= 1, InvalidArgument, "commux: group size ", size, " is not positive");
+  COMMUX_CHECK(static_cast<std::uint32_t>(size) <= maxRanks, InvalidArgument, "commux: a group of ",
+               size, " ranks is more than the UCX tag's source field can name (", maxRanks,
+               maxRanks < wire::kMaxRanks ? " ranks, lowered by COMMUX_MAX_RANKS" : " ranks",
+               "): use a smaller group, or split the job into groups of at most ", maxRanks,
+               " ranks");
+  COMMUX_CHECK(rank >= 0 && rank < size, InvalidArgument, "commux: rank ", rank,
+               " is outside a group of size ", size);
+  return size;
+}
+
+shm::Kind kindOf(collectives::Collective collective) {
+  using C = collectives::Collective;
+  switch (collective) {
+    case C::Allreduce: return shm::Kind::Allreduce;
+    case C::Reduce: return shm::Kind::Reduce;
+    case C::Broadcast: return shm::Kind::Broadcast;
+    case C::Allgather: return shm::Kind::Allgather;
+    case C::ReduceScatter: return shm::Kind::ReduceScatter;
+    case C::Gather: return shm::Kind::Gather;
+    case C::Scatter: return shm::Kind::Scatter;
+    case C::Alltoall: return shm::Kind::Alltoall;
+    case C::Barrier: return shm::Kind::Barrier;
+  }
+  return shm::Kind::Barrier;
+}
+
+}  // namespace
+
+Group::Group(std::shared_ptr<core::KeyValueStore> store, int rank, int size,
+             std::shared_ptr<engine::Engine> engine, bool setUpInBackground)
+    : rank_(rank),
+      size_(checkedSize(rank, size)),
+      engine_(std::move(engine)),
+      forkGeneration_(engine::forkGeneration()),
+      creatorPid_(static_cast<int>(::getpid())),
+      health_(std::make_shared<core::GroupHealth>(size)),
+      store_(std::move(store)),
+      setUpInBackground_(setUpInBackground) {
+  // No purge here: it runs later on the driver and would drop messages that peers send to
+  // this new group once it is published (a destroyed group's are purged at destruction,
+  // and ids come back only after every other one was used).
+  context_ = engine_->contexts().acquire();
+  peers_ = std::make_unique<PeerTable>(
+      store_, rank, size,
+      [this](int peer, const engine::Route& route, const engine::ProcessId& process) {
+        if (peer == rank_) return;
+        engine_->watchPeer(route.address, process);
+        // Found dead before this group listened (another group saw it, or at once).
+        if (engine_->peerFailed(route.address)) markDead(peer, "its process is gone");
+      });
+  failureListener_ = engine_->addFailureListener(
+      [this](const std::string& address, const std::string& why) { onPeerFailed(address, why); });
+  try {
+    peers_->publish(engine_->address(), context_);
+  } catch (...) {
+    engine_->removeFailureListener(failureListener_);
+    engine_->contexts().release(context_);
+    throw;
+  }
+  startSetUp();
+}
+
+Group::~Group() {
+  if (inheritedByFork()) {
+    // A forked child: the group's threads, locks, UCX state and shared memory are the
+    // parent's. Free none of it (member destructors then see empty handles).
+    new std::tuple(std::move(engine_), std::move(peers_), std::move(relay_), std::move(shm_),
+                   std::move(store_), std::move(health_), std::move(layout_));
+    return;
+  }
+  stopSetUp();  // before anything it uses goes
+  // First: a notice arriving now would mark a rank dead in a group that is going away.
+  if (relay_) relay_->close();
+  engine_->removeFailureListener(failureListener_);
+  std::atomic_store(&shm_, std::shared_ptr<shm::Channel>());
+  failOrphans("the process group was destroyed with this receive in flight");
+  engine_->purgeContext(context_);
+  engine_->contexts().release(context_);
+}
+
+// --- Its life ------------------------------------------------------------------------
+
+bool Group::inheritedByFork() const noexcept {
+  return forkGeneration_ != engine::forkGeneration();
+}
+
+void Group::checkSameProcess() const {
+  if (!inheritedByFork()) return;
+  COMMUX_FAIL(Backend, "commux: this process group was created in process ", creatorPid_,
+              ", and this process (", ::getpid(),
+              ") is a child forked from it afterwards. A forked child cannot use its "
+              "parent's process groups (their UCX worker, connections and shared "
+              "memory belong to the parent, as with NCCL): communicate from the parent, "
+              "or start the child with the 'spawn' or 'forkserver' method and create a "
+              "group there");
+}
+
+void Group::checkUsable() const {
+  checkSameProcess();
+  const State s = state();
+  if (s == State::Running) return;
+  COMMUX_FAIL(Backend, "commux: this process group was ",
+              s == State::Aborted ? "aborted" : "shut down", "; create a new one to communicate");
+}
+
+void Group::abort() {
+  if (inheritedByFork()) return;  // the parent's operations are the parent's to abort
+  state_.store(State::Aborted, std::memory_order_release);
+  setUpStop_.store(true, std::memory_order_release);
+  std::vector<std::weak_ptr<Request>> inflight;
+  {
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    inflight.swap(inflight_);
+  }
+  for (const auto& weak : inflight) {
+    if (auto request = weak.lock()) request->abort();
+  }
+}
+
+void Group::shutdown() {
+  State expected = State::Running;
+  state_.compare_exchange_strong(expected, State::ShutDown, std::memory_order_acq_rel);
+  setUpStop_.store(true, std::memory_order_release);
+}
+
+// --- Health --------------------------------------------------------------------------
+
+void Group::failOrphans(const std::string& why) {
+  std::vector<std::shared_ptr<Request>> orphans;
+  {
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    for (const auto& weak : inflight_) {
+      auto request = weak.lock();
+      if (request && !request->done() && request->receives()) orphans.push_back(std::move(request));
+    }
+  }
+  for (auto& request : orphans) {
+    request->failQuietly(engine::commError("commux: " + request->description() + ": " + why));
+  }
+}
+
+void Group::onPeerFailed(const std::string& address, const std::string& why) {
+  for (int peer : peers_->ranksAt(address)) {
+    if (peer != rank_) markDead(peer, why);
+  }
+}
+
+void Group::markDead(int peer, const std::string& why, int from) {
+  std::vector<std::shared_ptr<Request>> victims;
+  {
+    // Under trackMutex_, as launch() checks: an operation is either refused there or found
+    // in flight here.
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    if (!health_->markDead(peer, why)) return;
+    for (const auto& weak : inflight_) {
+      auto request = weak.lock();
+      if (request && !request->done() && request->involves(peer)) {
+        victims.push_back(std::move(request));
+      }
+    }
+  }
+  if (auto channel = std::atomic_load(&shm_)) channel->peerDied(peer);
+  const std::string died = "rank " + std::to_string(peer) + " died (" + why + ")";
+  for (auto& request : victims) {
+    request->failAfterDraining(
+        engine::commError("commux: " + request->description() + ": " + died));
+  }
+  // After health_ knows it: startRelay relays the deaths known when it is ready, so each
+  // one goes out from here or from there.
+  if (relayReady_.load()) relayDeath(peer, why, from);
+}
+
+std::vector<int> Group::knownRanks() const { return peers_->knownRanks(); }
+
+std::string Group::deadWhy(int rank) const {
+  return health_->anyDead() ? health_->deadWhy(rank) : std::string();
+}
+
+void Group::watchMembers() {
+  if (!relayReady_.load(std::memory_order_acquire)) peers_->resolveAll();
+}
+
+void Group::startRelay() {
+  const HostLayout& layout = *layout_;
+  const int myHost = layout.hostOf[rank_];
+  const auto& host = layout.hosts[myHost];
+  std::vector<int> watched(host.begin(), host.end());
+  std::vector<int> reachable = watched;  // read in one store request
+  if (host.front() == rank_) {
+    // A leader watches the next few leaders in host order, not all of them: each leader is
+    // watched by that many others, which tell every leader of its death (relayDeath). The
+    // others' records are read for those notices, but nobody connects to them until then.
+    const int hosts = static_cast<int>(layout.hosts.size());
+    for (int k = 1; k <= std::min(kLeaderWatches, hosts - 1); ++k) {
+      watched.push_back(layout.hosts[(myHost + k) % hosts].front());
+    }
+    for (const auto& other : layout.hosts) reachable.push_back(other.front());
+  }
+  // Listening before watching: a notice sent as soon as the others watch must find it.
+  relay_ = std::make_unique<DeathRelay>(
+      engine_, context_, rank_, [this](int peer, const std::string& why, int from) {
+        if (peer >= 0 && peer < size_ && peer != rank_ && from >= 0 && from < size_) {
+          markDead(peer, why, from);
+        }
+      });
+  peers_->prefetch(reachable);
+  peers_->get(watched);  // watched from now on (onResolved)
+  relayReady_.store(true);
+  // Seen before now (here or by a notice that waited): relayed as if seen here, which may
+  // tell a leader what it knows already; the receiver drops what it knew.
+  for (int dead : health_->deadRanks()) relayDeath(dead, health_->deadWhy(dead), -1);
+}
+
+void Group::relayDeath(int peer, const std::string& why, int from) {
+  const HostLayout& layout = *layout_;
+  const int myHost = layout.hostOf[rank_];
+  const auto& host = layout.hosts[myHost];
+  const int peerHost = layout.hostOf[peer];
+  std::vector<int> targets;
+  if (host.front() != rank_) {
+    // This host's leader watches its ranks itself; of another host's rank it may know
+    // nothing (an endpoint that failed here, its rank alive to its own leader's pidfd).
+    if (from < 0 && peerHost != myHost) targets.push_back(host.front());
+  } else {
+    for (int r : host) targets.push_back(r);
+    // The other leaders watch no rank of another host, and only a few leaders, so they
+    // hear of what reached this leader otherwise than from one of them.
+    const bool fromLeader = from >= 0 && layout.hostOf[from] != myHost;
+    if (!fromLeader) {
+      for (const auto& other : layout.hosts) targets.push_back(other.front());
+    }
+  }
+  std::vector<std::shared_ptr<const engine::Route>> routes;
+  for (int r : targets) {
+    if (r == rank_ || r == peer || r == from || !health_->deadWhy(r).empty()) continue;
+    // Read in startRelay: no store request on this (watch or driver) thread.
+    if (auto route = peers_->reachable(r)) routes.push_back(std::move(route));
+  }
+  relay_->tell(peer, why, routes);
+}
+
+std::string Group::checkHealthy(const Request& request) {
+  // The description is formatted only when the check may refuse.
+  if (request.collective() && collectivesMayBeRefused()) {
+    checkCollectivesAllowed(request.description().c_str());
+  }
+  if (!health_->anyDead()) return "";
+  std::string why;
+  int dead = -1;
+  if (request.peer() >= 0) {
+    why = health_->deadWhy(request.peer());
+    if (!why.empty()) dead = request.peer();
+  } else {
+    dead = health_->firstDead(&why);
+  }
+  if (dead < 0) return "";
+  std::string message = "commux: " + request.description() + ": rank " + std::to_string(dead) +
+                        " died (" + why + ")";
+  // A dead peer receives nothing: a send fails now. Receives and collectives may still
+  // complete from messages it sent before it died.
+  COMMUX_CHECK(request.kind() != Request::Kind::Send, Backend, message,
+               "; operations with it fail from now on");
+  return message;
+}
+
+bool Group::collectivesMayBeRefused() const {
+  if (health_->anyCollectiveFailed()) return true;
+  auto channel = std::atomic_load(&shm_);
+  return channel && channel->broken();
+}
+
+void Group::checkCollectivesAllowed(const char* what) {
+  if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
+    if (const int dead = channel->deadRank(); dead >= 0) {
+      // Found dead by this rank's watch or another survivor's: no collective can finish.
+      std::string why = health_->deadWhy(dead);
+      COMMUX_FAIL(Backend, "commux: ", what, ": rank ", dead, " died",
+                  why.empty() ? "" : " (" + why + ")",
+                  "; this group runs no more collectives; create a new group without "
+                  "it to go on");
+    }
+    health_->collectiveFailed(channel->brokenReason());
+  }
+  const std::string failure = health_->collectiveFailure();
+  if (failure.empty()) return;
+  COMMUX_FAIL(Backend, "commux: ", what,
+              ": refused, because an earlier collective of this group failed here (", failure,
+              "). The ranks may be out of step (others may have finished collectives "
+              "this rank abandoned, and their messages may still arrive), so the group "
+              "runs no more collectives; point-to-point operations still work. Destroy "
+              "the group and create a new one to go on");
+}
+
+Group::Status Group::status() const {
+  Status h;
+  h.deadRanks = health_->deadRanks();
+  const State s = state();
+  std::string why;
+  if (s != State::Running) {
+    h.reason = std::string("the group was ") + (s == State::Aborted ? "aborted" : "shut down");
+  } else if (const int dead = health_->firstDead(&why); dead >= 0) {
+    h.reason = "rank " + std::to_string(dead) + " died (" + why + ")";
+  } else if (auto failure = health_->collectiveFailure(); !failure.empty()) {
+    h.reason = "a collective failed: " + failure;
+  } else if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
+    h.reason = channel->brokenReason();
+  }
+  h.healthy = h.reason.empty();
+  return h;
+}
+
+// --- The collective set-up and the route ------------------------------------------------
+
+std::shared_ptr<shm::Channel> Group::currentChannel() const { return std::atomic_load(&shm_); }
+
+std::vector<std::vector<int>> Group::hosts() const {
+  std::lock_guard<std::mutex> lock(shmMutex_);
+  return layout_ ? layout_->hosts : std::vector<std::vector<int>>{};
+}
+
+std::map<std::string, std::int64_t> Group::sharedMemoryShape() const {
+  const auto channel = std::atomic_load(&shm_);
+  if (!channel) return {};
+  const shm::ChannelShape& shape = channel->shape();
+  const auto n = [](auto v) { return static_cast<std::int64_t>(v); };
+  return {{"ranks", n(shape.size)},
+          {"slot_bytes", n(shape.slotBytes)},
+          {"copy_step_bytes", n(shape.copyStepBytes)},
+          {"small_bytes", n(shape.smallBytes)},
+          {"depth", n(shape.depth)},
+          {"cma_bytes", n(shape.cmaBytes)},
+          {"crowded", n(shape.crowded)},
+          {"poll_ns", n(shape.poll.count())}};
+}
+
+core::SetupDeaths Group::setupDeaths(const char* what, std::shared_ptr<core::KeyValueStore> via) {
+  if (!via) via = store_;
+  return core::SetupDeaths{
+      [this, via](const std::vector<int>& ranks) { peers_->getPublished(ranks, *via); },
+      [this] {
+        if (setUpStop_.load(std::memory_order_acquire)) {
+          return std::string("this group was destroyed, aborted or shut down on rank ") +
+                 std::to_string(rank_) + " before its set-up completed";
+        }
+        std::string why;
+        const int dead = health_->firstDead(&why);
+        return dead < 0 ? std::string() : "rank " + std::to_string(dead) + " died (" + why + ")";
+      },
+      what};
+}
+
+void Group::joinSetUp() {
+  // Also once decided, when it failed: its error, not a later refusal, says why.
+  if (!shmDecided_.load(std::memory_order_acquire) ||
+      setUpFailed_.load(std::memory_order_acquire)) {
+    channel();
+  }
+}
+
+void Group::startSetUp() {
+  // The set-up waits for every rank in the store: on a thread of its own from construction
+  // on, it is usually done before the first collective, which then returns at once, and a
+  // rank that meets its first collective late (or is refused there by its front end) keeps
+  // nobody waiting. Not with a store written in Python: each call would need the GIL,
+  // which the destructor may hold.
+  if (size_ < 2 || !setUpInBackground_) return;
+  auto control = std::make_shared<SetUpControl>();
+  setUpControl_ = control;
+  // Detached: making its own store connection may take the store's timeout (the store's
+  // host is gone), and nothing may wait for that. It touches the group only under
+  // control->mutex, and never once the group cancelled it (stopSetUp).
+  std::thread([this, control, store = store_] {
+    // Through a connection of its own: a TCPStore client serves one request at a time, and
+    // the caller's thread may hold the group's in a wait (a barrier of its own) while the
+    // other ranks wait for this set-up.
+    const auto own = core::ownConnection(store);
+    std::lock_guard<std::mutex> alive(control->mutex);
+    if (control->cancelled) return;
+    std::lock_guard<std::mutex> lock(shmMutex_);
+    if (!shmDecided_.load(std::memory_order_relaxed)) setUp(own);
+  }).detach();
+}
+
+void Group::stopSetUp() {
+  setUpStop_.store(true, std::memory_order_release);  // a set-up under way gives up soon
+  if (setUpControl_) {
+    std::lock_guard<std::mutex> alive(setUpControl_->mutex);
+    setUpControl_->cancelled = true;
+  }
+}
+
+std::shared_ptr<shm::Channel> Group::channel() {
+  if (size_ < 2) return nullptr;
+  std::lock_guard<std::mutex> lock(shmMutex_);
+  if (!shmDecided_) setUp(store_);
+  // Every collective raises the set-up's error: none of them can run.
+  if (setUpError_) std::rethrow_exception(setUpError_);
+  // A broken channel refuses the collective (checkCollectivesAllowed) rather than sending it
+  // over UCX: every rank must take the same path for the same collective.
+  return std::atomic_load(&shm_);
+}
+
+void Group::setUp(const std::shared_ptr<core::KeyValueStore>& store) {
+  // The set-up waits for every rank in the store, which a dead one never reaches.
+  if (health_->anyDead()) return;
+  const core::SetupDeaths deaths = setupDeaths("the set-up of the group's shared memory", store);
+  // The error every collective of the group raises from now on: `error`, or a Backend error
+  // saying `why` when it is null.
+  const auto fail = [this](const std::string& why, std::exception_ptr error) {
+    health_->collectiveFailed(why);
+    setUpError_ = error ? std::move(error) : engine::commError("commux: " + why);
+    setUpFailed_ = true;
+    shmDecided_ = true;
+  };
+  ShmSetup setup;
+  try {
+    setup = connectShm(*store, rank_, size_, engine_, deaths);
+  } catch (...) {
+    const std::exception_ptr error = std::current_exception();
+    const core::ErrorReading reading = core::readError(error);
+    switch (reading.kind) {
+      case core::ErrorKind::InvalidArgument:  // this rank's settings differ from rank 0's
+      case core::ErrorKind::Store:
+        fail(reading.message, error);
+        return;
+      case core::ErrorKind::Network: {
+        const std::string why = "rank " + std::to_string(rank_) +
+                                " lost the store during the shared-memory set-up of the group: " +
+                                peers_->storeLost(reading.message);
+        fail(why, core::makeError(core::ErrorKind::Network, "commux: " + why, COMMUX_SITE));
+        return;
+      }
+      case core::ErrorKind::Backend:
+        // The ranks gave up at different steps of a collective set-up: none runs another
+        // collective in this group.
+        fail(reading.message,
+             engine::commError("commux: " + reading.message +
+                               "; this group runs no more collectives; create a new group "
+                               "(without a dead rank) to go on"));
+        return;
+      default:
+        fail("the set-up of the group's shared memory failed: " + reading.message, nullptr);
+        return;
+    }
+  }
+  if (setup.hierarchical) layout_ = std::make_shared<const HostLayout>(std::move(setup.layout));
+  std::atomic_store(&shm_, std::move(setup.channel));
+  if (layout_) {
+    try {
+      startRelay();
+    } catch (const std::exception& e) {
+      // Not retried (the set-up above is collective): this rank, and its host's ranks
+      // if it leads, would no longer hear of every death, so the group runs no more
+      // collectives, here or on this host.
+      if (auto channel = std::atomic_load(&shm_)) channel->abandon();
+      fail(std::string("the death watch could not start: ") + e.what(), nullptr);
+      return;
+    }
+  }
+  shmDecided_ = true;
+}
+
+std::shared_ptr<shm::Channel> Group::flatChannel(const char* what, bool cpu) {
+  // Before the shared-memory set-up, which waits for every rank in the store.
+  checkCollectivesAllowed(what);
+  auto channel = this->channel();
+  // A channel of a group that spans hosts holds this host's ranks only.
+  return cpu && !layout_ ? channel : nullptr;
+}
+
+bool Group::hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) const {
+  if (!cpu || !layout_ || layout_->hierarchy == Hierarchy::Off) return false;
+  if (layout_->hierarchy != Hierarchy::Auto) return true;
+  // Allreduce, allgather, reduce_scatter and barrier gain from the smallest sizes (their flat
+  // schedules cross hosts at most steps). Broadcast's and reduce's flat trees cross about as
+  // often as the parts do, so below the threshold the extra shared-memory stages only cost
+  // (docs/performance.md, "host-aware collectives").
+  return !shm::hasRoot(kind) || bytes >= layout_->minBytes;
+}
+
+collectives::Route Group::route(collectives::Collective collective, const char* what, bool cpu,
+                                std::size_t bytes, std::shared_ptr<shm::Channel>& channel) {
+  channel = flatChannel(what, cpu);
+  const shm::Kind kind = kindOf(collective);
+  const bool inParts = kind != shm::Kind::Gather && kind != shm::Kind::Scatter &&
+                       kind != shm::Kind::Alltoall;  // these stay flat across hosts
+  collectives::RouteRequest request;
+  request.collective = collective;
+  request.channel = channel != nullptr;
+  request.partsPossible = inParts && cpu && layout_ && layout_->hierarchy != Hierarchy::Off;
+  request.partsChosen = request.partsPossible && hierarchical(kind, cpu, bytes);
+  request.forced = Config::get().algorithms[static_cast<std::size_t>(collective)];
+  const collectives::Route route = collectives::route(request);
+  if (route.path != collectives::Path::SharedMemory) channel = nullptr;
+  return route;
+}
+
+// --- Operations ------------------------------------------------------------------------
+
+bool Group::launch(const std::shared_ptr<Request>& request, std::shared_ptr<engine::Op> op,
+                   const std::optional<core::Stream>& stream) {
+  request->attach(op);
+  std::string doomed;  // it involves a dead peer: fail it unless what arrived completes it
+  {
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    doomed = checkHealthy(*request);
+    if (inflight_.size() >= pruneAt_) {
+      inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(),
+                                     [](const auto& w) {
+                                       auto strong = w.lock();
+                                       return !strong || strong->done();
+                                     }),
+                      inflight_.end());
+      pruneAt_ = std::max<std::size_t>(64, 2 * inflight_.size());
+    }
+    inflight_.emplace_back(request);
+    // COMMUX_GROUP defers host operations only: a CUDA one waits for its stream instead.
+    if (batching_.load(std::memory_order_relaxed) && Config::get().group && !stream) {
+      request->setDeferred(true);
+      deferred_.push_back(request);
+      deferredOps_.push_back(std::move(op));
+      if (!doomed.empty()) request->failAfterDraining(engine::commError(doomed));
+      return true;
+    }
+  }
+  engine_->submit(std::move(op), engine::Engine::Drive::IfFree, stream);
+  if (!doomed.empty()) request->failAfterDraining(engine::commError(doomed));
+  return false;
+}
+
+void Group::startBatch() {
+  checkSameProcess();
+  std::lock_guard<std::mutex> lock(trackMutex_);
+  COMMUX_CHECK(!batching_.load(std::memory_order_relaxed), Runtime,
+               "commux: startCoalescing called twice without endCoalescing");
+  batching_.store(true, std::memory_order_relaxed);
+}
+
+void Group::endBatch() {
+  std::vector<std::shared_ptr<engine::Op>> ops;
+  std::vector<std::shared_ptr<Request>> deferred;
+  {
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    COMMUX_CHECK(batching_.load(std::memory_order_relaxed), Runtime,
+                 "commux: endCoalescing called without startCoalescing");
+    batching_.store(false, std::memory_order_relaxed);
+    ops.swap(deferredOps_);
+    deferred.swap(deferred_);
+  }
+  for (auto& request : deferred) request->setDeferred(false);
+  // One submission for the whole batch: one pass through the worker lock, and the
+  // messages leave back to back.
+  if (!ops.empty()) engine_->submit(std::move(ops));
+}
+
+}  // namespace commux::group

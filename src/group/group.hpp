@@ -1,0 +1,226 @@
+#pragma once
+// A Group is what a communicator is, without a front end: its members over a key-value
+// store (each one's address, watched for death), what this rank knows of their health, the
+// death relay between hosts, the host layout and this host's shared-memory channel (set up
+// together, once), the route each collective takes, and the operations launched on it (so
+// that a death or an abort fails them). The c10d adapter (ProcessGroupUCX) and any other
+// front end hold one and turn their calls into Ops and Requests on it.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/route.hpp"
+#include "core/setup_store.hpp"
+#include "core/stream.hpp"
+#include "group/request.hpp"
+
+namespace commux {
+namespace core {
+class GroupHealth;
+class KeyValueStore;
+}  // namespace core
+namespace engine {
+class Engine;
+class Op;
+}  // namespace engine
+namespace shm {
+class Channel;
+enum class Kind : std::uint32_t;
+}  // namespace shm
+struct HostLayout;
+class DeathRelay;
+class PeerTable;
+
+namespace group {
+
+class Group {
+ public:
+  /// Collective over the group: every rank constructs its Group with a store shared by the
+  /// group (its own keys: a prefix per group), then publishes its address there. The
+  /// collective set-up (shared memory, the host layout) starts at once on a thread of its
+  /// own when `setUpInBackground`, else at the first collective; pass false for a store
+  /// whose calls need the caller's lock (one implemented in Python needs the GIL).
+  /// Raises InvalidArgument for a size or rank the tag cannot carry.
+  Group(std::shared_ptr<core::KeyValueStore> store, int rank, int size,
+        std::shared_ptr<engine::Engine> engine, bool setUpInBackground);
+  /// Fails the receives still in flight and frees the group's context; a forked child frees
+  /// nothing (everything is its parent's).
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  engine::Engine& engine() const noexcept { return *engine_; }
+  const std::shared_ptr<engine::Engine>& sharedEngine() const noexcept { return engine_; }
+  /// This group's context id: the tag field that keeps its traffic from other groups'.
+  std::uint32_t context() const noexcept { return context_; }
+  PeerTable& peers() const noexcept { return *peers_; }
+  const std::shared_ptr<core::GroupHealth>& health() const noexcept { return health_; }
+  const std::shared_ptr<core::KeyValueStore>& store() const noexcept { return store_; }
+  bool setsUpInBackground() const noexcept { return setUpInBackground_; }
+  /// Collectives numbered in issue order: equal on every rank of a healthy group.
+  std::uint32_t nextSequence() noexcept { return sequence_++; }
+  std::uint32_t sequence() const noexcept { return sequence_.load(); }
+
+  // --- Its life ---------------------------------------------------------------------
+  enum class State : std::uint8_t { Running, ShutDown, Aborted };
+  State state() const noexcept { return state_.load(std::memory_order_acquire); }
+  /// True in a child forked after the group was made.
+  bool inheritedByFork() const noexcept;
+  /// Raises in a child forked after the group was made.
+  void checkSameProcess() const;
+  /// Raises once the group was aborted or shut down, or in a forked child.
+  void checkUsable() const;
+  /// Cancels every operation in flight; later calls raise.
+  void abort();
+  /// Later calls raise; operations in flight still finish.
+  void shutdown();
+
+  // --- Health -------------------------------------------------------------------------
+  struct Status {
+    bool healthy = true;
+    std::vector<int> deadRanks;
+    std::string reason;  // empty when healthy
+  };
+  Status status() const;
+  /// Raises before a collective is staged when an earlier collective failed here (or the
+  /// shared-memory channel broke): the ranks may be out of step.
+  void checkCollectivesAllowed(const char* what);
+  /// A cheap test: false when checkCollectivesAllowed would surely pass.
+  bool collectivesMayBeRefused() const;
+  /// Before a collective: every member's death must fail it. In a group that spans hosts
+  /// the relay covers the members this rank does not watch; otherwise it watches them all.
+  void watchMembers();
+  /// The ranks whose records this rank has read (itself included), ascending.
+  std::vector<int> knownRanks() const;
+  /// Why `rank` is dead; empty while it lives (cheap while nobody died).
+  std::string deadWhy(int rank) const;
+
+  // --- The collective set-up and the route ---------------------------------------------
+  /// Every collective's first step, before it validates its arguments: the set-up at the
+  /// group's first collective, so that a rank whose arguments are refused still takes part.
+  void joinSetUp();
+  /// This host's shared-memory channel, or null when there is none. Waits for the set-up
+  /// (running it here unless its thread did) and raises its error.
+  std::shared_ptr<shm::Channel> channel();
+  /// The channel as it is now, without waiting (null before the set-up).
+  std::shared_ptr<shm::Channel> currentChannel() const;
+  /// The host layout once the set-up found that the group spans hosts and shares memory
+  /// inside them; null otherwise. Fixed once the set-up is done.
+  const HostLayout* layout() const noexcept { return layout_.get(); }
+  /// The group's ranks by host (see HostLayout); empty unless layout() is set.
+  std::vector<std::vector<int>> hosts() const;
+  /// This host's channel as its leader shaped it (see ProcessGroupUCX); empty without one.
+  std::map<std::string, std::int64_t> sharedMemoryShape() const;
+  /// How a collective set-up through the store (`what`) hears of this group's deaths,
+  /// reading records through `via` (the group's store when null).
+  core::SetupDeaths setupDeaths(const char* what,
+                                std::shared_ptr<core::KeyValueStore> via = nullptr);
+  /// Where a collective runs (collectives/route.hpp): the one decision every entry point
+  /// takes. `bytes`: each rank's whole buffer, for the choice of parts; `channel` is set
+  /// when the route is the shared-memory channel, else null. Raises first when
+  /// collectives may not run, and when a forced algorithm cannot run here.
+  collectives::Route route(collectives::Collective collective, const char* what, bool cpu,
+                           std::size_t bytes, std::shared_ptr<shm::Channel>& channel);
+  /// The channel when a collective of the flat kind goes through shared memory (CPU buffers
+  /// on a group whose ranks share one host), else null; every rank decides alike.
+  std::shared_ptr<shm::Channel> flatChannel(const char* what, bool cpu);
+  /// Whether a collective of `kind` over `bytes` runs in parts across hosts.
+  bool hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) const;
+
+  // --- Operations ---------------------------------------------------------------------
+  /// Tracks `request` (abort, deaths) and starts `op` for it after `stream` (a CUDA
+  /// operation; none for host memory), or keeps it for endBatch when a batch is open and
+  /// `COMMUX_GROUP` defers. Raises (nothing started) when it cannot run: a send to a dead
+  /// peer, a collective after an earlier one failed. One that involves a dead peer but may
+  /// still complete from what arrived is started, then failed unless that completes it.
+  /// Returns true when it was deferred.
+  bool launch(const std::shared_ptr<Request>& request, std::shared_ptr<engine::Op> op,
+              const std::optional<core::Stream>& stream);
+  /// Opens a batch: operations launched until endBatch are posted together then
+  /// (COMMUX_GROUP=1; otherwise they start at once as usual).
+  void startBatch();
+  /// Closes the batch and posts what it deferred, in one submission.
+  void endBatch();
+  bool batching() const noexcept { return batching_.load(std::memory_order_relaxed); }
+  /// Calls `fn` for each Request in flight, under the tracking lock (it must not launch).
+  template <typename Fn>
+  void forEachInFlight(Fn&& fn) {
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    for (const auto& weak : inflight_) {
+      if (auto request = weak.lock(); request && !request->done()) fn(*request);
+    }
+  }
+
+ private:
+  /// The error of a request that involves a dead peer, or empty; raises for one that
+  /// cannot run at all. Called under trackMutex_ (see markDead).
+  std::string checkHealthy(const Request& request);
+  /// Watch thread: the peer process at `address` died.
+  void onPeerFailed(const std::string& address, const std::string& why);
+  /// `rank` died: fail what waits on it, refuse what would, and tell who must hear of it
+  /// from this rank. `from`: the rank whose notice said so, or -1 when seen here.
+  void markDead(int rank, const std::string& why, int from = -1);
+  void startRelay();
+  void relayDeath(int rank, const std::string& why, int from);
+  void failOrphans(const std::string& why);
+  void setUp(const std::shared_ptr<core::KeyValueStore>& store);
+  void startSetUp();
+  void stopSetUp();
+
+  const int rank_;
+  const int size_;
+  std::shared_ptr<engine::Engine> engine_;
+  std::uint32_t forkGeneration_;  // engine::forkGeneration() when the group was made
+  int creatorPid_;
+  std::shared_ptr<core::GroupHealth> health_;
+  std::uint64_t failureListener_ = 0;
+  std::shared_ptr<core::KeyValueStore> store_;
+  std::unique_ptr<PeerTable> peers_;
+  std::uint32_t context_ = 0;
+  std::atomic<std::uint32_t> sequence_{0};
+  std::atomic<State> state_{State::Running};
+
+  // Guards inflight_ and the batch.
+  std::mutex trackMutex_;
+  // Operations abort() must cancel; finished entries are pruned as the list grows.
+  std::vector<std::weak_ptr<Request>> inflight_;
+  std::size_t pruneAt_ = 64;
+  std::atomic<bool> batching_{false};
+  std::vector<std::shared_ptr<engine::Op>> deferredOps_;
+  std::vector<std::shared_ptr<Request>> deferred_;
+
+  const bool setUpInBackground_;
+  // Shared with startSetUp's (detached) thread: it works on the group only under `mutex`,
+  // and not at all once `cancelled`.
+  struct SetUpControl {
+    std::mutex mutex;
+    bool cancelled = false;
+  };
+  std::shared_ptr<SetUpControl> setUpControl_;
+  std::atomic<bool> setUpStop_{false};  // set once the group goes away: the set-up gives up
+  mutable std::mutex shmMutex_;          // held through the set-up
+  std::atomic<bool> shmDecided_{false};  // written under shmMutex_; read without it
+  std::exception_ptr setUpError_;        // under shmMutex_: why the set-up failed
+  std::atomic<bool> setUpFailed_{false};  // setUpError_ is set
+  // Set (before shmDecided_) when the group spans hosts and shares memory inside them.
+  std::shared_ptr<const HostLayout> layout_;
+  // Set once layout_ is and the relay listens (startRelay); read by markDead on any thread.
+  std::unique_ptr<DeathRelay> relay_;
+  std::atomic<bool> relayReady_{false};
+  // Declared last: destroyed first, so its lane stops while the engine still runs. Read
+  // and written with std::atomic_load/store: the watch thread reads it without shmMutex_,
+  // which a first collective holds through the (blocking) shared-memory set-up.
+  std::shared_ptr<shm::Channel> shm_;
+};
+
+}  // namespace group
+}  // namespace commux
