@@ -525,14 +525,14 @@ void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error, Drive driv
   dispatch([op = std::move(op), error](Engine& engine) { op->fail(engine, error); }, drive);
 }
 
-void Engine::failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error) {
+void Engine::failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error, int dead) {
   dispatch(
-      [op = std::move(op), error](Engine& engine) {
+      [op = std::move(op), error, dead](Engine& engine) {
         // A collective may need a few rounds: each step's receives match messages already here.
         for (int round = 0; round < 64 && !op->finished(); ++round) {
           if (!engine.progressRound()) break;
         }
-        if (!op->finished()) op->fail(engine, error);
+        if (!op->finished() && (dead < 0 || op->awaits(dead))) op->fail(engine, error);
       },
       Drive::Never);
 }

@@ -175,8 +175,9 @@ class Engine {
   void cancel(std::shared_ptr<Op> op, std::exception_ptr error, Drive drive = Drive::IfFree);
   /// Any thread, never drives: the driver first moves everything that already arrived
   /// (a dead peer's last messages may sit in UCX's queues, and an operation that they
-  /// complete must succeed), then fails `op` with `error` if it is still unfinished.
-  void failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error);
+  /// complete must succeed), then fails `op` with `error` if it is still unfinished and
+  /// still awaits group rank `dead` (Op::awaits; -1: whatever it awaits).
+  void failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error, int dead = -1);
 
   // Peer failures (see peer_watch.hpp and docs/design.md, "When a peer dies").
   /// Caller threads: start watching the peer at `address` (its process `id`) for death, by

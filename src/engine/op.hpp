@@ -84,6 +84,11 @@ class Op : public std::enable_shared_from_this<Op> {
   /// rank's buffer directly knows its read may be torn). The cancellation that follows,
   /// which may be queued for the driver, does the rest.
   virtual void withdraw() noexcept {}
+  /// Worker-lock holder: whether the operation still needs anything from or to group rank
+  /// `rank`; a peer's death fails only the operations that do (Engine::failAfterDraining).
+  /// A window's close that already has the peer's close message does not: that peer did
+  /// all it had to, and may have left.
+  virtual bool awaits(int rank) const { return true; }
   /// Worker-lock holder: fail the operation now and cancel its outstanding requests.
   void fail(Engine& engine, std::exception_ptr error);
   /// Worker-lock holder: route one request's completion.

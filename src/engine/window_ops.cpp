@@ -383,6 +383,8 @@ void CloseWindowOp::peersClosed() {
   maybeDone();
 }
 
+bool CloseWindowOp::awaits(int rank) const { return !sent_ || !inbox_->closedBy(rank); }
+
 void CloseWindowOp::maybeDone() {
   if (sent_ && peersClosed_) succeed();
 }

@@ -81,6 +81,8 @@ class WindowInbox final : public Op {
   void addCloser(Engine& engine, const std::shared_ptr<CloseWindowOp>& closer);
   /// Signals from `peer` released and not waited for yet.
   std::uint64_t ready(int peer) const { return sources_.at(peer).ready; }
+  /// `peer`'s close was released (every put it sent before has landed).
+  bool closedBy(int peer) const { return sources_.at(peer).closed; }
 
  protected:
   void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) override;
@@ -251,6 +253,8 @@ class CloseWindowOp final : public Op {
   void start(Engine& engine) override;
   /// The inbox saw every peer's close.
   void peersClosed();
+  /// Not once `rank`'s close arrived and this rank's closes are sent.
+  bool awaits(int rank) const override;
 
  protected:
   void onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) override;

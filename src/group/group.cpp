@@ -192,11 +192,11 @@ void Group::markDead(int peer, const std::string& why, int from) {
       }
     }
   }
-  if (auto channel = std::atomic_load(&shm_)) channel->peerDied(peer);
+  if (auto channel = std::atomic_load(&shm_)) channel->peerDied(peer, why);
   const std::string died = "rank " + std::to_string(peer) + " died (" + why + ")";
   for (auto& request : victims) {
     request->failAfterDraining(
-        engine::commError("commux: " + request->description() + ": " + died));
+        engine::commError("commux: " + request->description() + ": " + died), peer);
   }
   // After health_ knows it: startRelay relays the deaths known when it is ready, so each
   // one goes out from here or from there.

@@ -42,9 +42,9 @@ void Request::failQuietly(std::exception_ptr error) {
   }
 }
 
-void Request::failAfterDraining(std::exception_ptr error) {
+void Request::failAfterDraining(std::exception_ptr error, int dead) {
   if (done_.done()) return;
-  if (auto op = this->op()) engine_->failAfterDraining(std::move(op), std::move(error));
+  if (auto op = this->op()) engine_->failAfterDraining(std::move(op), std::move(error), dead);
 }
 
 void Request::abort() {

@@ -69,8 +69,9 @@ class Request : public std::enable_shared_from_this<Request> {
 
   /// Any thread: fail the operation with `error` without driving the worker.
   void failQuietly(std::exception_ptr error);
-  /// Any thread: a peer died; fail the operation unless what already arrived completes it.
-  void failAfterDraining(std::exception_ptr error);
+  /// Any thread: group rank `dead` died (-1: a peer); fail the operation unless what
+  /// already arrived completes it or it no longer awaits that rank (Op::awaits).
+  void failAfterDraining(std::exception_ptr error, int dead = -1);
   /// Any thread: cancel it ("was aborted").
   void abort();
 

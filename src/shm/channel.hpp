@@ -51,7 +51,7 @@ class Channel {
   /// Any thread: marks the channel broken by this rank and wakes every waiter.
   void abandon() { steps_.abandon(); }
   /// Any thread: group rank `rank` died; marks the channel broken in its name.
-  void peerDied(int rank) { steps_.peerDied(rank); }
+  void peerDied(int rank, const std::string& why = "") { steps_.peerDied(rank, why); }
   /// The group rank found dead (by this rank or another survivor), or -1.
   int deadRank() const noexcept { return steps_.deadRank(); }
   /// Why the channel is broken, naming the rank; empty while it is not.

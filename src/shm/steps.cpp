@@ -84,12 +84,15 @@ int Steps::deadRank() const noexcept {
 }
 
 std::string Steps::brokenReason() const {
-  if (const int dead = deadRank(); dead >= 0) {
-    return "rank " + std::to_string(dead) + " died";
-  }
+  if (const int dead = deadRank(); dead >= 0) return "rank " + std::to_string(dead) + diedBecause(dead);
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
   if (by == 0) return "";
   return brokenBecause(static_cast<int>(by) - 1);
+}
+
+std::string Steps::diedBecause(int dead) const {
+  std::lock_guard<std::mutex> lock(deadMutex_);
+  return dead_.load() == dead && !deadWhy_.empty() ? " died (" + deadWhy_ + ")" : " died";
 }
 
 std::string Steps::brokenBecause(int by) const {
@@ -118,9 +121,12 @@ void Steps::abandon() {
   signal_->ring();
 }
 
-void Steps::peerDied(int rank) {
+void Steps::peerDied(int rank, const std::string& why) {
   int none = -1;
-  dead_.compare_exchange_strong(none, rank);
+  if (dead_.compare_exchange_strong(none, rank) && !why.empty()) {
+    std::lock_guard<std::mutex> lock(deadMutex_);
+    deadWhy_ = why;
+  }
   // The dead rank cannot mark the channel itself; break it in its name, and say so to the
   // survivors whose own watch has not told them yet.
   std::uint32_t nobody = 0;
@@ -248,8 +254,10 @@ void Steps::waitOne(Phase phase, std::uint32_t s, int index, const Turn& turn) {
 void Steps::leave(const Turn& turn) {
   const std::string what = turn.op.description();
   if (const int dead = deadRank(); dead >= 0) {
-    COMMUX_FAIL(Backend, "commux: " + what + ": rank " + std::to_string(dead) +
-                             " died during this shared-memory collective");
+    // With why this process heard of it (its own watch, or whose notice told it), as the
+    // group's other errors say it: which of them a collective ends with is a race.
+    COMMUX_FAIL(Backend, "commux: " + what + ": rank " + std::to_string(dead) + diedBecause(dead) +
+                             " during this shared-memory collective");
   }
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
   if (by != 0 && by != static_cast<std::uint32_t>(groupRank(rank_)) + 1) {

@@ -28,6 +28,7 @@
 // channel is marked broken: what the others wait on fails with an error naming that rank,
 // and the group refuses later collectives (it cannot know which of them the others ran).
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -119,8 +120,9 @@ class Steps {
   bool broken() const noexcept;
   /// Marks the channel broken by this rank and wakes every waiter.
   void abandon();
-  /// Group rank `rank` died; marks the channel broken in its name and wakes every waiter.
-  void peerDied(int rank);
+  /// Group rank `rank` died (`why`, as this process heard it: seen, or told by whom); marks
+  /// the channel broken in its name and wakes every waiter.
+  void peerDied(int rank, const std::string& why = "");
   /// The group rank found dead (by this rank or another survivor), or -1.
   int deadRank() const noexcept;
   /// Why the channel is broken, naming the rank; empty while it is not.
@@ -197,6 +199,8 @@ class Steps {
   /// waited for (`from`, or every rank when `from` is -1), ending its part of the
   /// collective where the ranks that do not check end theirs, or breaking the channel.
   void checkAgreement(std::uint32_t s, const Turn& turn, int from);
+  /// " died (why)" when this process heard why group rank `dead` died, else " died".
+  std::string diedBecause(int dead) const;
   /// The reason the channel is broken when rank `by` broke it (group ranks).
   std::string brokenBecause(int by) const;
 
@@ -216,6 +220,8 @@ class Steps {
   std::uint64_t seq_ = 0;           // the runner's: collectives with steps so far
   std::atomic<bool> stopped_{false};
   std::atomic<int> dead_{-1};  // a rank found dead, or -1
+  mutable std::mutex deadMutex_;
+  std::string deadWhy_;  // under deadMutex_: why dead_ died, as this process heard it
 };
 
 }  // namespace commux::shm

@@ -30,6 +30,7 @@
 #include "engine/engine.hpp"
 #include "engine/p2p_op.hpp"
 #include "wire/tag.hpp"
+#include "fork_ranks.hpp"
 
 namespace {
 
@@ -82,38 +83,16 @@ std::string runCoreRanks(int size, const Body& body) {
   char folder[] = "/tmp/commux-core-ranks-XXXXXX";
   if (::mkdtemp(folder) == nullptr) return "mkdtemp failed";
   const Rendezvous rendezvous(folder);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < size; ++rank) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::alarm(60);  // a hang fails the test instead of blocking it
-      int code = 0;
-      try {
-        auto engine = std::make_shared<engine::Engine>(engine::Settings{});
-        rendezvous.publish(rank, engine->address());
-        Routes routes;
-        for (int peer = 0; peer < size; ++peer) {
-          routes.push_back(std::make_shared<const engine::Route>(
-              engine::Route{rendezvous.read(peer), kContext}));
-        }
-        body(*engine, routes, rank, size);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-        code = 1;
-      }
-      std::fflush(stderr);
-      ::_exit(code);
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    auto engine = std::make_shared<engine::Engine>(engine::Settings{});
+    rendezvous.publish(rank, engine->address());
+    Routes routes;
+    for (int peer = 0; peer < size; ++peer) {
+      routes.push_back(std::make_shared<const engine::Route>(
+          engine::Route{rendezvous.read(peer), kContext}));
     }
-    pids.push_back(pid);
-  }
-  std::string problems;
-  for (int rank = 0; rank < size; ++rank) {
-    int status = 0;
-    ::waitpid(pids[rank], &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      problems += "rank " + std::to_string(rank) + " status " + std::to_string(status) + "; ";
-    }
-  }
+    body(*engine, routes, rank, size);
+  });
   for (int rank = 0; rank < size; ++rank) std::remove((std::string(folder) + "/" + std::to_string(rank)).c_str());
   ::rmdir(folder);
   return problems;

@@ -1,0 +1,260 @@
+// Real ranks (forked processes, no torch) on the core's Group: members meet over a
+// key-value store (files in a folder), move plain buffers through Requests the Group tracks,
+// take the Group's route to its shared-memory channel, and see a member's death and an abort
+// fail what waits.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "collectives/route.hpp"
+#include "core/buffer.hpp"
+#include "core/error.hpp"
+#include "engine/engine.hpp"
+#include "engine/p2p_op.hpp"
+#include "group/group.hpp"
+#include "group/peer_table.hpp"
+#include "shm/channel.hpp"
+#include "shm/collective_op.hpp"
+#include "shm/job.hpp"
+#include "wire/tag.hpp"
+#include "directory_store.hpp"
+#include "fork_ranks.hpp"
+
+namespace {
+
+using namespace commux;
+using namespace std::chrono_literals;
+using Bytes = std::shared_ptr<std::vector<std::uint8_t>>;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+// A fresh folder for one test's store; removed (with what the ranks wrote) at the end.
+class Folder {
+ public:
+  Folder() {
+    char path[] = "/tmp/commux-core-group-XXXXXX";
+    check(::mkdtemp(path) != nullptr, "mkdtemp failed");
+    path_ = path;
+  }
+  ~Folder() { std::system(("rm -rf " + path_).c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// One rank's engine and Group (the Group goes first: it needs the engine to leave).
+struct Member {
+  std::shared_ptr<engine::Engine> engine;
+  std::unique_ptr<group::Group> group;
+
+  Member(const std::string& folder, int rank, int size)
+      : engine(std::make_shared<engine::Engine>(engine::Settings{})),
+        group(std::make_unique<group::Group>(
+            std::make_shared<commux::testing::DirectoryStore>(folder, 30s), rank, size, engine,
+            /*setUpInBackground=*/true)) {}
+};
+
+Bytes pattern(std::size_t bytes, int salt) {
+  auto data = std::make_shared<std::vector<std::uint8_t>>(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) (*data)[i] = static_cast<std::uint8_t>(i * 13 + salt);
+  return data;
+}
+
+engine::P2POp::Buffers viewOf(const Bytes& data) {
+  engine::P2POp::Buffers buffers;
+  buffers.push_back(core::bufferOf(data->data(), data->size(), core::Dtype::UInt8, data));
+  return buffers;
+}
+
+std::shared_ptr<group::Request> send(group::Group& g, int to, int tag, const Bytes& data) {
+  const auto route = g.peers().get(to, "a send to it");
+  auto request = std::make_shared<group::Request>(
+      group::Request::Kind::Send, engine::Description::p2p("send", "to", to, tag, data->size(), 1),
+      20s, g.sharedEngine());
+  request->setPeer(to);
+  g.launch(request,
+           std::make_shared<engine::P2POp>(
+               engine::P2POp::Kind::Send, viewOf(data), route,
+               wire::p2pTag(route->context, static_cast<std::uint32_t>(g.rank()),
+                            static_cast<std::uint32_t>(tag)),
+               wire::kExactMask, false, request->parts(), request->completer()),
+           std::nullopt);
+  return request;
+}
+
+std::shared_ptr<group::Request> recv(group::Group& g, int from, int tag, const Bytes& data) {
+  g.peers().get(from, "a receive from it");  // watched from now on
+  auto request = std::make_shared<group::Request>(
+      group::Request::Kind::Recv,
+      engine::Description::p2p("recv", "from", from, tag, data->size(), 1), 20s,
+      g.sharedEngine());
+  request->setPeer(from);
+  g.launch(request,
+           std::make_shared<engine::P2POp>(
+               engine::P2POp::Kind::Recv, viewOf(data), nullptr,
+               wire::p2pTag(g.context(), static_cast<std::uint32_t>(from),
+                            static_cast<std::uint32_t>(tag)),
+               wire::kExactMask, false, request->parts(), request->completer()),
+           std::nullopt);
+  return request;
+}
+
+// Waits (raising at the Request's timeout) and raises the Request's own error.
+void finish(group::Request& request) {
+  request.wait(request.timeout(), 0);
+  if (auto error = request.error()) std::rethrow_exception(error);
+}
+
+// The error a Request ended with, as text; "" when it succeeded.
+std::string errorOf(group::Request& request) {
+  request.wait(request.timeout(), 0);
+  const auto error = request.error();
+  return error ? core::readError(error).message : std::string();
+}
+
+// Every rank sends to the next and receives from the one before: all have met after it.
+void ring(group::Group& g, int tag, std::size_t bytes) {
+  const int next = (g.rank() + 1) % g.size();
+  const int before = (g.rank() + g.size() - 1) % g.size();
+  const auto got = std::make_shared<std::vector<std::uint8_t>>(bytes);
+  auto in = recv(g, before, tag, got);
+  auto out = send(g, next, tag, pattern(bytes, before * 0 + g.rank()));
+  finish(*out);
+  finish(*in);
+  check(*got == *pattern(bytes, before), "rank " + std::to_string(g.rank()) +
+                                             " received the wrong bytes from rank " +
+                                             std::to_string(before));
+}
+
+unsigned seed() {
+  const char* given = std::getenv("COMMUX_TEST_SEED");
+  const unsigned s = given ? static_cast<unsigned>(std::strtoul(given, nullptr, 10))
+                           : std::random_device{}();
+  std::printf("COMMUX_TEST_SEED=%u\n", s);
+  return s;
+}
+
+TEST(CoreGroup, MembersMeetMovePlainBuffersAndRouteThroughTheirChannel) {
+  const unsigned s = seed();
+  Folder folder;
+  const int size = 3;
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    Member me(folder.path(), rank, size);
+    group::Group& g = *me.group;
+    std::mt19937 random(s);  // the same sizes on every rank
+    std::vector<std::size_t> sizes{0, 1, 4096, 65539};
+    for (int i = 0; i < 4; ++i) sizes.push_back(random() % (1u << 20));
+    for (std::size_t i = 0; i < sizes.size(); ++i) ring(g, static_cast<int>(10 + i), sizes[i]);
+
+    // One host, shared memory on: the route of an allreduce of host memory is the channel.
+    std::shared_ptr<shm::Channel> channel;
+    const std::size_t count = 1000 + random() % 5000;
+    const auto route = g.route(collectives::Collective::Allreduce, "allreduce", true,
+                               count * sizeof(float), channel);
+    check(route.path == collectives::Path::SharedMemory && channel != nullptr,
+          "an allreduce of host memory on one host did not route to the shared-memory channel");
+    check(g.sharedMemoryShape().at("ranks") == size, "the channel does not hold every rank");
+    auto values = std::make_shared<std::vector<float>>(count);
+    for (std::size_t i = 0; i < count; ++i) (*values)[i] = static_cast<float>((rank + 1) * (i % 7));
+    shm::Job job;
+    job.kind = shm::Kind::Allreduce;
+    job.reduce = core::ReduceOp::Sum;
+    job.buffer = core::bufferOf(values->data(), count, core::Dtype::Float32, values);
+    auto request = std::make_shared<group::Request>(
+        group::Request::Kind::Other, engine::Description("allreduce over shared memory"), 20s,
+        g.sharedEngine());
+    g.watchMembers();
+    g.launch(request,
+             std::make_shared<shm::CollectiveOp>(channel, std::move(job), nullptr,
+                                                 request->parts(), request->completer()),
+             std::nullopt);
+    finish(*request);
+    for (std::size_t i = 0; i < count; ++i) {
+      check((*values)[i] == static_cast<float>(6 * (i % 7)), "the allreduce summed wrong");
+    }
+    check(g.status().healthy, "the group is not healthy: " + g.status().reason);
+    ring(g, 99, 8);  // nobody leaves (closing its endpoints) while another still works
+  });
+  EXPECT_EQ(problems, "") << "COMMUX_TEST_SEED=" << s;
+}
+
+TEST(CoreGroup, ADeathFailsWhatWaitsOnItRefusesSendsToItAndTheOthersGoOn) {
+  Folder folder;
+  const int size = 3;
+  const int victim = 2;
+  const std::string problems = commux::testing::forkRanks(
+      size,
+      [&](int rank) {
+        Member me(folder.path(), rank, size);
+        group::Group& g = *me.group;
+        ring(g, 1, 64);  // every rank has read the others' records (and watches them)
+        if (rank == victim) {
+          ::usleep(100000);
+          ::raise(SIGKILL);
+        }
+        const auto never = std::make_shared<std::vector<std::uint8_t>>(16);
+        auto waiting = recv(g, victim, 5, never);
+        const std::string why = errorOf(*waiting);
+        check(why.find("rank 2 died") != std::string::npos,
+              "a receive from the dead rank ended with: '" + why + "'");
+        const group::Group::Status status = g.status();
+        check(!status.healthy && status.deadRanks == std::vector<int>{victim},
+              "status after the death: " + status.reason);
+        bool refused = false;
+        try {
+          send(g, victim, 6, pattern(8, 0));
+        } catch (const std::exception& e) {
+          refused = std::string(e.what()).find("fail from now on") != std::string::npos;
+        }
+        check(refused, "a send to the dead rank was not refused at launch");
+        // The survivors still talk, tags matched as before.
+        const int other = 1 - rank;
+        const auto got = std::make_shared<std::vector<std::uint8_t>>(32);
+        auto in = recv(g, other, 7, got);
+        finish(*send(g, other, 7, pattern(32, rank)));
+        finish(*in);
+        check(*got == *pattern(32, other), "the survivors' message arrived wrong");
+        // Neither leaves before the other checked (a leaving rank looks dead).
+        auto last = recv(g, other, 8, std::make_shared<std::vector<std::uint8_t>>(1));
+        finish(*send(g, other, 8, pattern(1, 0)));
+        finish(*last);
+      },
+      {victim});
+  EXPECT_EQ(problems, "");
+}
+
+TEST(CoreGroup, AbortFailsWhatIsInFlightAndRefusesWhatFollows) {
+  Folder folder;
+  const int size = 2;
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    Member me(folder.path(), rank, size);
+    group::Group& g = *me.group;
+    ring(g, 1, 8);
+    auto pending = recv(g, 1 - rank, 42, std::make_shared<std::vector<std::uint8_t>>(8));
+    g.abort();
+    const std::string why = errorOf(*pending);
+    check(why.find("was aborted") != std::string::npos, "an aborted receive ended with: " + why);
+    check(g.state() == group::Group::State::Aborted && !g.status().healthy,
+          "the group does not say it was aborted");
+    bool refused = false;
+    try {
+      g.checkUsable();
+    } catch (const std::exception& e) {
+      refused = std::string(e.what()).find("aborted") != std::string::npos;
+    }
+    check(refused, "an aborted group still calls itself usable");
+  });
+  EXPECT_EQ(problems, "");
+}
+
+}  // namespace
