@@ -180,6 +180,9 @@ void Group::onPeerFailed(const std::string& address, const std::string& why) {
 
 void Group::markDead(int peer, const std::string& why, int from) {
   std::vector<std::shared_ptr<Request>> victims;
+  // Requests looked at and left alone: let go of outside the lock (the last reference may
+  // free a front end's buffers, and a tensor made in Python takes the GIL as it goes).
+  std::vector<std::shared_ptr<Request>> others;
   {
     // Under trackMutex_, as launch() checks: an operation is either refused there or found
     // in flight here.
@@ -187,11 +190,12 @@ void Group::markDead(int peer, const std::string& why, int from) {
     if (!health_->markDead(peer, why)) return;
     for (const auto& weak : inflight_) {
       auto request = weak.lock();
-      if (request && !request->done() && request->involves(peer)) {
-        victims.push_back(std::move(request));
-      }
+      if (!request) continue;
+      (!request->done() && request->involves(peer) ? victims : others)
+          .push_back(std::move(request));
     }
   }
+  others.clear();
   if (auto channel = std::atomic_load(&shm_)) channel->peerDied(peer, why);
   const std::string died = "rank " + std::to_string(peer) + " died (" + why + ")";
   for (auto& request : victims) {
