@@ -60,7 +60,7 @@ void TensorRequest::addReads(std::initializer_list<at::Tensor> tensors) {
   }
 }
 
-std::uint64_t TensorRequest::outputBytes() const {
+std::uint64_t TensorRequest::waitBytes() const {
   // Dense only: a sparse tensor has no nbytes (its parts move as separate operations).
   std::uint64_t bytes = 0;
   for (const auto& t : outputs_) {
@@ -70,6 +70,10 @@ std::uint64_t TensorRequest::outputBytes() const {
 }
 
 void TensorRequest::onDone() {
+  // done() was set before this runs, and future() sets futureAsked_ before it reads done():
+  // with a full fence on both sides, one of the two sees the other's write.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!futureAsked_.load(std::memory_order_relaxed)) return;  // future() completes it
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(futureMutex_);
@@ -102,6 +106,8 @@ c10::intrusive_ptr<c10::ivalue::Future> TensorRequest::future() {
     std::lock_guard<std::mutex> lock(futureMutex_);
     if (!future_) {
       future_ = c10::make_intrusive<c10::ivalue::Future>(tensorListType(), cudaDevicesOf(outputs_));
+      futureAsked_.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
       // Done before anyone asked: onDone may already have passed (then it left no callback
       // for it) or may still come (then it finds the future claimed). No user callback is
       // attached yet, so completing it on this thread runs nothing of theirs.
@@ -123,6 +129,7 @@ c10::intrusive_ptr<c10::ivalue::Future> TensorRequest::future() {
 }
 
 void TensorRequest::awaitFuture() {
+  if (!futureAsked_.load(std::memory_order_acquire)) return;
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(futureMutex_);

@@ -7,6 +7,7 @@
 #include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <atomic>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -34,8 +35,7 @@ class TensorRequest final : public group::Request {
   std::optional<c10::Device> cudaDevice() const;
   /// The caller's CUDA stream, for operations on CUDA tensors (set before launch).
   void setStream(c10::Stream stream) { stream_ = stream; }
-  /// Bytes its dense outputs hold: how long a wait spins.
-  std::uint64_t outputBytes() const;
+
   /// CUDA: a caller that waits from another stream must not overtake the last copies,
   /// queued on the stream current at launch.
   void synchronize();
@@ -47,6 +47,8 @@ class TensorRequest final : public group::Request {
 
  private:
   void onDone() override;
+  /// Bytes its dense outputs hold: how long a wait spins.
+  std::uint64_t waitBytes() const override;
   /// Completes `future` with this (done) request's outcome.
   void completeFuture(c10::ivalue::Future& future);
 
@@ -56,6 +58,9 @@ class TensorRequest final : public group::Request {
   std::mutex futureMutex_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // under futureMutex_
   bool futureClaimed_ = false;  // its completion is someone's (onDone's or future()'s)
+  // Set (before future() looks at done()) once a future was asked for: onDone and
+  // awaitFuture skip the lock in the usual case, where nobody asks.
+  std::atomic<bool> futureAsked_{false};
 };
 
 }  // namespace commux

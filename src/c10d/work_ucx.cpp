@@ -15,7 +15,7 @@ int WorkUCX::sourceRank() const {
 }
 
 bool WorkUCX::wait(std::chrono::milliseconds timeout) {
-  request_->wait(timeout == kNoTimeout ? request_->timeout() : timeout, request_->outputBytes());
+  request_->wait(timeout == kNoTimeout ? request_->timeout() : timeout);
   request_->awaitFuture();
   if (auto error = request_->error()) std::rethrow_exception(error);
   request_->synchronize();

@@ -19,7 +19,9 @@ void Request::attach(std::shared_ptr<engine::Op> op) {
   // Only operations that do their own work (shared memory) have anything to assist with;
   // the others spare every wait the lock that reading op_ takes.
   assists_ = op->assists();
-  std::lock_guard<std::mutex> lock(mutex_);
+  // No lock: attached before the Request is published (Group::launch lists it under its
+  // tracking lock, and the op's completion cannot run before the op is submitted), so every
+  // other reader of op_ sees this write.
   op_ = std::move(op);
 }
 
@@ -83,7 +85,7 @@ std::exception_ptr Request::error() const {
   return error_;
 }
 
-bool Request::waitUntil(std::chrono::steady_clock::time_point deadline, std::uint64_t bytes) {
+bool Request::waitUntil(std::chrono::steady_clock::time_point deadline) {
   if (done_.done()) return true;
   // Nothing in a forked child would ever complete it, and driving the parent's worker
   // from here would steal the parent's messages.
@@ -91,14 +93,14 @@ bool Request::waitUntil(std::chrono::steady_clock::time_point deadline, std::uin
                ": waited on in a child forked after the operation started; only the process "
                "that started it can wait for it");
   const auto op = assists_ ? this->op() : nullptr;
-  return engine_->wait(done_, deadline, op.get(), bytes);
+  return engine_->wait(done_, deadline, op.get(), waitBytes());
 }
 
-void Request::wait(std::chrono::milliseconds limit, std::uint64_t bytes) {
+void Request::wait(std::chrono::milliseconds limit) {
   COMMUX_CHECK(!deferred_.load(std::memory_order_acquire), Runtime, "commux: ", description(),
                ": waited on inside a coalescing window; with COMMUX_GROUP=1 operations start "
                "at endCoalescing, so end the window first (or wait on the Work it returns)");
-  if (waitUntil(std::chrono::steady_clock::now() + limit, bytes)) return;
+  if (done_.done() || waitUntil(std::chrono::steady_clock::now() + limit)) return;
   // "Timed out" in Gloo's words: torch's own tests and users' scripts match on it.
   const std::string what =
       "commux: " + description() + ": Timed out after " + std::to_string(limit.count()) + " ms";
@@ -123,7 +125,7 @@ void Request::wait(std::chrono::milliseconds limit, std::uint64_t bytes) {
   // timeout is reported once the operation has ended, which is at once unless another
   // thread holds the worker; one that completed meanwhile did get its message and
   // succeeds. (A collective's tags are never reused: the group refuses collectives now.)
-  if (collective() || !waitUntil(std::chrono::steady_clock::now() + kCancelWait, bytes) ||
+  if (collective() || !waitUntil(std::chrono::steady_clock::now() + kCancelWait) ||
       !succeeded()) {
     COMMUX_FAIL(Backend, message);
   }

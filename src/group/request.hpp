@@ -86,16 +86,18 @@ class Request : public std::enable_shared_from_this<Request> {
   /// Set while the operation waits for its batch to be posted (Group::endBatch): waiting
   /// then could never finish, so wait() raises instead.
   void setDeferred(bool deferred) { deferred_.store(deferred, std::memory_order_release); }
-  /// Until done or `deadline`; `bytes` (what the operation moves) sets how long it spins.
-  bool waitUntil(std::chrono::steady_clock::time_point deadline, std::uint64_t bytes);
+  /// Until done or `deadline`.
+  bool waitUntil(std::chrono::steady_clock::time_point deadline);
   /// Until done, at most `limit`: at the limit the operation is cancelled and a Backend
   /// error ("Timed out") raised. A done Request returns without raising its error.
-  void wait(std::chrono::milliseconds limit, std::uint64_t bytes);
+  void wait(std::chrono::milliseconds limit);
 
  protected:
   /// Runs once, on the completing thread (it may hold the worker lock), after done() turned
   /// true: a front end completes what it built on the Request (a future).
   virtual void onDone() {}
+  /// What the operation moves, asked only by a wait that must wait: how long it spins.
+  virtual std::uint64_t waitBytes() const { return 0; }
 
  private:
   void complete(std::exception_ptr error, int sourceRank);

@@ -111,13 +111,13 @@ std::shared_ptr<group::Request> recv(group::Group& g, int from, int tag, const B
 
 // Waits (raising at the Request's timeout) and raises the Request's own error.
 void finish(group::Request& request) {
-  request.wait(request.timeout(), 0);
+  request.wait(request.timeout());
   if (auto error = request.error()) std::rethrow_exception(error);
 }
 
 // The error a Request ended with, as text; "" when it succeeded.
 std::string errorOf(group::Request& request) {
-  request.wait(request.timeout(), 0);
+  request.wait(request.timeout());
   const auto error = request.error();
   return error ? core::readError(error).message : std::string();
 }
