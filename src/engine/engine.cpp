@@ -19,9 +19,6 @@ std::mutex instanceMutex;
 std::weak_ptr<Engine> instanceRef;
 std::atomic<Engine::BlockingWrapper> blockingWrapper{nullptr};
 
-// The longest any sleep lasts, should a wake-up be lost.
-constexpr std::chrono::milliseconds kSleepSafetyNet{100};
-
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -145,12 +142,19 @@ void Engine::shutdownInstance() {
   joinReapers();
 }
 
-Engine::Engine(const Settings& settings, ucx::JobHints hints)
+unsigned UcxWorkerPort::progress() { return worker_.progress(); }
+bool UcxWorkerPort::arm() { return worker_.arm(); }
+void UcxWorkerPort::signal() { worker_.signal(); }
+int UcxWorkerPort::eventFd() const { return worker_.eventFd(); }
+
+Engine::Engine(const Settings& settings, ucx::JobHints hints, std::unique_ptr<WorkerPort> port)
     : context_(settings.loopbackOnly, hints),
       worker_(context_),
+      port_(port ? std::move(port) : std::make_unique<UcxWorkerPort>(worker_)),
       settings_(settings),
       waker_(
-          worker_.eventFd(), [this] { worker_.signal(); }, settings.handOffDelay, kSleepSafetyNet),
+          port_->eventFd(), [this] { port_->signal(); }, settings.handOffDelay,
+          settings.sleepSafetyNet),
       contexts_(settings.maxContexts),
       endpoints_(worker_,
                  [this](const std::string& address) { return endpointErrorHandler(address); }),
@@ -682,7 +686,7 @@ void Engine::queueCompletion(Pending* pending, ucs_status_t status, const RecvIn
     haveCompletions_.store(true, std::memory_order_release);
   }
   // A callback on UCX's own async thread: whoever sleeps on the event fd must look again.
-  if (!drivenByThisThread()) worker_.signal();
+  if (!drivenByThisThread()) port_->signal();
 }
 
 bool Engine::drainSubmissions() {
@@ -731,14 +735,14 @@ bool Engine::drainCompletions() {
 
 bool Engine::progressRound() {
   bool active = drainSubmissions();
-  while (worker_.progress() != 0) active = true;
+  while (port_->progress() != 0) active = true;
   // A handler may start the next step of a collective whose requests complete at once and
   // queue new completions. Drain until none are left: a waiter that parks on the event fd
   // with completions still queued sleeps until the safety net (this was the ~100 ms
   // stall of 8-rank collectives).
   while (drainCompletions()) {
     active = true;
-    while (worker_.progress() != 0) {
+    while (port_->progress() != 0) {
     }
   }
   releaseQueuedRequests();
@@ -758,7 +762,7 @@ bool Engine::parkUntil(const std::atomic<bool>& done,
       Driving driving(workerMutex_, driver_, /*locked=*/false);
       progressRound();
       if (done.load(std::memory_order_acquire)) break;
-      armed = worker_.arm();
+      armed = port_->arm();
     }
     if (!armed) continue;
     waker_.waitForEvent(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
@@ -874,7 +878,7 @@ void Engine::run() {
   pthread_setname_np(pthread_self(), "commux-progress");
   const std::function<bool()> arm = [this] {
     Driving driving(workerMutex_, driver_, /*locked=*/false);
-    return worker_.arm();
+    return port_->arm();
   };
   const std::function<bool()> hasWork = [this] {
     return submitted_.load(std::memory_order_seq_cst) != 0 || stopping_.load();
@@ -941,7 +945,7 @@ void Engine::teardown() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while ((inflightRequests_ != 0 || transfersOwed()) &&
          std::chrono::steady_clock::now() < deadline) {
-    while (worker_.progress() != 0) {
+    while (port_->progress() != 0) {
     }
     drainCompletions();
   }

@@ -34,6 +34,7 @@
 #include "engine/settings.hpp"
 #include "engine/stream_waits.hpp"
 #include "engine/waker.hpp"
+#include "engine/worker_port.hpp"
 #include "ucx/context.hpp"
 #include "ucx/worker.hpp"
 
@@ -62,7 +63,10 @@ class Engine {
   /// Runs `call(arg)` through the blocking wrapper (GIL released when Python installed one).
   static void runBlocking(void (*call)(void*), void* arg);
 
-  explicit Engine(const Settings& settings, ucx::JobHints hints = {});
+  /// `port`: what drives the worker's progress and sleep (UCX's worker when null; a test's
+  /// fake, to run the drive and wake protocol without UCX traffic).
+  explicit Engine(const Settings& settings, ucx::JobHints hints = {},
+                  std::unique_ptr<WorkerPort> port = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -318,6 +322,7 @@ class Engine {
   const std::uint32_t generation_ = forkGeneration();
   ucx::Context context_;
   ucx::Worker worker_;
+  std::unique_ptr<WorkerPort> port_;  // drives worker_ unless a test gave a fake
   const Settings settings_;
   Waker waker_;
 

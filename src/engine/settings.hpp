@@ -21,6 +21,9 @@ struct Settings {
   /// How dead peers are found: `Auto` (pidfd on this host, UCX's peer error handling
   /// elsewhere), `Ucx` (UCX's for every peer) or `Off`.
   enum class FailureDetection { Auto, Ucx, Off } failureDetection = FailureDetection::Auto;
+  /// The longest a sleeper sleeps without a wake-up: the net under a lost one. Tests set it
+  /// far above any honest latency, so that a lost wake-up shows as a long wait.
+  std::chrono::milliseconds sleepSafetyNet{100};
 };
 
 }  // namespace commux::engine
