@@ -29,8 +29,8 @@ configure "$build"
 "$PY" scripts/check_core_includes.py
 "${clean_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 120
 
-# The engine's threads, cancellation and the set-up under the sanitizers (the same
-# environment as scripts/sanitize.sh: UCX itself is not instrumented).
+# The engine's threads, cancellation, the Group's ranks and the fake worker under the
+# sanitizers (the same environment as scripts/sanitize.sh: UCX itself is not instrumented).
 for kind in address thread; do
   dir=build/core-only-$kind
   echo "== the core's engine tests under the $kind sanitizer ($dir)"
@@ -40,5 +40,5 @@ for kind in address thread; do
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     UCX_TLS=^cma UCX_MEM_EVENTS=no UCX_MEM_MMAP_HOOK_MODE=none \
-    ctest --test-dir "$dir" --output-on-failure --timeout 300 -R '^(EngineWait\.|CoreRanks\.|StepInterleavings$)'
+    ctest --test-dir "$dir" --output-on-failure --timeout 300 -R '^(EngineWait\.|EngineTeardown\.|CoreRanks\.|CoreGroup\.|FakeWorker\.|StepInterleavings$)'
 done
