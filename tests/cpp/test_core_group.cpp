@@ -26,6 +26,7 @@
 #include "wire/tag.hpp"
 #include "directory_store.hpp"
 #include "fork_ranks.hpp"
+#include "test_seed.hpp"
 
 namespace {
 
@@ -128,7 +129,7 @@ void ring(group::Group& g, int tag, std::size_t bytes) {
   const int before = (g.rank() + g.size() - 1) % g.size();
   const auto got = std::make_shared<std::vector<std::uint8_t>>(bytes);
   auto in = recv(g, before, tag, got);
-  auto out = send(g, next, tag, pattern(bytes, before * 0 + g.rank()));
+  auto out = send(g, next, tag, pattern(bytes, g.rank()));
   finish(*out);
   finish(*in);
   check(*got == *pattern(bytes, before), "rank " + std::to_string(g.rank()) +
@@ -136,16 +137,8 @@ void ring(group::Group& g, int tag, std::size_t bytes) {
                                              std::to_string(before));
 }
 
-unsigned seed() {
-  const char* given = std::getenv("COMMUX_TEST_SEED");
-  const unsigned s = given ? static_cast<unsigned>(std::strtoul(given, nullptr, 10))
-                           : std::random_device{}();
-  std::printf("COMMUX_TEST_SEED=%u\n", s);
-  return s;
-}
-
 TEST(CoreGroup, MembersMeetMovePlainBuffersAndRouteThroughTheirChannel) {
-  const unsigned s = seed();
+  const unsigned s = commux::testing::testSeed();
   Folder folder;
   const int size = 3;
   const std::string problems = commux::testing::forkRanks(size, [&](int rank) {

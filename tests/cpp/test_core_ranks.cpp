@@ -31,6 +31,7 @@
 #include "engine/p2p_op.hpp"
 #include "wire/tag.hpp"
 #include "fork_ranks.hpp"
+#include "test_seed.hpp"
 
 namespace {
 
@@ -245,10 +246,7 @@ TEST(CoreRanks, ASizeMismatchIsTheCallersErrorAndTheEngineGoesOn) {
 // Seeded counts and schedules; each rank's values are small integers, so float sums are
 // exact and every rank must hold exactly the expected result.
 TEST(CoreRanks, AllreduceOnPlainBuffersFromASeed) {
-  // COMMUX_TEST_SEED replays a run.
-  const char* given = std::getenv("COMMUX_TEST_SEED");
-  const unsigned seed = given ? static_cast<unsigned>(std::stoul(given))
-                              : static_cast<unsigned>(std::random_device{}());
+  const unsigned seed = commux::testing::testSeed();  // COMMUX_TEST_SEED replays a run
   SCOPED_TRACE("seed " + std::to_string(seed) + " (COMMUX_TEST_SEED replays it)");
   EXPECT_EQ("", runCoreRanks(3, [&](engine::Engine& engine, const Routes& routes, int rank, int size) {
     std::mt19937 random(seed);  // the same on every rank

@@ -27,6 +27,7 @@
 #include "engine/engine.hpp"
 #include "engine/op.hpp"
 #include "engine/worker_port.hpp"
+#include "test_seed.hpp"
 
 namespace {
 
@@ -181,19 +182,11 @@ struct Rig {
   }
 };
 
-unsigned seed() {
-  const char* given = std::getenv("COMMUX_TEST_SEED");
-  const unsigned s = given ? static_cast<unsigned>(std::strtoul(given, nullptr, 10))
-                           : std::random_device{}();
-  std::printf("COMMUX_TEST_SEED=%u\n", s);
-  return s;
-}
-
 // Threads submit operations that complete at once or after up to 300 us, some waiting for
 // each at once, some for a batch later, some from threads that never drive (served by the
 // progress thread alone): every wait ends with its operation, none near the safety net.
 TEST(FakeWorker, EveryWaitEndsWithItsOperationAndNoWakeUpIsLost) {
-  const unsigned s = seed();
+  const unsigned s = commux::testing::testSeed();
   Rig rig;
   std::atomic<std::int64_t> slowestUs{0};
   std::atomic<int> failures{0};
