@@ -302,7 +302,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
       engine::Description("window #" + std::to_string(index_) + " on rank " +
                           std::to_string(rank)));
   try {
-    engine_->submit(inbox);
+    engine_->submit(engine::Submission::start(inbox));
     // A rank that dies before it publishes is found within the failure detection's bound,
     // and a rank that gives up says so in its key, instead of the store's timeout.
     const core::SetupDeaths deaths = group_->group_->setupDeaths("a window registration");
@@ -375,10 +375,12 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
     }
     std::vector<std::shared_ptr<const engine::Route>> replyRoutes;
     for (const auto& peer : peers) replyRoutes.push_back(peer.route);
-    engine_->submit(std::make_shared<engine::WindowRoutesOp>(inbox, std::move(replyRoutes)));
+    engine_->submit(engine::Submission::start(
+        std::make_shared<engine::WindowRoutesOp>(inbox, std::move(replyRoutes))));
     peers_ = std::move(peers);
   } catch (...) {
-    engine_->cancel(inbox, engine::commError("commux: window registration failed"));
+    engine_->submit(engine::Submission::cancel(
+        inbox, engine::commError("commux: window registration failed")));
     engine_->contexts().release(mine.context);
     throw;
   }
@@ -394,7 +396,8 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
 
 void WindowUCX::dropRegistration(bool closed) {
   if (!inbox_->finished()) {
-    engine_->cancel(inbox_, engine::commError("commux: the window was released"));
+    engine_->submit(
+        engine::Submission::cancel(inbox_, engine::commError("commux: the window was released")));
   }
   if (!closed && base_ != nullptr) {
     // Not every peer agreed the window is closed: a peer may still put into this memory (a
@@ -403,7 +406,7 @@ void WindowUCX::dropRegistration(bool closed) {
     group_->keepUntilDestroyed(registeredTensor_);
   }
   registeredTensor_ = at::Tensor();
-  engine_->purgeContext(context_);
+  engine_->submit(engine::Submission::purge(context_));
   engine_->contexts().release(context_);
   inbox_.reset();
   peers_.clear();

@@ -18,20 +18,20 @@ BlockingTransfer::~BlockingTransfer() {
   }
   // Ended off the worker lock (on UCX's own thread), or released by a cancel that did not
   // take: the request, and the engine's list, are put right under the lock.
-  if (request_ != nullptr || listed_) engine_.runDriving(releaseRequest, this);
+  if (request_ != nullptr || listed_) engine_.submit(Submission::call(releaseRequest, this).orWait());
 }
 
 bool BlockingTransfer::sendIfFree(const Route& route, const void* data, std::size_t bytes,
                                   wire::Tag tag) {
   bytes_ = bytes;
   Post post{this, &route, const_cast<void*>(data), bytes, tag, 0};
-  return engine_.runIfFree(postSend, &post);
+  return engine_.submit(Submission::call(postSend, &post));
 }
 
 bool BlockingTransfer::recvIfFree(void* data, std::size_t bytes, wire::Tag tag, wire::Tag mask) {
   bytes_ = bytes;
   Post post{this, nullptr, data, bytes, tag, mask};
-  return engine_.runIfFree(postRecv, &post);
+  return engine_.submit(Submission::call(postRecv, &post));
 }
 
 namespace {
@@ -141,11 +141,11 @@ void BlockingTransfer::releaseRequest(Engine& engine, void* arg) {
 
 bool BlockingTransfer::cancel(std::chrono::milliseconds limit) {
   if (ended()) return true;
-  engine_.runDriving(cancelRequest, this);
+  engine_.submit(Submission::call(cancelRequest, this).orWait());
   if (waitUntil(std::chrono::steady_clock::now() + limit)) return true;
   // Still not ended (a rendezvous UCX cannot stop): after ucp_request_free UCX calls
   // nothing back, so this object may go.
-  engine_.runDriving(releaseRequest, this);
+  engine_.submit(Submission::call(releaseRequest, this).orWait());
   return ended();
 }
 

@@ -289,34 +289,6 @@ bool Engine::tryProgress() {
   return driveIfFree([this] { progressOnce(); });
 }
 
-bool Engine::runIfFree(void (*fn)(Engine&, void*), void* arg) {
-  bool othersInFlight = false;
-  const bool ran = driveIfFree([&] {
-    if (stopping_.load())
-      throw std::runtime_error("commux: the communication engine has shut down");
-    drainSubmissions();
-    fn(*this, arg);
-    releaseQueuedRequests();
-    othersInFlight = activeCount_ != 0 || inflightRequests_ != 0;
-  });
-  if (!ran) return false;
-  // As after submit(): operations still in flight are the progress thread's after the
-  // delay. The caller's own transfer is not: it waits for it right away. With nothing
-  // else in flight, that spares the hand-off timer's clock read and system call.
-  if (othersInFlight) {
-    waker_.driverLeft();
-  } else {
-    waker_.wakeParked();
-  }
-  return true;
-}
-
-void Engine::runDriving(void (*fn)(Engine&, void*), void* arg) {
-  Driving driving(workerMutex_, driver_, /*locked=*/false);
-  fn(*this, arg);
-  releaseQueuedRequests();
-}
-
 void Engine::transferPosted(BlockingTransfer* transfer) {
   transfer->prevPosted_ = nullptr;
   transfer->nextPosted_ = transfersHead_;
@@ -387,19 +359,6 @@ void Engine::append(std::function<void(Engine&)> command) {
   submitted_.fetch_add(1, std::memory_order_seq_cst);
 }
 
-void Engine::dispatch(std::function<void(Engine&)> command, Drive drive) {
-  enqueue(std::move(command));
-  // Whoever drives the worker drains the submissions each round. Otherwise someone sleeps:
-  // the hand-off pairs with the state the sleeper publishes before it looks at the queue
-  // (see Waker::sleep), and also wakes a parked waiter, whose round may have drained the
-  // queue just before this command arrived.
-  if (drive == Drive::Never || !tryProgress()) {
-    waker_.handOff();
-  } else {
-    waker_.driverLeft();
-  }
-}
-
 void Engine::opStarted(Op* op) {
   if (op->listed_) return;
   op->listed_ = true;
@@ -461,24 +420,95 @@ void Engine::startOp(const std::shared_ptr<Op>& op) {
   }
 }
 
-void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<core::Stream>& after) {
-  if (after) {
-    auto command = [op](Engine& engine) { engine.startOp(op); };
-    continueAfter(*after, std::move(op), std::move(command));
-    return;
+bool Engine::submit(Submission submission) {
+  using Kind = Submission::Kind;
+  using Busy = Submission::Busy;
+  if (submission.after_) {
+    COMMUX_ASSERT(submission.kind_ == Kind::Start, "commux: only a start waits for a stream");
+    auto op = submission.op_;
+    continueAfter(*submission.after_, std::move(submission.op_),
+                  [op = std::move(op)](Engine& engine) { engine.startOp(op); });
+    return true;
   }
-  if (drive == Drive::Never) {
-    dispatch([op = std::move(op)](Engine& engine) { engine.startOp(op); }, Drive::Never);
-    return;
+  // The worker and every queued message go with a stopped engine.
+  if (submission.kind_ == Kind::Purge && stopping_.load()) return true;
+  if (submission.drive_ == Drive::IfFree && policy.neverDrivesDepth == 0) {
+    if (submission.busy_ == Busy::Wait) {
+      Driving driving(workerMutex_, driver_, /*locked=*/false);
+      runHere(submission);
+      return true;
+    }
+    bool leftWork = false;
+    // The submission is our own reference to its op: an operation that completes here may
+    // be released by its Work right away (AddressSanitizer caught the read of a freed Op).
+    if (driveIfFree([&] { leftWork = runHere(submission); })) {
+      // Still in flight: the progress thread carries it on after the delay, unless the
+      // caller waits for it right away (then the caller drives it). A call with nothing
+      // else in flight spares the hand-off timer's clock read and system call.
+      if (leftWork) {
+        waker_.driverLeft();
+      } else if (submission.kind_ == Kind::Call) {
+        waker_.wakeParked();
+      }
+      if (submission.kind_ == Kind::StartAll) deferHandOffFor(submission.ops_);
+      return true;
+    }
   }
-  // `op` is our own reference: an operation that completes here may be released by its
-  // Work right away (AddressSanitizer caught the read of a freed Op here).
-  const bool started = driveIfFree([&] {
-    if (stopping_.load())
-      throw std::runtime_error("commux: the communication engine has shut down");
-    // Started directly, with no command queued: commands queued before it go first.
-    drainSubmissions();
-    {
+  if (submission.busy_ == Busy::Refuse) return false;
+  COMMUX_ASSERT(submission.kind_ != Kind::Call, "commux: a blocking call cannot be queued");
+  const bool batch = submission.kind_ == Kind::StartAll;
+  auto ops = batch ? submission.ops_ : std::vector<std::shared_ptr<Op>>{};
+  if (submission.kind_ == Kind::Purge) {
+    try {
+      enqueue(queued(std::move(submission)));
+    } catch (const std::runtime_error&) {
+      return true;  // the engine began to stop meanwhile
+    }
+  } else {
+    enqueue(queued(std::move(submission)));
+  }
+  // The hand-off pairs with the state a sleeper publishes before it looks at the queue
+  // (see Waker::sleep), and also wakes a parked waiter, whose round may have drained the
+  // queue just before this command arrived.
+  waker_.handOff();
+  if (batch) deferHandOffFor(ops);
+  return true;
+}
+
+void Engine::startPart(const std::shared_ptr<Op>& part) {
+  COMMUX_ASSERT(drivenByThisThread(), "commux: a part started without the worker");
+  startOp(part);
+}
+
+void Engine::deferHandOffFor(const std::vector<std::shared_ptr<Op>>& ops) {
+  // A batch still in flight is its caller's to drive first (it waits for it next).
+  for (const auto& op : ops) {
+    if (!op->finished()) {
+      waker_.deferHandOff();
+      return;
+    }
+  }
+}
+
+bool Engine::runHere(Submission& s) {
+  using Kind = Submission::Kind;
+  if (s.busy_ == Submission::Busy::Wait) {
+    // Releasing a blocking transfer's request: also while the engine stops.
+    s.fn_(*this, s.arg_);
+    releaseQueuedRequests();
+    return false;
+  }
+  if (s.kind_ == Kind::Finish) {
+    // The operation's work is done: no progress round and no queued command (this was
+    // ~4% of an 8-byte collective).
+    report(s.op_, s.error_);
+    return false;
+  }
+  if (stopping_.load()) throw std::runtime_error("commux: the communication engine has shut down");
+  // Commands queued before this submission go first.
+  drainSubmissions();
+  switch (s.kind_) {
+    case Kind::Start: {
       // Only the caller's own, outermost submit: one made inside a completion callback is
       // not followed by that caller's wait.
       struct ForCaller {
@@ -490,55 +520,67 @@ void Engine::submit(std::shared_ptr<Op> op, Drive drive, const std::optional<cor
           if (counted) --policy.startingForCallerDepth;
         }
       } forCaller(policy.drivingDepth == 1);
-      startOp(op);
+      startOp(s.op_);
+      // Let UCX move what was just posted; work that is not UCX's needs no round.
+      if (!s.op_->usesWorker()) return false;
+      progressRound();
+      return true;
     }
-    // Let UCX move what was just posted; work that is not UCX's needs no round.
-    if (op->usesWorker()) progressRound();
-  });
-  if (started) {
-    // If still in flight, the progress thread carries it on after the delay, unless the
-    // caller waits for it right away (then the caller drives it).
-    waker_.driverLeft();
-  } else {
-    enqueue([op](Engine& engine) { engine.startOp(op); });
-    waker_.handOff();
-  }
-}
-
-void Engine::startPart(const std::shared_ptr<Op>& part) {
-  COMMUX_ASSERT(drivenByThisThread(), "commux: a part started without the worker");
-  startOp(part);
-}
-
-void Engine::submit(std::vector<std::shared_ptr<Op>> ops, Drive drive) {
-  auto shared = std::make_shared<std::vector<std::shared_ptr<Op>>>(std::move(ops));
-  dispatch(
-      [shared](Engine& engine) {
-        for (const auto& op : *shared) engine.startOp(op);
-      },
-      drive);
-  for (const auto& op : *shared) {
-    if (!op->finished()) {
-      waker_.deferHandOff();
+    case Kind::StartAll:
+      for (const auto& op : s.ops_) startOp(op);
+      progressRound();
+      return true;
+    case Kind::Cancel:
+      s.op_->fail(*this, s.error_);
+      progressRound();
+      return true;
+    case Kind::Call:
+      s.fn_(*this, s.arg_);
+      releaseQueuedRequests();
+      // Operations still in flight are the progress thread's after the delay. The
+      // caller's own transfer is not: it waits for it right away.
+      return activeCount_ != 0 || inflightRequests_ != 0;
+    case Kind::FailAfterDraining:
+    case Kind::Purge:
+    case Kind::Finish:
       break;
-    }
   }
+  COMMUX_ASSERT(false, "commux: this submission is never driven by its submitter");
+  return false;
 }
 
-void Engine::cancel(std::shared_ptr<Op> op, std::exception_ptr error, Drive drive) {
-  dispatch([op = std::move(op), error](Engine& engine) { op->fail(engine, error); }, drive);
-}
-
-void Engine::failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error, int dead) {
-  dispatch(
-      [op = std::move(op), error, dead](Engine& engine) {
+std::function<void(Engine&)> Engine::queued(Submission&& s) {
+  using Kind = Submission::Kind;
+  switch (s.kind_) {
+    case Kind::Start:
+      return [op = std::move(s.op_)](Engine& engine) { engine.startOp(op); };
+    case Kind::StartAll:
+      return [ops = std::move(s.ops_)](Engine& engine) {
+        for (const auto& op : ops) engine.startOp(op);
+      };
+    case Kind::Cancel:
+      return [op = std::move(s.op_), error = std::move(s.error_)](Engine& engine) {
+        op->fail(engine, error);
+      };
+    case Kind::FailAfterDraining:
+      return [op = std::move(s.op_), error = std::move(s.error_), dead = s.dead_](Engine& engine) {
         // A collective may need a few rounds: each step's receives match messages already here.
         for (int round = 0; round < 64 && !op->finished(); ++round) {
           if (!engine.progressRound()) break;
         }
         if (!op->finished() && (dead < 0 || op->awaits(dead))) op->fail(engine, error);
-      },
-      Drive::Never);
+      };
+    case Kind::Finish:
+      return [op = std::move(s.op_), error = std::move(s.error_)](Engine& engine) {
+        engine.report(op, error);
+      };
+    case Kind::Purge:
+      return [context = s.context_](Engine& engine) { engine.dropUnexpected(context); };
+    case Kind::Call:
+      break;
+  }
+  COMMUX_ASSERT(false, "commux: a blocking call cannot be queued");
+  return nullptr;
 }
 
 void Engine::watchPeer(const std::string& address, const ProcessId& id) {
@@ -551,15 +593,15 @@ void Engine::watchPeer(const std::string& address, const ProcessId& id) {
   }
   // UCX notices a failure only on an endpoint, so make one now, also for a peer this
   // process only ever receives from.
-  dispatch(
+  enqueue(
       [address](Engine& engine) {
         try {
           engine.endpoints_.get(address);
         } catch (const std::exception& e) {
           engine.watch_.report(address, std::string("cannot connect to it: ") + e.what());
         }
-      },
-      Drive::Never);
+      });
+  waker_.handOff();
 }
 
 std::uint64_t Engine::addFailureListener(FailureListener listener) {
@@ -583,16 +625,6 @@ void Engine::deliverFailure(const std::string& address, const std::string& why) 
 Engine::Stats Engine::stats() {
   Driving driving(workerMutex_, driver_, /*locked=*/false);
   return Stats{activeCount_, inflightRequests_ + transferCount_, endpoints_.size(), purged_};
-}
-
-void Engine::purgeContext(std::uint32_t context) {
-  // Queued for the driver, never done here: the caller may hold the GIL (a group destroyed
-  // from Python), and the thread that holds the worker lock may be waiting for it.
-  try {
-    dispatch([context](Engine& engine) { engine.dropUnexpected(context); }, Drive::Never);
-  } catch (const std::exception&) {
-    // The engine is shutting down: its worker and every queued message go with it.
-  }
 }
 
 std::size_t Engine::dropUnexpected(std::uint32_t context) {
@@ -640,14 +672,6 @@ void Engine::report(const std::shared_ptr<Op>& op, const std::exception_ptr& err
   } else {
     op->succeed();
   }
-}
-
-void Engine::finish(std::shared_ptr<Op> op, std::exception_ptr error, Drive drive) {
-  // Reported directly when the worker is free: the operation's work is done, so no
-  // progress round and no queued command (this was ~4% of an 8-byte collective).
-  if (drive == Drive::IfFree && driveIfFree([&] { report(op, error); })) return;
-  enqueue([op = std::move(op), error](Engine& engine) { engine.report(op, error); });
-  waker_.handOff();
 }
 
 std::uint64_t Engine::addHandOffHook(std::function<void()> hook) {

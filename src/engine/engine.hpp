@@ -33,6 +33,7 @@
 #include "engine/peer_watch.hpp"
 #include "engine/settings.hpp"
 #include "engine/stream_waits.hpp"
+#include "engine/submission.hpp"
 #include "engine/waker.hpp"
 #include "engine/worker_port.hpp"
 #include "ucx/context.hpp"
@@ -81,11 +82,7 @@ class Engine {
   ContextIds& contexts() noexcept { return contexts_; }
 
   /// Whether a thread that queues a command may run it (and drive the worker) itself.
-  enum class Drive {
-    IfFree,  // when the worker lock is free: no thread hand-off (callers, waiters)
-    Never,   // only queue it and wake the driver (threads that must never run user
-             // callbacks: the peer watch, the shared-memory lane, completion callbacks)
-  };
+  using Drive = engine::Drive;
   /// Held by a thread that must never drive the worker, and so never run user callbacks
   /// or futures (the shared-memory lane's thread, the peer watch): every Drive::IfFree
   /// becomes Drive::Never there, waits sleep without driving, and anything that would
@@ -112,19 +109,15 @@ class Engine {
   /// waiter or a queued command starts it.
   static bool startingForCaller() noexcept;
 
-  /// The one way into the engine. Any thread: start `op` (with Drive::IfFree on this
-  /// thread when the worker lock is free, ops queued before it going first; else through
-  /// the driver). With `after` (a CUDA stream) it starts once that stream has run what is
-  /// queued on it now: the kernels producing its inputs finish first, and neither the
-  /// caller nor the device is synchronised. If the engine stops first, `op` fails (it
-  /// never goes missing).
-  void submit(std::shared_ptr<Op> op, Drive drive = Drive::IfFree,
-              const std::optional<core::Stream>& after = std::nullopt);
+  /// The one way into the engine, from any thread: start an operation (or several, or one
+  /// after a CUDA stream), cancel one, fail one after draining, report one finished, purge
+  /// a communicator, or run a blocking transfer's call (submission.hpp says what each
+  /// does and how every one runs). Raises once the engine has stopped, except for a
+  /// finish, a waited-for call and a purge. False only for a refused call.
+  bool submit(Submission submission);
   /// Worker-lock holders (an operation made of parts, in its start() or a part's
   /// completion): start `part` now, on this thread.
   void startPart(const std::shared_ptr<Op>& part);
-  /// Any thread: start `ops` in order, in one pass (a coalescing window's operations).
-  void submit(std::vector<std::shared_ptr<Op>> ops, Drive drive = Drive::IfFree);
   /// Worker-lock holders (ops): run `command` on the driver once `stream` has run what is
   /// queued on it now, without holding the worker while the GPU works. `command` must hold
   /// a reference to `op`; `op` fails if the engine stops first.
@@ -174,15 +167,6 @@ class Engine {
   /// thread looks at the worker now instead of after the hand-off delay.
   void handOff() { waker_.handOff(); }
 
-  /// Any thread: fail `op` with `error` (used for timeouts and aborts). The peer watch
-  /// passes Drive::Never: it must not block on anything a callback may hold.
-  void cancel(std::shared_ptr<Op> op, std::exception_ptr error, Drive drive = Drive::IfFree);
-  /// Any thread, never drives: the driver first moves everything that already arrived
-  /// (a dead peer's last messages may sit in UCX's queues, and an operation that they
-  /// complete must succeed), then fails `op` with `error` if it is still unfinished and
-  /// still awaits group rank `dead` (Op::awaits; -1: whatever it awaits).
-  void failAfterDraining(std::shared_ptr<Op> op, std::exception_ptr error, int dead = -1);
-
   // Peer failures (see peer_watch.hpp and docs/design.md, "When a peer dies").
   /// Caller threads: start watching the peer at `address` (its process `id`) for death, by
   /// pidfd on this host and through UCX's peer error handling elsewhere
@@ -203,17 +187,9 @@ class Engine {
     std::size_t activeOps = 0;
     std::size_t inflightRequests = 0;  // an Op's, and the blocking path's (BlockingTransfer)
     std::size_t endpoints = 0;
-    std::size_t purgedMessages = 0;  // dropped by purgeContext so far
+    std::size_t purgedMessages = 0;  // dropped by purge submissions so far
   };
   Stats stats();
-  /// Any thread: have the driver drop the messages that arrived for communicator `context`
-  /// and were never received (a destroyed group's), so that they can never match a
-  /// receive of a later group that reuses the id.
-  void purgeContext(std::uint32_t context);
-  /// Any thread: report `op` done, successfully when `error` is null (operations whose work
-  /// is not UCX's: a shared-memory collective). Drive::IfFree runs the report here when the
-  /// worker lock is free, as a waiter that did the operation's work wants.
-  void finish(std::shared_ptr<Op> op, std::exception_ptr error, Drive drive);
   /// Work that is not UCX's (a shared-memory lane) waits to be handed off like UCX
   /// operations: the progress thread calls every hook each time it takes over (after a
   /// hand-off, and every few ms while busy). A hook must be quick and must not block.
@@ -223,13 +199,6 @@ class Engine {
   bool onProgressThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
   /// Drives the worker once if its lock is free; false if another thread holds it.
   bool tryProgress();
-  /// Runs `fn(*this, arg)` on this thread holding the worker lock, commands queued before it
-  /// going first, as submit() starts an operation: the blocking point-to-point path posts
-  /// its message here (blocking_transfer.hpp). False, with nothing run, when another thread
-  /// holds the worker lock or this thread never drives.
-  bool runIfFree(void (*fn)(Engine&, void*), void* arg);
-  /// As runIfFree, but waits for the worker lock (holders never block under it).
-  void runDriving(void (*fn)(Engine&, void*), void* arg);
   /// True inside a completion callback (this thread drives the worker): a wait() there must
   /// progress inline, since nobody else can.
   bool drivenByThisThread() const noexcept;
@@ -303,9 +272,13 @@ class Engine {
   void enqueue(std::function<void(Engine&)> command);
   /// Appends `command` to the submissions, stopping or not.
   void append(std::function<void(Engine&)> command);
-  /// Queues `command` for the driver; with Drive::IfFree, runs the queue here (one
-  /// progress round) when the worker lock is free, else wakes whoever sleeps.
-  void dispatch(std::function<void(Engine&)> command, Drive drive);
+  /// What a submission does on the thread that holds the worker lock; true when it may
+  /// leave UCX work in flight (the driver is then told it left).
+  bool runHere(Submission& submission);
+  /// What a submission does once queued, on whichever thread drives next.
+  static std::function<void(Engine&)> queued(Submission&& submission);
+  /// After a batch is submitted: its caller drives it first when some of it is in flight.
+  void deferHandOffFor(const std::vector<std::shared_ptr<Op>>& ops);
   void stop();
   void teardown();
   /// Teardown, worker-lock holder: waits up to `limit` for what was sent to reach its peers.
@@ -316,7 +289,7 @@ class Engine {
   /// Worker-lock holders, once stopping: runs (and so fails) every queued command.
   void runQueuedWhileStopping();
   void deliverFailure(const std::string& address, const std::string& why);
-  /// Worker-lock holders: the work of purgeContext; returns how many messages it dropped.
+  /// Worker-lock holders: the work of a purge submission; returns how many messages it dropped.
   std::size_t dropUnexpected(std::uint32_t context);
 
   const std::uint32_t generation_ = forkGeneration();

@@ -85,7 +85,7 @@ class Op : public std::enable_shared_from_this<Op> {
   /// which may be queued for the driver, does the rest.
   virtual void withdraw() noexcept {}
   /// Worker-lock holder: whether the operation still needs anything from or to group rank
-  /// `rank`; a peer's death fails only the operations that do (Engine::failAfterDraining).
+  /// `rank`; a peer's death fails only the operations that do (Submission::failAfterDraining).
   /// A window's close that already has the peer's close message does not: that peer did
   /// all it had to, and may have left.
   virtual bool awaits(int rank) const { return true; }

@@ -81,7 +81,7 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
       });
   state->receive = op;
   try {
-    state->engine->submit(std::move(op), engine::Engine::Drive::Never);
+    state->engine->submit(engine::Submission::start(std::move(op)).drive(engine::Drive::Never));
   } catch (const std::exception&) {
     // The engine is shutting down: no more deaths to hear of.
   }
@@ -104,7 +104,7 @@ void DeathRelay::tell(int dead, const std::string& why,
         false, engine::Description::p2p("death notice", "to", -1, 0, kNoticeBytes, 1),
         [](std::exception_ptr, int) {});
     try {
-      state_->engine->submit(std::move(op), engine::Engine::Drive::Never);
+      state_->engine->submit(engine::Submission::start(std::move(op)).drive(engine::Drive::Never));
     } catch (const std::exception&) {
       return;  // the engine is shutting down
     }
@@ -121,9 +121,10 @@ void DeathRelay::close() {
   }
   if (!receive) return;
   try {
-    state_->engine->cancel(std::move(receive),
-                           engine::commError("commux: the group's death notices were closed"),
-                           engine::Engine::Drive::Never);
+    state_->engine->submit(
+        engine::Submission::cancel(std::move(receive),
+                                   engine::commError("commux: the group's death notices were closed"))
+            .drive(engine::Drive::Never));
   } catch (const std::exception&) {
     // The engine is shutting down and fails the receive itself.
   }

@@ -107,7 +107,7 @@ Group::~Group() {
   engine_->removeFailureListener(failureListener_);
   std::atomic_store(&shm_, std::shared_ptr<shm::Channel>());
   failOrphans("the process group was destroyed with this receive in flight");
-  engine_->purgeContext(context_);
+  engine_->submit(engine::Submission::purge(context_));
   engine_->contexts().release(context_);
 }
 
@@ -560,7 +560,7 @@ bool Group::launch(const std::shared_ptr<Request>& request, std::shared_ptr<engi
       return true;
     }
   }
-  engine_->submit(std::move(op), engine::Engine::Drive::IfFree, stream);
+  engine_->submit(engine::Submission::start(std::move(op)).after(stream));
   if (!doomed.empty()) request->failAfterDraining(engine::commError(doomed));
   return false;
 }
@@ -587,7 +587,7 @@ void Group::endBatch() {
   for (auto& request : deferred) request->setDeferred(false);
   // One submission for the whole batch: one pass through the worker lock, and the
   // messages leave back to back.
-  if (!ops.empty()) engine_->submit(std::move(ops));
+  if (!ops.empty()) engine_->submit(engine::Submission::start(std::move(ops)));
 }
 
 }  // namespace commux::group

@@ -40,13 +40,15 @@ void Request::failQuietly(std::exception_ptr error) {
   if (done_.done()) return;
   if (auto op = this->op()) {
     op->withdraw();
-    engine_->cancel(std::move(op), std::move(error), engine::Engine::Drive::Never);
+    engine_->submit(engine::Submission::cancel(std::move(op), std::move(error)).drive(engine::Drive::Never));
   }
 }
 
 void Request::failAfterDraining(std::exception_ptr error, int dead) {
   if (done_.done()) return;
-  if (auto op = this->op()) engine_->failAfterDraining(std::move(op), std::move(error), dead);
+  if (auto op = this->op()) {
+    engine_->submit(engine::Submission::failAfterDraining(std::move(op), std::move(error), dead));
+  }
 }
 
 void Request::abort() {
@@ -54,7 +56,7 @@ void Request::abort() {
   auto error = engine::commError("commux: " + description() + " was aborted");
   if (auto op = this->op()) {
     op->withdraw();
-    engine_->cancel(std::move(op), error);
+    engine_->submit(engine::Submission::cancel(std::move(op), error));
   }
 }
 
@@ -115,7 +117,7 @@ void Request::wait(std::chrono::milliseconds limit) {
   if (onFailure_) onFailure_(error);
   if (auto op = this->op()) {
     op->withdraw();
-    engine_->cancel(std::move(op), error);
+    engine_->submit(engine::Submission::cancel(std::move(op), error));
   }
   // The cancellation takes effect when the thread that drives the worker runs it; until
   // then a message that arrives still lands in this receive. The caller may tell the

@@ -100,22 +100,22 @@ std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
   // between hosts), which the waiter then drives while it waits at the gate, with no thread
   // hand-off; a failure completes the Work, whose callbacks wait for the lane to be let go
   // (Engine::HoldsLane).
-  auto report = [engine = engine_, op, error](engine::Engine::Drive drive) {
+  auto report = [engine = engine_, op, error](engine::Drive drive) {
     try {
-      engine->finish(op, error, drive);
+      engine->submit(engine::Submission::finish(op, error).drive(drive));
     } catch (...) {
       // The engine has shut down; it failed the operation already.
     }
   };
   if (partOfMine) {
-    report(engine::Engine::Drive::IfFree);
+    report(engine::Drive::IfFree);
     return {};
   }
   if (onLane || !mine) {
-    report(engine::Engine::Drive::Never);
+    report(engine::Drive::Never);
     return {};
   }
-  return [report] { report(engine::Engine::Drive::IfFree); };
+  return [report] { report(engine::Drive::IfFree); };
 }
 
 void Channel::passGate(engine::DoneFlag& gate, const Turn& turn) {

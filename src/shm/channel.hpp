@@ -9,7 +9,7 @@
 //    every rank issues collectives in);
 //  - this class, which joins them to the engine: a collective is an engine Op
 //    (shm/collective_op.hpp) that starting queues here, and whose outcome goes back
-//    through Engine::finish.
+//    through a finish submission (Submission::finish).
 // The lane's thread never drives the worker (Engine::NeverDrives), so it never runs user
 // callbacks or futures. A part of a collective that spans hosts waits for the part between
 // hosts (Job::gate, set by c10d's HierarchicalOp) through Engine::wait, like any waiter.

@@ -3,7 +3,7 @@
 // engine it is an ordinary Op (so timeouts, abort and coalescing windows treat it like any
 // other); starting it only queues it on the channel's lane, which runs the group's
 // shared-memory collectives one after another, in issue order, and reports back through
-// Engine::finish.
+// a finish submission (Submission::finish).
 #include <atomic>
 #include <chrono>
 #include <cstdint>

@@ -143,11 +143,11 @@ void send(engine::Engine& engine, const Routes& routes, int rank, int to, int ta
           const std::vector<std::shared_ptr<std::vector<std::uint8_t>>>& data, bool pack = false) {
   auto outcome = std::make_shared<Outcome>();
   const auto& route = routes[static_cast<std::size_t>(to)];
-  engine.submit(std::make_shared<engine::P2POp>(
+  engine.submit(engine::Submission::start(std::make_shared<engine::P2POp>(
       engine::P2POp::Kind::Send, viewsOf(data), route,
       wire::p2pTag(route->context, static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(tag), pack),
       wire::kExactMask, pack, engine::Description::p2p("send", "to", to, tag, 0, data.size()),
-      reportTo(engine, outcome)));
+      reportTo(engine, outcome))));
   await(engine, *outcome);
 }
 
@@ -155,11 +155,11 @@ int recv(engine::Engine& engine, int from, int tag,
          const std::vector<std::shared_ptr<std::vector<std::uint8_t>>>& data, bool pack = false) {
   auto outcome = std::make_shared<Outcome>();
   const bool any = from < 0;
-  engine.submit(std::make_shared<engine::P2POp>(
+  engine.submit(engine::Submission::start(std::make_shared<engine::P2POp>(
       engine::P2POp::Kind::Recv, viewsOf(data), nullptr,
       wire::p2pTag(kContext, any ? 0 : static_cast<std::uint32_t>(from), static_cast<std::uint32_t>(tag)),
       any ? wire::kAnySourceMask : wire::kExactMask, pack,
-      engine::Description::p2p("recv", "from", from, tag, 0, data.size()), reportTo(engine, outcome)));
+      engine::Description::p2p("recv", "from", from, tag, 0, data.size()), reportTo(engine, outcome))));
   await(engine, *outcome);
   return outcome->source;
 }
@@ -178,8 +178,8 @@ void collective(engine::Engine& engine, const Routes& routes, int rank, collecti
   setup.myRank = rank;
   setup.sequence = sequence++;
   auto outcome = std::make_shared<Outcome>();
-  engine.submit(std::make_shared<engine::CollectiveOp>(
-      std::move(setup), engine::Description("a core collective"), reportTo(engine, outcome)));
+  engine.submit(engine::Submission::start(std::make_shared<engine::CollectiveOp>(
+      std::move(setup), engine::Description("a core collective"), reportTo(engine, outcome))));
   await(engine, *outcome);
 }
 

@@ -168,16 +168,17 @@ struct Rig {
   }
 
   std::shared_ptr<Outcome> submit(std::chrono::microseconds delay,
-                                  engine::Engine::Drive drive = engine::Engine::Drive::IfFree) {
+                                  engine::Drive drive = engine::Drive::IfFree) {
     auto outcome = std::make_shared<Outcome>();
     outcome->submitted = Clock::now();
     auto* e = engine.get();
-    engine->submit(std::make_shared<FakeOp>(*port, delay,
-                                            [e, outcome](std::exception_ptr error, int) {
-                                              outcome->error = error;
-                                              e->setDone(outcome->flag);
-                                            }),
-                   drive);
+    engine->submit(engine::Submission::start(
+                       std::make_shared<FakeOp>(*port, delay,
+                                                [e, outcome](std::exception_ptr error, int) {
+                                                  outcome->error = error;
+                                                  e->setDone(outcome->flag);
+                                                }))
+                       .drive(drive));
     return outcome;
   }
 };
