@@ -220,7 +220,11 @@ class ProcessGroupUCX : public c10d::Backend {
       std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
       std::optional<core::ReduceOp> reduce, std::function<void()> finalize,
       std::chrono::milliseconds timeout, at::Tensor sendBuffer = {}, int onlyPeer = -1);
-  void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op);
+  /// Launches `op` for `work` on the caller's CUDA stream when it has one; `collective`: an
+  /// operation of every member (group::launchCollective: any death fails it, its failure
+  /// refuses later collectives).
+  void launch(const c10::intrusive_ptr<WorkUCX>& work, std::shared_ptr<engine::Op> op,
+              bool collective = false);
   /// COMMUX_CHECK_COLLECTIVES on the UCX path: every rank compares what it called (operation,
   /// dtype, reduction, elements) with the others' before posting anything; a mismatch
   /// raises ValueError on every rank alike.

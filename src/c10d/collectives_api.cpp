@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "c10d/collective_setup.hpp"
 #include "group/peer_table.hpp"
 #include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
@@ -17,6 +16,7 @@
 #include "collectives/selection.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "group/collectives.hpp"
 #include "group/group.hpp"
 #include "core/group_health.hpp"
 #include "engine/collective_op.hpp"
@@ -44,28 +44,6 @@ at::Tensor localReduce(const std::vector<at::Tensor>& tensors, core::ReduceOp ki
 
 }  // namespace
 
-engine::CollectiveOp::Setup collectiveSetup(PeerTable& peers, collectives::Schedule schedule,
-                                            std::optional<core::ReduceOp> reduce,
-                                            std::uint32_t context, int rank,
-                                            std::uint32_t sequence,
-                                            const engine::Description& description, int ranks) {
-  // Before anything is posted: a step whose transfers the tag cannot tell apart (round_fit.hpp).
-  const std::string clash = collectives::findRoundClash(schedule, Config::get().roundWrap);
-  TORCH_CHECK_VALUE(clash.empty(), "commux: ", description.str(), " on ", ranks, " ranks: ", clash,
-                    ". Nothing was sent. Raise COMMUX_ROUND_WRAP if it was lowered; otherwise "
-                    "this is a commux bug, please report it");
-  engine::CollectiveOp::Setup setup;
-  setup.routes = peers.get(schedule.peers());
-  setup.schedule = std::move(schedule);
-  setup.reduce = reduce;
-  setup.myContext = context;
-  setup.myRank = rank;
-  // The tag keeps the sequence modulo the wrap (COMMUX_SEQUENCE_WRAP, 2^20 by default).
-  setup.sequence = sequence & (Config::get().sequenceWrap - 1);
-  setup.roundWrap = Config::get().roundWrap;
-  return setup;
-}
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     c10d::OpType type, std::uint32_t sequence, engine::Description description,
     std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
@@ -76,21 +54,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
       !group_->batching()) {
     checkSameCollective(type, work, reduce, description, timeout);
   }
-  // A collective fails when any member dies, also one this rank does not talk to directly
-  // (its partners would wait for it).
-  if (onlyPeer < 0) group_->watchMembers();
-  auto setup = collectiveSetup(group_->peers(), std::move(schedule), reduce, group_->context(), rank_, sequence,
-                               description, size_);
+  auto setup = group::scheduleSetup(*group_, std::move(schedule), reduce, sequence, description,
+                                    size_);
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   w->setPeer(onlyPeer);
-  if (onlyPeer < 0) {
-    w->setOnFailure([health = group_->health()](std::exception_ptr error) { health->collectiveFailed(error); });
-  }
   w->addReads({work, sendBuffer});
   setup.finalize = std::move(finalize);
-  launch(w, std::make_shared<TensorCollectiveOp>(std::move(setup), std::move(work),
-                                                 std::move(sendBuffer), w->parts(),
-                                                 w->completer()));
+  auto op = std::make_shared<TensorCollectiveOp>(std::move(setup), std::move(work),
+                                                 std::move(sendBuffer), w->parts(), w->completer());
+  launch(w, std::move(op), /*collective=*/onlyPeer < 0);
   return w;
 }
 
@@ -148,15 +120,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
     const std::shared_ptr<shm::Channel>& channel, TensorJob&& job, std::function<void()> finalize,
     std::chrono::milliseconds timeout) {
   const NoAutograd noAutograd;  // the operation's entry checked the rest
-  // Every member takes part: the collective fails when any of them dies.
-  group_->watchMembers();
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
-  w->setOnFailure([health = group_->health()](std::exception_ptr error) { health->collectiveFailed(error); });
   // Peers read these in place (CMA) until the lane has run the job.
   w->addReads({job.buffer, job.input, job.output});
-  launch(w, std::make_shared<shm::CollectiveOp>(channel, toCore(std::move(job)),
-                                                withoutGrad(std::move(finalize)), w->parts(),
-                                                w->completer()));
+  launch(w,
+         std::make_shared<shm::CollectiveOp>(channel, toCore(std::move(job)),
+                                             withoutGrad(std::move(finalize)), w->parts(),
+                                             w->completer()),
+         /*collective=*/true);
   return w;
 }
 

@@ -6,7 +6,7 @@
 // rank alone on its host only has the part between hosts.
 #include <c10/util/Exception.h>
 
-#include "c10d/collective_setup.hpp"
+#include "group/collectives.hpp"
 #include "c10d/hierarchical_op.hpp"
 #include "group/peer_table.hpp"
 #include "group/shm_setup.hpp"
@@ -272,11 +272,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
   }
   if (crosses) {
     HierarchicalOp::Cross cross;
-    // A refusal (collectiveSetup) surfaces where the part would start, so that this host's
+    // A refusal (scheduleSetup) surfaces where the part would start, so that this host's
     // channel is abandoned and its other ranks stop waiting for this one.
     try {
-      cross.setup = collectiveSetup(group_->peers(), std::move(schedule), reduce, group_->context(), rank_,
-                                    sequence, description, hosts);
+      cross.setup =
+          group::scheduleSetup(*group_, std::move(schedule), reduce, sequence, description, hosts);
       cross.work = flatOrEmpty(crossOn);
       cross.setup.finalize = std::move(after);
     } catch (...) {
@@ -286,12 +286,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchHierarchical(
     plan.cross = std::move(cross);
   }
   const OpEntry entry(*this);
-  // Every member takes part: the collective fails when any of them dies.
-  group_->watchMembers();
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
-  w->setOnFailure([health = group_->health()](std::exception_ptr error) { health->collectiveFailed(error); });
   w->addReads({buffer, input, output});
-  launch(w, HierarchicalOp::make(channel, std::move(plan), w->parts(), w->completer()));
+  launch(w, HierarchicalOp::make(channel, std::move(plan), w->parts(), w->completer()),
+         /*collective=*/true);
   return w;
 }
 

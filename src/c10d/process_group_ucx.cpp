@@ -11,6 +11,7 @@
 
 #include "c10d/c10d_store.hpp"
 #include "c10d/process_engine.hpp"
+#include "group/collectives.hpp"
 #include "group/group.hpp"
 #include "group/peer_table.hpp"
 #include "c10d/staging.hpp"
@@ -114,7 +115,7 @@ c10::intrusive_ptr<WorkUCX> ProcessGroupUCX::makeWork(c10d::OpType type,
 }
 
 void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
-                             std::shared_ptr<engine::Op> op) {
+                             std::shared_ptr<engine::Op> op, bool collective) {
   TensorRequest& request = work->request();
   // CUDA tensors: the operation starts once the caller's current stream has produced its
   // inputs, and whatever it does for the caller afterwards goes on that stream.
@@ -132,7 +133,11 @@ void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,
     op->setUserStream(*stream);
     request.setStream(current);
   }
-  group_->launch(work->sharedRequest(), std::move(op), stream);
+  if (collective) {
+    group::launchCollective(*group_, work->sharedRequest(), std::move(op), stream);
+  } else {
+    group_->launch(work->sharedRequest(), std::move(op), stream);
+  }
   // After the launch, which raises for an operation that cannot run (it was never part of
   // the window then).
   if (group_->batching()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "commux/options.hpp"
+#include "group/collectives.hpp"
 
 namespace commux {
 
@@ -13,26 +14,11 @@ OpEntry::OpEntry(const ProcessGroupUCX& group) { group.checkSameProcess(); }
 CollectiveEntry::CollectiveEntry(ProcessGroupUCX& group) : entry_(group) { group.joinSetUp(); }
 
 collectives::Thresholds thresholds(const at::Tensor& buffer, const char* forced) {
-  const Config& c = Config::get();
-  collectives::Thresholds t;
-  t.allreduceRingMinBytes = c.allreduceRingMinBytes;
-  t.chainMinBytes = c.chainMinBytes;
-  t.pipelineChunkBytes =
-      buffer.defined() && buffer.is_cuda() ? c.cudaChunkBytes : c.pipelineChunkBytes;
-  t.logAlgorithmsMinRanks = c.logAlgorithmsMinRanks;
-  t.ringMinBlockBytes = c.ringMinBlockBytes;
-  t.forced = forced;
-  return t;
+  return group::thresholds(buffer.defined() && buffer.is_cuda(), forced);
 }
 
 at::Tensor flat(const at::Tensor& t) {
   return t.is_contiguous() ? t.view({-1}) : t.contiguous().view({-1});
-}
-
-std::vector<collectives::Range> equalBlocks(std::size_t count, int size) {
-  std::vector<collectives::Range> blocks;
-  for (int r = 0; r < size; ++r) blocks.push_back({static_cast<std::size_t>(r) * count, count});
-  return blocks;
 }
 
 void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors) {

@@ -61,8 +61,7 @@ at::Tensor flat(const at::Tensor& t);
 /// bookkeeping runs even without grad).
 inline at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
 
-/// The blocks of a p-block buffer whose blocks all hold `count` elements.
-std::vector<collectives::Range> equalBlocks(std::size_t count, int size);
+using collectives::equalBlocks;
 
 /// Copies `work` back into every tensor that does not already alias it.
 void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors);

@@ -130,6 +130,12 @@ bool forced(const Thresholds& t, std::string_view name) {
 
 }  // namespace
 
+std::vector<Range> equalBlocks(std::size_t count, int size) {
+  std::vector<Range> blocks;
+  for (int r = 0; r < size; ++r) blocks.push_back({static_cast<std::size_t>(r) * count, count});
+  return blocks;
+}
+
 Plan planAllreduce(int rank, int size, std::size_t count, std::size_t elementSize,
                    const Thresholds& t) {
   if (forced(t, "ring"))

@@ -46,6 +46,9 @@ struct Plan {
   const char* algorithm;
 };
 
+/// The blocks of a buffer of `size` blocks that all hold `count` elements.
+std::vector<Range> equalBlocks(std::size_t count, int size);
+
 Plan planAllreduce(int rank, int size, std::size_t count, std::size_t elementSize,
                    const Thresholds& t);
 Plan planBroadcast(int rank, int size, int root, std::size_t count, std::size_t elementSize,

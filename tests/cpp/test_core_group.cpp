@@ -24,7 +24,7 @@
 #include "shm/collective_op.hpp"
 #include "shm/job.hpp"
 #include "wire/tag.hpp"
-#include "directory_store.hpp"
+#include "core_group_rig.hpp"
 #include "fork_ranks.hpp"
 #include "test_seed.hpp"
 
@@ -34,36 +34,9 @@ using namespace commux;
 using namespace std::chrono_literals;
 using Bytes = std::shared_ptr<std::vector<std::uint8_t>>;
 
-void check(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error(what);
-}
-
-// A fresh folder for one test's store; removed (with what the ranks wrote) at the end.
-class Folder {
- public:
-  Folder() {
-    char path[] = "/tmp/commux-core-group-XXXXXX";
-    check(::mkdtemp(path) != nullptr, "mkdtemp failed");
-    path_ = path;
-  }
-  ~Folder() { std::system(("rm -rf " + path_).c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// One rank's engine and Group (the Group goes first: it needs the engine to leave).
-struct Member {
-  std::shared_ptr<engine::Engine> engine;
-  std::unique_ptr<group::Group> group;
-
-  Member(const std::string& folder, int rank, int size)
-      : engine(std::make_shared<engine::Engine>(engine::Settings{})),
-        group(std::make_unique<group::Group>(
-            std::make_shared<commux::testing::DirectoryStore>(folder, 30s), rank, size, engine,
-            /*setUpInBackground=*/true)) {}
-};
+using commux::testing::check;
+using commux::testing::Folder;
+using commux::testing::Member;
 
 Bytes pattern(std::size_t bytes, int salt) {
   auto data = std::make_shared<std::vector<std::uint8_t>>(bytes);

@@ -1,0 +1,77 @@
+#pragma once
+// The collectives of a core Group over plain buffers, for front ends that hold pointers
+// and byte counts rather than tensors (the C API, C++ and Rust engines): each checks its
+// arguments before anything moves, takes the Group's one route (Group::route) to the
+// host's shared-memory channel or a UCX schedule, and returns the Request the Group tracks
+// (wait on it; a member's death, an abort or its deadline fails it). The c10d adapter
+// stages tensors its own way and shares the launch underneath (scheduleSetup,
+// launchCollective).
+//
+// Host memory only for now: a device buffer needs a fold on the device, which the c10d
+// adapter brings (TensorCollectiveOp). Parts across hosts (Path::Hierarchical) are the
+// adapter's too: where the automatic route would choose them, these calls run the flat
+// schedule over every rank instead (correct, and the same choice on every rank); a forced
+// COMMUX_ALGORITHM_<COLLECTIVE>=hierarchical raises.
+//
+// The caller keeps every buffer alive and leaves it alone until the Request is done (a
+// Buffer's `owner`, when set, is held until then too).
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "collectives/schedule.hpp"
+#include "collectives/selection.hpp"
+#include "core/buffer.hpp"
+#include "core/reduce.hpp"
+#include "core/stream.hpp"
+#include "engine/collective_op.hpp"
+#include "engine/description.hpp"
+#include "group/request.hpp"
+
+namespace commux::group {
+
+class Group;
+
+/// Reduces `buffer` with `op` across the group, in place on every rank.
+std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
+                                   std::chrono::milliseconds timeout);
+/// Rank `root`'s `buffer` ends with the reduction; the others' buffers keep their values.
+std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
+                                int root, std::chrono::milliseconds timeout);
+/// Every rank's `buffer` ends with rank `root`'s.
+std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int root,
+                                   std::chrono::milliseconds timeout);
+/// `output` (size x input's elements, input's type) ends with every rank's `input`, in rank
+/// order. `input` may be this rank's own block of `output`.
+std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
+                                   const core::Buffer& output, std::chrono::milliseconds timeout);
+/// `output` ends with block `rank` (output's elements each) of the reduction with `op` of
+/// every rank's `input` (size x output's elements); `input` keeps its values.
+std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
+                                       const core::Buffer& output, core::ReduceOp op,
+                                       std::chrono::milliseconds timeout);
+/// Done once every rank has entered it.
+std::shared_ptr<Request> barrier(Group& group, std::chrono::milliseconds timeout);
+
+// --- The launch underneath, shared with the c10d adapter ------------------------------
+
+/// The selection's settings from the process's configuration (COMMUX_* thresholds) for a
+/// buffer in device memory or not; `forced`: the schedule the call's route forces, or null.
+collectives::Thresholds thresholds(bool deviceMemory, const char* forced = nullptr);
+/// `schedule` with routes to its peers and this rank's tag fields (the group's context, its
+/// rank, `sequence` modulo COMMUX_SEQUENCE_WRAP). Raises InvalidArgument, before anything
+/// is sent, for a schedule whose rounds the tag cannot tell apart (the error names the
+/// collective and the `ranks` the schedule runs among).
+engine::CollectiveOp::Setup scheduleSetup(Group& group, collectives::Schedule schedule,
+                                          std::optional<core::ReduceOp> reduce,
+                                          std::uint32_t sequence,
+                                          const engine::Description& description, int ranks);
+/// Launches `op`, a collective of every member, for `request`: any member's death fails
+/// it (also one this rank does not talk to: its partners would wait for it), and its
+/// failure makes the group refuse later collectives (the ranks may be out of step).
+void launchCollective(Group& group, const std::shared_ptr<Request>& request,
+                      std::shared_ptr<engine::Op> op,
+                      const std::optional<core::Stream>& stream = std::nullopt);
+
+}  // namespace commux::group

@@ -1,0 +1,50 @@
+#pragma once
+// What the core's real-rank tests share: a fresh folder for a test's key-value store, and
+// one rank's engine and Group over it.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "engine/engine.hpp"
+#include "group/group.hpp"
+#include "directory_store.hpp"
+
+namespace commux::testing {
+
+inline void check(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+// A fresh folder for one test's store; removed (with what the ranks wrote) at the end.
+class Folder {
+ public:
+  Folder() {
+    char path[] = "/tmp/commux-core-group-XXXXXX";
+    check(::mkdtemp(path) != nullptr, "mkdtemp failed");
+    path_ = path;
+  }
+  ~Folder() { std::system(("rm -rf " + path_).c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// One rank's engine and Group (the Group goes first: it needs the engine to leave).
+struct Member {
+  std::shared_ptr<engine::Engine> engine;
+  std::unique_ptr<group::Group> group;
+
+  Member(const std::string& folder, int rank, int size)
+      : engine(std::make_shared<engine::Engine>(engine::Settings{})),
+        group(std::make_unique<group::Group>(
+            std::make_shared<DirectoryStore>(folder, std::chrono::seconds(30)), rank, size,
+            engine, /*setUpInBackground=*/true)) {}
+};
+
+}  // namespace commux::testing

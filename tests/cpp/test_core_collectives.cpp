@@ -1,0 +1,275 @@
+// The core's collectives over plain buffers (group/collectives.hpp), on real ranks with no
+// torch: every collective, seeded sizes, roots, types and reductions, checked against the
+// values each rank computes for itself; once through the host's shared-memory channel and
+// once as UCX schedules (COMMUX_SHM=0); and arguments that are wrong are refused on every
+// rank before anything moves, with the group still working afterwards.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "commux/options.hpp"
+#include "core/buffer.hpp"
+#include "core/error.hpp"
+#include "group/collectives.hpp"
+#include "group/group.hpp"
+#include "core_group_rig.hpp"
+#include "fork_ranks.hpp"
+#include "test_seed.hpp"
+
+namespace {
+
+using namespace commux;
+using namespace std::chrono_literals;
+using commux::testing::check;
+using commux::testing::Folder;
+using commux::testing::Member;
+
+constexpr auto kLimit = 30s;
+
+template <typename T>
+struct TypeOf;
+template <>
+struct TypeOf<float> {
+  static constexpr core::Dtype value = core::Dtype::Float32;
+};
+template <>
+struct TypeOf<double> {
+  static constexpr core::Dtype value = core::Dtype::Float64;
+};
+template <>
+struct TypeOf<std::int32_t> {
+  static constexpr core::Dtype value = core::Dtype::Int32;
+};
+template <>
+struct TypeOf<std::int64_t> {
+  static constexpr core::Dtype value = core::Dtype::Int64;
+};
+
+template <typename T>
+core::Buffer view(std::vector<T>& values) {
+  return core::bufferOf(values.data(), values.size(), TypeOf<T>::value);
+}
+
+// Small integers: every reduction of them is exact in every type here.
+template <typename T>
+T valueOf(int rank, std::size_t i, int salt) {
+  return static_cast<T>((rank + 1) * static_cast<int>((i + static_cast<std::size_t>(salt)) % 5 + 1));
+}
+
+template <typename T>
+T fold(core::ReduceOp op, T a, T b) {
+  switch (op) {
+    case core::ReduceOp::Sum: return a + b;
+    case core::ReduceOp::Product: return a * b;
+    case core::ReduceOp::Min: return std::min(a, b);
+    case core::ReduceOp::Max: return std::max(a, b);
+    default: throw std::runtime_error("not a reduction of this test");
+  }
+}
+
+template <typename T>
+T reducedAt(core::ReduceOp op, int size, std::size_t i, int salt) {
+  T acc = valueOf<T>(0, i, salt);
+  for (int r = 1; r < size; ++r) acc = fold(op, acc, valueOf<T>(r, i, salt));
+  return acc;
+}
+
+template <typename T>
+std::vector<T> filled(int rank, std::size_t count, int salt) {
+  std::vector<T> values(count);
+  for (std::size_t i = 0; i < count; ++i) values[i] = valueOf<T>(rank, i, salt);
+  return values;
+}
+
+void finish(group::Request& request) {
+  request.wait(request.timeout());
+  if (auto error = request.error()) std::rethrow_exception(error);
+}
+
+template <typename T>
+void expectEach(const std::vector<T>& got, const std::function<T(std::size_t)>& want,
+                const std::string& what) {
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want(i)) {
+      throw std::runtime_error(what + ": element " + std::to_string(i) + " of " +
+                               std::to_string(got.size()) + " is " + std::to_string(got[i]) +
+                               ", not " + std::to_string(want(i)));
+    }
+  }
+}
+
+// One round of every collective on elements of T, with sizes and roots drawn from `random`
+// (the same draws on every rank). `shared`: whether they must run on the host's channel.
+template <typename T>
+void everyCollective(group::Group& g, std::mt19937& random, bool shared) {
+  const int rank = g.rank(), size = g.size();
+  const auto n = static_cast<std::size_t>(size);
+  const std::size_t counts[] = {0, 1, 7, random() % 1000, 1000 + random() % 100000};
+  const core::ReduceOp ops[] = {core::ReduceOp::Sum, core::ReduceOp::Max, core::ReduceOp::Min,
+                                core::ReduceOp::Product};
+  for (const std::size_t count : counts) {
+    const int salt = static_cast<int>(random() % 97);
+    const core::ReduceOp op = ops[random() % 4];
+    const int root = static_cast<int>(random() % n);
+    const std::string at = " (" + std::to_string(count) + " x " + core::nameOf(TypeOf<T>::value) +
+                           ", " + core::nameOf(op) + ", root " + std::to_string(root) + ")";
+
+    auto values = filled<T>(rank, count, salt);
+    auto request = group::allreduce(g, view(values), op, kLimit);
+    check((request->description().find("shared memory") != std::string::npos) == shared,
+          "the allreduce ran as " + request->description() +
+              (shared ? ", not over shared memory" : ", not as a schedule"));
+    finish(*request);
+    expectEach<T>(values, [&](std::size_t i) { return reducedAt<T>(op, size, i, salt); },
+                  "allreduce" + at);
+
+    values = filled<T>(rank, count, salt);
+    finish(*group::reduce(g, view(values), op, root, kLimit));
+    expectEach<T>(values,
+                  [&](std::size_t i) {
+                    return rank == root ? reducedAt<T>(op, size, i, salt)
+                                        : valueOf<T>(rank, i, salt);
+                  },
+                  "reduce" + at);
+
+    values = filled<T>(rank, count, salt);
+    finish(*group::broadcast(g, view(values), root, kLimit));
+    expectEach<T>(values, [&](std::size_t i) { return valueOf<T>(root, i, salt); },
+                  "broadcast" + at);
+
+    // Allgather from a buffer of its own, then in place (the input is this rank's block).
+    auto input = filled<T>(rank, count, salt);
+    std::vector<T> gathered(count * n, T(-1));
+    finish(*group::allgather(g, view(input), view(gathered), kLimit));
+    const auto gatheredAt = [&](std::size_t i) { return valueOf<T>(static_cast<int>(i / std::max<std::size_t>(count, 1)), i % std::max<std::size_t>(count, 1), salt); };
+    expectEach<T>(gathered, gatheredAt, "allgather" + at);
+    std::vector<T> inPlace(count * n, T(-1));
+    std::copy(input.begin(), input.end(), inPlace.begin() + static_cast<std::ptrdiff_t>(count * rank));
+    finish(*group::allgather(
+        g, core::bufferOf(inPlace.data() + count * rank, count, TypeOf<T>::value), view(inPlace),
+        kLimit));
+    expectEach<T>(inPlace, gatheredAt, "allgather in place" + at);
+
+    // Reduce-scatter: rank r's input holds size blocks; each rank ends with its block
+    // reduced, and its input as it was.
+    auto whole = filled<T>(rank, count * n, salt);
+    const auto wholeBefore = whole;
+    std::vector<T> mine(count, T(-1));
+    finish(*group::reduceScatter(g, view(whole), view(mine), op, kLimit));
+    expectEach<T>(mine,
+                  [&](std::size_t i) { return reducedAt<T>(op, size, count * rank + i, salt); },
+                  "reduce_scatter" + at);
+    check(whole == wholeBefore, "reduce_scatter changed its input" + at);
+
+    finish(*group::barrier(g, kLimit));
+  }
+}
+
+void runEveryCollective(const char* shm, int size) {
+  ::setenv("COMMUX_SHM", shm, 1);
+  if (Config::get().shm != (std::string(shm) == "1")) {
+    GTEST_SKIP() << "this process read COMMUX_SHM before the test set it: run it alone (ctest "
+                    "runs every test in a process of its own)";
+  }
+  const unsigned s = commux::testing::testSeed();
+  Folder folder;
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    Member me(folder.path(), rank, size);
+    std::mt19937 random(s);  // the same draws on every rank
+    const bool shared = Config::get().shm;
+    everyCollective<float>(*me.group, random, shared);
+    everyCollective<std::int32_t>(*me.group, random, shared);
+    everyCollective<double>(*me.group, random, shared);
+    everyCollective<std::int64_t>(*me.group, random, shared);
+    check(me.group->status().healthy, "the group is not healthy: " + me.group->status().reason);
+  });
+  EXPECT_EQ(problems, "") << "COMMUX_TEST_SEED=" << s;
+}
+
+TEST(CoreCollectives, EveryCollectiveOverSharedMemory) {
+  runEveryCollective("1", 3);
+}
+
+TEST(CoreCollectives, EveryCollectiveAsSchedulesOverUcx) {
+  // Four ranks: the power-of-two algorithms (recursive doubling, halving) are chosen too.
+  runEveryCollective("0", 4);
+}
+
+// What the call raised, as text ("" when nothing).
+std::string refusal(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    const auto error = core::readError(std::current_exception());
+    if (error.kind != core::ErrorKind::InvalidArgument) {
+      return std::string("not an InvalidArgument: ") + e.what();
+    }
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CoreCollectives, WrongArgumentsAreRefusedBeforeAnythingMovesAndTheGroupGoesOn) {
+  Folder folder;
+  const int size = 2;
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    Member me(folder.path(), rank, size);
+    group::Group& g = *me.group;
+    std::vector<float> four(4, 1.0f), seven(7, 1.0f), eight(8, 1.0f);
+    std::vector<std::int32_t> ints(8, 1);
+    const auto refused = [&](const char* what, const char* says,
+                             const std::function<void()>& call) {
+      const std::string message = refusal(call);
+      check(message.find(says) != std::string::npos,
+            std::string(what) + ": expected a refusal naming '" + says + "', got '" + message +
+                "'");
+    };
+    refused("allgather into a short output", "must hold the group's size", [&] {
+      group::allgather(g, view(four), view(seven), kLimit);
+    });
+    refused("reduce_scatter of a ragged input", "must hold the group's size", [&] {
+      group::reduceScatter(g, view(seven), view(four), core::ReduceOp::Sum, kLimit);
+    });
+    refused("allgather across types", "must hold one type",
+            [&] { group::allgather(g, view(four), view(ints), kLimit); });
+    refused("a bitwise fold of floats", "is not defined on float32", [&] {
+      group::allreduce(g, view(four), core::ReduceOp::BitOr, kLimit);
+    });
+    refused("a root outside the group", "root 2 is not a rank", [&] {
+      group::broadcast(g, view(four), 2, kLimit);
+    });
+    refused("reduce_scatter into its own input", "overlaps the input", [&] {
+      group::reduceScatter(g, view(eight),
+                           core::bufferOf(eight.data() + 2, 4, core::Dtype::Float32),
+                           core::ReduceOp::Sum, kLimit);
+    });
+    refused("allgather from inside the output but not its block", "other than as this rank's", [&] {
+      group::allgather(g, core::bufferOf(eight.data() + 1, 4, core::Dtype::Float32),
+                       view(eight), kLimit);
+    });
+    core::Buffer lying = view(four);
+    lying.elementSize = 8;
+    refused("a buffer whose element size is not its type's", "float32 has 4",
+            [&] { group::allreduce(g, lying, core::ReduceOp::Sum, kLimit); });
+    refused("a null buffer", "at a null address", [&] {
+      group::allreduce(g, core::bufferOf(nullptr, 3, core::Dtype::Float32), core::ReduceOp::Sum,
+                       kLimit);
+    });
+    // Nothing moved, and the ranks are still in step.
+    std::vector<float> values(5, static_cast<float>(rank + 1));
+    finish(*group::allreduce(g, view(values), core::ReduceOp::Sum, kLimit));
+    check(values == std::vector<float>(5, 3.0f), "the allreduce after the refusals summed wrong");
+    check(g.status().healthy, "a refusal hurt the group: " + g.status().reason);
+  });
+  EXPECT_EQ(problems, "");
+}
+
+}  // namespace
