@@ -432,7 +432,11 @@ bool Engine::submit(Submission submission) {
   }
   // The worker and every queued message go with a stopped engine.
   if (submission.kind_ == Kind::Purge && stopping_.load()) return true;
-  if (submission.drive_ == Drive::IfFree && policy.neverDrivesDepth == 0) {
+  // A fail-after-draining and a purge run on the driver only (their caller may hold what a
+  // callback needs), whatever drive they were given.
+  const bool driverOnly =
+      submission.kind_ == Kind::FailAfterDraining || submission.kind_ == Kind::Purge;
+  if (submission.drive_ == Drive::IfFree && policy.neverDrivesDepth == 0 && !driverOnly) {
     if (submission.busy_ == Busy::Wait) {
       Driving driving(workerMutex_, driver_, /*locked=*/false);
       runHere(submission);
@@ -461,7 +465,7 @@ bool Engine::submit(Submission submission) {
   if (submission.kind_ == Kind::Purge) {
     try {
       enqueue(queued(std::move(submission)));
-    } catch (const std::runtime_error&) {
+    } catch (const std::exception&) {
       return true;  // the engine began to stop meanwhile
     }
   } else {
@@ -521,9 +525,10 @@ bool Engine::runHere(Submission& s) {
         }
       } forCaller(policy.drivingDepth == 1);
       startOp(s.op_);
-      // Let UCX move what was just posted; work that is not UCX's needs no round.
-      if (!s.op_->usesWorker()) return false;
-      progressRound();
+      // Let UCX move what was just posted; work that is not UCX's needs no round. Either
+      // way the driver hears that this thread left: a shared-memory collective queued on
+      // its lane by its caller is woken by that hand-off unless the caller waits at once.
+      if (s.op_->usesWorker()) progressRound();
       return true;
     }
     case Kind::StartAll:

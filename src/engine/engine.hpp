@@ -112,8 +112,9 @@ class Engine {
   /// The one way into the engine, from any thread: start an operation (or several, or one
   /// after a CUDA stream), cancel one, fail one after draining, report one finished, purge
   /// a communicator, or run a blocking transfer's call (submission.hpp says what each
-  /// does and how every one runs). Raises once the engine has stopped, except for a
-  /// finish, a waited-for call and a purge. False only for a refused call.
+  /// does and how every one runs). Raises once the engine has stopped (a finish and a
+  /// waited-for call only when they must be queued; a purge never). False only for a
+  /// refused call.
   bool submit(Submission submission);
   /// Worker-lock holders (an operation made of parts, in its start() or a part's
   /// completion): start `part` now, on this thread.
@@ -272,8 +273,8 @@ class Engine {
   void enqueue(std::function<void(Engine&)> command);
   /// Appends `command` to the submissions, stopping or not.
   void append(std::function<void(Engine&)> command);
-  /// What a submission does on the thread that holds the worker lock; true when it may
-  /// leave UCX work in flight (the driver is then told it left).
+  /// What a submission does on the thread that holds the worker lock; true when the driver
+  /// must be told this thread left (it may have left work in flight).
   bool runHere(Submission& submission);
   /// What a submission does once queued, on whichever thread drives next.
   static std::function<void(Engine&)> queued(Submission&& submission);
