@@ -35,9 +35,6 @@ class WorkUCX : public c10d::Work {
   const std::shared_ptr<TensorRequest>& sharedRequest() const noexcept { return request_; }
   // What launching needs of the request, without spelling request() each time.
   void setPeer(int peer) noexcept { request_->setPeer(peer); }
-  void setOnFailure(std::function<void(std::exception_ptr)> onFailure) {
-    request_->setOnFailure(std::move(onFailure));
-  }
   void addReads(std::initializer_list<at::Tensor> tensors) { request_->addReads(tensors); }
   const engine::Description& parts() const noexcept { return request_->parts(); }
   engine::Op::Done completer() { return request_->completer(); }

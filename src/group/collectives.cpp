@@ -56,8 +56,7 @@ engine::CollectiveOp::Setup scheduleSetup(Group& group, collectives::Schedule sc
 void launchCollective(Group& group, const std::shared_ptr<Request>& request,
                       std::shared_ptr<engine::Op> op, const std::optional<core::Stream>& stream) {
   group.watchMembers();
-  request->setOnFailure(
-      [health = group.health()](std::exception_ptr error) { health->collectiveFailed(error); });
+  request->reportFailureTo(group.health());
   group.launch(request, std::move(op), stream);
 }
 

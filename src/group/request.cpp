@@ -1,6 +1,7 @@
 #include "group/request.hpp"
 
 #include "core/error.hpp"
+#include "core/group_health.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
 
@@ -40,7 +41,8 @@ void Request::failQuietly(std::exception_ptr error) {
   if (done_.done()) return;
   if (auto op = this->op()) {
     op->withdraw();
-    engine_->submit(engine::Submission::cancel(std::move(op), std::move(error)).drive(engine::Drive::Never));
+    engine_->submit(
+        engine::Submission::cancel(std::move(op), std::move(error)).drive(engine::Drive::Never));
   }
 }
 
@@ -61,7 +63,7 @@ void Request::abort() {
 }
 
 void Request::complete(std::exception_ptr error, int sourceRank) {
-  if (error && onFailure_) onFailure_(error);
+  if (error && health_) health_->collectiveFailed(error);
   // The op holds buffers and, through its completion callback, this Request; drop the link
   // so nothing outlives its use (released below, outside the lock).
   std::shared_ptr<engine::Op> op;
@@ -114,7 +116,7 @@ void Request::wait(std::chrono::milliseconds limit) {
   auto error = engine::commError(what);
   // Recorded now, not when the cancellation is processed: the caller's next collective
   // must already be refused.
-  if (onFailure_) onFailure_(error);
+  if (health_) health_->collectiveFailed(error);
   if (auto op = this->op()) {
     op->withdraw();
     engine_->submit(engine::Submission::cancel(std::move(op), error));

@@ -18,6 +18,9 @@
 #include "engine/done_flag.hpp"
 #include "engine/op.hpp"
 
+namespace commux::core {
+class GroupHealth;
+}
 namespace commux::engine {
 class Engine;
 }
@@ -51,9 +54,11 @@ class Request : public std::enable_shared_from_this<Request> {
   /// leaves the ranks out of step.
   bool collective() const noexcept { return peer_ == kAllRanks && kind_ != Kind::RecvAnySource; }
   bool receives() const noexcept { return kind_ == Kind::Recv || kind_ == Kind::RecvAnySource; }
-  /// Runs (on the completing thread) when the operation fails; set before launch.
-  void setOnFailure(std::function<void(std::exception_ptr)> onFailure) {
-    onFailure_ = std::move(onFailure);
+  /// A collective of the group whose `health` hears when it fails (on the completing
+  /// thread, or at once on a timeout), so that later collectives are refused; set before
+  /// launch. A pointer, not a callback: no allocation per collective.
+  void reportFailureTo(std::shared_ptr<core::GroupHealth> health) noexcept {
+    health_ = std::move(health);
   }
 
   /// Connects the operation this Request tracks (for cancel on timeout, abort, death).
@@ -115,7 +120,7 @@ class Request : public std::enable_shared_from_this<Request> {
   engine::DoneFlag done_;
   std::atomic<bool> deferred_{false};
   std::atomic<int> sourceRank_{-1};
-  std::function<void(std::exception_ptr)> onFailure_;
+  std::shared_ptr<core::GroupHealth> health_;  // reportFailureTo
 };
 
 }  // namespace commux::group
