@@ -6,7 +6,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -17,13 +19,12 @@
 #include "core/buffer.hpp"
 #include "core/error.hpp"
 #include "engine/engine.hpp"
-#include "engine/p2p_op.hpp"
 #include "group/group.hpp"
+#include "group/point_to_point.hpp"
 #include "group/peer_table.hpp"
 #include "shm/channel.hpp"
 #include "shm/collective_op.hpp"
 #include "shm/job.hpp"
-#include "wire/tag.hpp"
 #include "core_group_rig.hpp"
 #include "fork_ranks.hpp"
 #include "test_seed.hpp"
@@ -44,43 +45,16 @@ Bytes pattern(std::size_t bytes, int salt) {
   return data;
 }
 
-engine::P2POp::Buffers viewOf(const Bytes& data) {
-  engine::P2POp::Buffers buffers;
-  buffers.push_back(core::bufferOf(data->data(), data->size(), core::Dtype::UInt8, data));
-  return buffers;
+core::Buffer viewOf(const Bytes& data) {
+  return core::bufferOf(data->data(), data->size(), core::Dtype::UInt8, data);
 }
 
 std::shared_ptr<group::Request> send(group::Group& g, int to, int tag, const Bytes& data) {
-  const auto route = g.peers().get(to, "a send to it");
-  auto request = std::make_shared<group::Request>(
-      group::Request::Kind::Send, engine::Description::p2p("send", "to", to, tag, data->size(), 1),
-      20s, g.sharedEngine());
-  request->setPeer(to);
-  g.launch(request,
-           std::make_shared<engine::P2POp>(
-               engine::P2POp::Kind::Send, viewOf(data), route,
-               wire::p2pTag(route->context, static_cast<std::uint32_t>(g.rank()),
-                            static_cast<std::uint32_t>(tag)),
-               wire::kExactMask, false, request->parts(), request->completer()),
-           std::nullopt);
-  return request;
+  return group::send(g, viewOf(data), to, tag, 20s);
 }
 
 std::shared_ptr<group::Request> recv(group::Group& g, int from, int tag, const Bytes& data) {
-  g.peers().get(from, "a receive from it");  // watched from now on
-  auto request = std::make_shared<group::Request>(
-      group::Request::Kind::Recv,
-      engine::Description::p2p("recv", "from", from, tag, data->size(), 1), 20s,
-      g.sharedEngine());
-  request->setPeer(from);
-  g.launch(request,
-           std::make_shared<engine::P2POp>(
-               engine::P2POp::Kind::Recv, viewOf(data), nullptr,
-               wire::p2pTag(g.context(), static_cast<std::uint32_t>(from),
-                            static_cast<std::uint32_t>(tag)),
-               wire::kExactMask, false, request->parts(), request->completer()),
-           std::nullopt);
-  return request;
+  return group::recv(g, viewOf(data), from, tag, 20s);
 }
 
 // Waits (raising at the Request's timeout) and raises the Request's own error.
@@ -219,6 +193,62 @@ TEST(CoreGroup, AbortFailsWhatIsInFlightAndRefusesWhatFollows) {
       refused = std::string(e.what()).find("aborted") != std::string::npos;
     }
     check(refused, "an aborted group still calls itself usable");
+  });
+  EXPECT_EQ(problems, "");
+}
+
+TEST(CoreGroup, AnySourceReceivesNameTheirSenderAndBadMessagesAreRefused) {
+  Folder folder;
+  const int size = 3;
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    Member me(folder.path(), rank, size);
+    group::Group& g = *me.group;
+    const auto refusal = [&](const std::function<void()>& call) -> std::string {
+      try {
+        call();
+      } catch (const std::exception& e) {
+        if (core::readError(std::current_exception()).kind != core::ErrorKind::InvalidArgument) {
+          return std::string("not an InvalidArgument: ") + e.what();
+        }
+        return e.what();
+      }
+      return "nothing raised";
+    };
+    const auto bytes = std::make_shared<std::vector<std::uint8_t>>(4);
+    const std::pair<std::string, std::string> cases[] = {
+        {refusal([&] { send(g, size, 1, bytes); }), "invalid destination rank 3"},
+        {refusal([&] { send(g, group::kAnySource, 1, bytes); }), "invalid destination rank -1"},
+        {refusal([&] { recv(g, -2, 1, bytes); }), "invalid source rank -2"},
+        {refusal([&] { send(g, 0, -5, bytes); }), "tag must be in [0, 2147483647], got -5"},
+        {refusal([&] {
+           group::recv(g, core::bufferOf(nullptr, 4, core::Dtype::UInt8), 0, 1, 20s);
+         }),
+         "at a null address"},
+    };
+    for (const auto& [got, want] : cases) {
+      check(got.find(want) != std::string::npos,
+            "expected a refusal naming '" + want + "', got '" + got + "'");
+    }
+    // Rank 0 receives from any rank, twice per peer; every message names its sender.
+    if (rank == 0) {
+      std::vector<int> seen;
+      for (int i = 0; i < 2 * (size - 1); ++i) {
+        const auto got = std::make_shared<std::vector<std::uint8_t>>(16);
+        auto in = recv(g, group::kAnySource, 3, got);
+        finish(*in);
+        const int from = in->sourceRank();
+        check(from > 0 && from < size, "an any-source receive names sender " + std::to_string(from));
+        check(*got == *pattern(16, from), "the bytes from rank " + std::to_string(from) +
+                                              " are not what it sent");
+        seen.push_back(from);
+      }
+      std::sort(seen.begin(), seen.end());
+      check(seen == std::vector<int>{1, 1, 2, 2}, "the any-source receives missed a message");
+    } else {
+      finish(*send(g, 0, 3, pattern(16, rank)));
+      finish(*send(g, 0, 3, pattern(16, rank)));
+    }
+    ring(g, 99, 8);  // nobody leaves while another still works
   });
   EXPECT_EQ(problems, "");
 }
