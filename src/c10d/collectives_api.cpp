@@ -16,6 +16,7 @@
 #include "collectives/selection.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
+#include "group/collective_check.hpp"
 #include "group/collectives.hpp"
 #include "group/group.hpp"
 #include "core/group_health.hpp"
@@ -26,9 +27,6 @@
 
 namespace commux {
 namespace {
-
-// Set while this thread runs a collective check (checkSameCollective).
-thread_local bool checkingCollective = false;
 
 /// A flat buffer holding the local reduction of all `tensors`; never aliases them when
 /// `privateCopy` is set.
@@ -50,8 +48,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     std::optional<core::ReduceOp> reduce, std::function<void()> finalize,
     std::chrono::milliseconds timeout, at::Tensor sendBuffer, int onlyPeer) {
   const NoAutograd noAutograd;  // the operation's entry checked the rest
-  if (onlyPeer < 0 && size_ > 1 && Config::get().checkCollectives && !checkingCollective &&
-      !group_->batching()) {
+  if (onlyPeer < 0 && size_ > 1 && Config::get().checkCollectives && !group_->batching()) {
     checkSameCollective(type, work, reduce, description, timeout);
   }
   auto setup = group::scheduleSetup(*group_, std::move(schedule), reduce, sequence, description,
@@ -70,49 +67,21 @@ void ProcessGroupUCX::checkSameCollective(c10d::OpType type, const at::Tensor& w
                                           std::optional<core::ReduceOp> reduce,
                                           const engine::Description& description,
                                           std::chrono::milliseconds timeout) {
-  // What every rank's call must agree on: the operation, the dtype, the reduction and (but
-  // for all-to-all, whose buffers differ with uneven splits) the elements of the buffer it
-  // runs over. Exchanged by an allgather of its own before anything of the call is posted,
-  // so a mismatch fails every rank alike and the group goes on (COMMUX_CHECK_COLLECTIVES;
-  // shared memory checks the same at its first step).
-  constexpr int64_t kFields = 4;
+  // An all-to-all's buffers differ with uneven splits: its elements are left out.
   const bool alltoall = type == c10d::OpType::ALLTOALL || type == c10d::OpType::ALLTOALL_BASE;
-  at::Tensor mine = at::empty({kFields}, at::kLong);
-  mine[0] = static_cast<int64_t>(type);
-  mine[1] = work.defined() ? static_cast<int64_t>(work.scalar_type()) : -1;
-  mine[2] = reduce ? static_cast<int64_t>(*reduce) : -1;
-  mine[3] = work.defined() && !alltoall ? work.numel() : -1;
-  at::Tensor all = at::empty({kFields * size_}, at::kLong);
-  all.narrow(0, kFields * rank_, kFields).copy_(mine);
-  struct Checking {
-    Checking() { checkingCollective = true; }
-    ~Checking() { checkingCollective = false; }
-  } checking;  // the check's own allgather is not checked
-  const std::uint32_t seq = nextSequence();
-  auto plan = collectives::planAllgather(rank_, size_, equalBlocks(kFields, size_),
-                                         sizeof(int64_t), thresholds(all));
-  const auto check = launchCollective(
-      c10d::OpType::ALLGATHER, seq,
-      engine::Description("the collective check before " + description.str()), {},
-      std::move(plan.schedule), all, std::nullopt, nullptr, timeout);
-  check->wait();
-  const auto* f = all.data_ptr<int64_t>();
-  std::string differ;
-  for (int r = 0; r < size_; ++r) {
-    if (std::equal(f + kFields * r, f + kFields * (r + 1), f)) continue;
-    const auto say = [&](int who) {
-      const int64_t* g = f + kFields * who;
-      return "rank " + std::to_string(who) + ": " + c10d::opTypeToString(static_cast<c10d::OpType>(g[0])) +
-             " of " + (g[3] >= 0 ? std::to_string(g[3]) + " x " : std::string()) +
-             (g[1] >= 0 ? std::string(c10::toString(static_cast<c10::ScalarType>(g[1]))) : "nothing") +
-             (g[2] >= 0 ? ", reduction " + std::to_string(g[2]) : "");
-    };
-    differ = say(0) + "; " + say(r);
-    break;
-  }
-  TORCH_CHECK_VALUE(differ.empty(), "commux: ", description.str(),
-                    ": the ranks called different collectives (", differ,
-                    "); nothing was sent (COMMUX_CHECK_COLLECTIVES)");
+  group::CallSignature mine;
+  mine.operation = static_cast<int64_t>(type);
+  mine.type = work.defined() ? static_cast<int64_t>(work.scalar_type()) : -1;
+  mine.reduce = reduce ? static_cast<int64_t>(*reduce) : -1;
+  mine.count = work.defined() && !alltoall ? work.numel() : -1;
+  const auto limit = timeout.count() >= 0 ? timeout : timeout_;  // kUnsetTimeout: the group's
+  group::checkSameCall(*group_, mine, description, limit, [](const group::CallSignature& g) {
+    return c10d::opTypeToString(static_cast<c10d::OpType>(g.operation)) + " of " +
+           (g.count >= 0 ? std::to_string(g.count) + " x " : std::string()) +
+           (g.type >= 0 ? std::string(c10::toString(static_cast<c10::ScalarType>(g.type)))
+                        : "nothing") +
+           (g.reduce >= 0 ? ", reduction " + std::to_string(g.reduce) : "");
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/group_health.hpp"
 #include "engine/engine.hpp"
+#include "group/collective_check.hpp"
 #include "group/group.hpp"
 #include "group/peer_table.hpp"
 #include "shm/channel.hpp"
@@ -70,15 +71,15 @@ using collectives::Path;
 void checkBuffer(const char* what, const char* role, const core::Buffer& buffer) {
   COMMUX_CHECK(buffer.present(), InvalidArgument, "commux: ", what, ": the ", role,
                " is missing (its element size is 0)");
-  COMMUX_CHECK(buffer.memory == core::MemoryType::Host, InvalidArgument, "commux: ", what,
-               ": the ", role,
+  COMMUX_CHECK(buffer.memory == core::MemoryType::Host, InvalidArgument, "commux: ", what, ": the ",
+               role,
                " is in device memory; the core's collectives take host memory (device "
                "buffers go through the torch adapter for now)");
-  COMMUX_CHECK(buffer.dtype == core::Dtype::Opaque ||
-                   buffer.elementSize == core::sizeOf(buffer.dtype),
-               InvalidArgument, "commux: ", what, ": the ", role, " says its elements are ",
-               core::nameOf(buffer.dtype), " of ", buffer.elementSize, " bytes; ",
-               core::nameOf(buffer.dtype), " has ", core::sizeOf(buffer.dtype));
+  COMMUX_CHECK(
+      buffer.dtype == core::Dtype::Opaque || buffer.elementSize == core::sizeOf(buffer.dtype),
+      InvalidArgument, "commux: ", what, ": the ", role, " says its elements are ",
+      core::nameOf(buffer.dtype), " of ", buffer.elementSize, " bytes; ",
+      core::nameOf(buffer.dtype), " has ", core::sizeOf(buffer.dtype));
   COMMUX_CHECK(buffer.data != nullptr || buffer.count == 0, InvalidArgument, "commux: ", what,
                ": the ", role, " holds ", buffer.count, " elements at a null address");
 }
@@ -91,15 +92,15 @@ void checkReduction(const char* what, const core::Buffer& buffer, core::ReduceOp
 }
 
 void checkRoot(const char* what, const Group& group, int root) {
-  COMMUX_CHECK(root >= 0 && root < group.size(), InvalidArgument, "commux: ", what, ": root ",
-               root, " is not a rank of this group of ", group.size());
+  COMMUX_CHECK(root >= 0 && root < group.size(), InvalidArgument, "commux: ", what, ": root ", root,
+               " is not a rank of this group of ", group.size());
 }
 
 void checkSameType(const char* what, const core::Buffer& a, const core::Buffer& b) {
-  COMMUX_CHECK(a.dtype == b.dtype && a.elementSize == b.elementSize &&
-                   a.frontEndType == b.frontEndType,
-               InvalidArgument, "commux: ", what, ": the input holds ", core::nameOf(a.dtype),
-               ", the output ", core::nameOf(b.dtype), "; they must hold one type");
+  COMMUX_CHECK(
+      a.dtype == b.dtype && a.elementSize == b.elementSize && a.frontEndType == b.frontEndType,
+      InvalidArgument, "commux: ", what, ": the input holds ", core::nameOf(a.dtype),
+      ", the output ", core::nameOf(b.dtype), "; they must hold one type");
 }
 
 bool overlap(const core::Buffer& a, const core::Buffer& b) {
@@ -169,31 +170,45 @@ std::shared_ptr<Request> onChannel(Group& group, const Where& w, shm::Job job, c
                                    std::string detail, const core::Buffer& shown,
                                    std::chrono::milliseconds timeout,
                                    std::function<void()> finalize = nullptr) {
-  auto r = request(group, describe(name, std::move(detail), shown, "shared memory",
-                                   group.nextSequence()),
+  auto r = request(group,
+                   describe(name, std::move(detail), shown, "shared memory", group.nextSequence()),
                    timeout);
   launchCollective(group, r,
-                   std::make_shared<shm::CollectiveOp>(w.channel, std::move(job),
-                                                       std::move(finalize), r->parts(),
-                                                       r->completer()));
+                   std::make_shared<shm::CollectiveOp>(
+                       w.channel, std::move(job), std::move(finalize), r->parts(), r->completer()));
   return r;
 }
 
-std::shared_ptr<Request> onSchedule(Group& group, collectives::Plan plan, core::Buffer work,
-                                    std::optional<core::ReduceOp> reduce, const char* name,
-                                    std::string detail, const core::Buffer& shown,
+std::shared_ptr<Request> onSchedule(Group& group, Collective collective, collectives::Plan plan,
+                                    core::Buffer work, std::optional<core::ReduceOp> reduce,
+                                    const char* name, std::string detail, const core::Buffer& shown,
                                     std::chrono::milliseconds timeout,
                                     std::function<void()> finalize = nullptr) {
   const std::uint32_t sequence = group.nextSequence();
   auto description = describe(name, std::move(detail), shown, plan.algorithm, sequence);
-  auto setup = scheduleSetup(group, std::move(plan.schedule), reduce, sequence, description,
-                             group.size());
+  if (group.size() > 1 && Config::get().checkCollectives && !group.batching()) {
+    CallSignature mine;
+    mine.operation = static_cast<std::int64_t>(collective);
+    mine.type = shown.present() ? static_cast<std::int64_t>(shown.dtype) : -1;
+    mine.reduce = reduce ? static_cast<std::int64_t>(*reduce) : -1;
+    mine.count = shown.present() ? static_cast<std::int64_t>(shown.count) : -1;
+    checkSameCall(group, mine, description, timeout, [](const CallSignature& call) {
+      return std::string(collectives::nameOf(static_cast<Collective>(call.operation))) + " of " +
+             (call.count >= 0 ? std::to_string(call.count) + " x " : std::string()) +
+             (call.type >= 0 ? core::nameOf(static_cast<core::Dtype>(call.type)) : "nothing") +
+             (call.reduce >= 0
+                  ? std::string(", ") + core::nameOf(static_cast<core::ReduceOp>(call.reduce))
+                  : std::string());
+    });
+  }
+  auto setup =
+      scheduleSetup(group, std::move(plan.schedule), reduce, sequence, description, group.size());
   setup.work = std::move(work);
   if (finalize) setup.finalize = std::move(finalize);
   auto r = request(group, std::move(description), timeout);
-  launchCollective(group, r,
-                   std::make_shared<engine::CollectiveOp>(std::move(setup), r->parts(),
-                                                          r->completer()));
+  launchCollective(
+      group, r,
+      std::make_shared<engine::CollectiveOp>(std::move(setup), r->parts(), r->completer()));
   return r;
 }
 
@@ -215,8 +230,8 @@ std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, cor
   }
   auto plan = collectives::planAllreduce(group.rank(), group.size(), buffer.count,
                                          buffer.elementSize, thresholds(false, w.schedule));
-  return onSchedule(group, std::move(plan), buffer, op, "allreduce", core::nameOf(op), buffer,
-                    timeout);
+  return onSchedule(group, Collective::Allreduce, std::move(plan), buffer, op, "allreduce",
+                    core::nameOf(op), buffer, timeout);
 }
 
 std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
@@ -242,8 +257,8 @@ std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::
   // A schedule folds into its work buffer on every rank on the way: a non-root's must be
   // its own.
   core::Buffer work = group.rank() == root ? buffer : privateCopy(buffer);
-  return onSchedule(group, std::move(plan), std::move(work), op, "reduce", detail, buffer,
-                    timeout);
+  return onSchedule(group, Collective::Reduce, std::move(plan), std::move(work), op, "reduce",
+                    detail, buffer, timeout);
 }
 
 std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int root,
@@ -263,8 +278,8 @@ std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int
   }
   auto plan = collectives::planBroadcast(group.rank(), group.size(), root, buffer.count,
                                          buffer.elementSize, thresholds(false, w.schedule));
-  return onSchedule(group, std::move(plan), buffer, std::nullopt, "broadcast", detail, buffer,
-                    timeout);
+  return onSchedule(group, Collective::Broadcast, std::move(plan), buffer, std::nullopt,
+                    "broadcast", detail, buffer, timeout);
 }
 
 std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
@@ -294,11 +309,12 @@ std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
     return onChannel(group, w, std::move(job), "allgather", "", input, timeout);
   }
   // Planned before the output is written: a forced schedule may be refused.
-  auto plan = collectives::planAllgather(group.rank(), group.size(), collectives::equalBlocks(n, group.size()),
+  auto plan = collectives::planAllgather(group.rank(), group.size(),
+                                         collectives::equalBlocks(n, group.size()),
                                          output.elementSize, thresholds(false, w.schedule));
   if (input.data != own.data && n != 0) std::memcpy(own.data, input.data, input.bytes());
-  return onSchedule(group, std::move(plan), output, std::nullopt, "allgather", "", input,
-                    timeout);
+  return onSchedule(group, Collective::Allgather, std::move(plan), output, std::nullopt,
+                    "allgather", "", input, timeout);
 }
 
 std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
@@ -312,9 +328,9 @@ std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
   checkReduction("reduce_scatter", input, op);
   const std::size_t n = output.count;
   const auto size = static_cast<std::size_t>(group.size());
-  COMMUX_CHECK(input.count == n * size, InvalidArgument,
-               "commux: reduce_scatter: the input holds ", input.count,
-               " elements; it must hold the group's size (", size, ") x the output's (", n, ")");
+  COMMUX_CHECK(input.count == n * size, InvalidArgument, "commux: reduce_scatter: the input holds ",
+               input.count, " elements; it must hold the group's size (", size,
+               ") x the output's (", n, ")");
   COMMUX_CHECK(!overlap(input, output), InvalidArgument,
                "commux: reduce_scatter: the output overlaps the input, which must keep its "
                "values");
@@ -325,17 +341,16 @@ std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
     job.reduce = op;
     job.input = input;
     job.output = output;
-    return onChannel(group, w, std::move(job), "reduce_scatter", core::nameOf(op), output,
-                     timeout);
+    return onChannel(group, w, std::move(job), "reduce_scatter", core::nameOf(op), output, timeout);
   }
   auto plan = collectives::planReduceScatter(group.rank(), group.size(),
-                                             collectives::equalBlocks(n, group.size()), input.elementSize,
-                                             thresholds(false, w.schedule));
+                                             collectives::equalBlocks(n, group.size()),
+                                             input.elementSize, thresholds(false, w.schedule));
   // The schedule folds into its work buffer: the input must stay as it is.
   core::Buffer work = privateCopy(input);
   const core::Buffer mine = slice(work, n * static_cast<std::size_t>(group.rank()), n);
-  return onSchedule(group, std::move(plan), work, op, "reduce_scatter", core::nameOf(op), output,
-                    timeout, [mine, output] {
+  return onSchedule(group, Collective::ReduceScatter, std::move(plan), work, op, "reduce_scatter",
+                    core::nameOf(op), output, timeout, [mine, output] {
                       if (output.bytes() != 0) std::memcpy(output.data, mine.data, output.bytes());
                     });
 }
@@ -349,7 +364,8 @@ std::shared_ptr<Request> barrier(Group& group, std::chrono::milliseconds timeout
   }
   // A schedule of empty messages over an empty (but present) work buffer.
   static char none;
-  return onSchedule(group, collectives::planBarrier(group.rank(), group.size()),
+  return onSchedule(group, Collective::Barrier,
+                    collectives::planBarrier(group.rank(), group.size()),
                     core::bufferOf(&none, 0, core::Dtype::UInt8), std::nullopt, "barrier", "",
                     core::Buffer{}, timeout);
 }

@@ -45,12 +45,12 @@ std::shared_ptr<Request> send(Group& group, const core::Buffer& buffer, int to, 
   request->setPeer(to);
   const wire::Tag wireTag = wire::p2pTag(route->context, static_cast<std::uint32_t>(group.rank()),
                                          static_cast<std::uint32_t>(tag));
-  group.launch(request,
-               std::make_shared<engine::P2POp>(engine::P2POp::Kind::Send, buffersOf(buffer),
-                                               std::move(route), wireTag, wire::kExactMask,
-                                               /*pack=*/false, request->parts(),
-                                               request->completer()),
-               after);
+  group.launch(
+      request,
+      std::make_shared<engine::P2POp>(engine::P2POp::Kind::Send, buffersOf(buffer),
+                                      std::move(route), wireTag, wire::kExactMask,
+                                      /*pack=*/false, request->parts(), request->completer()),
+      after);
   return request;
 }
 
@@ -70,15 +70,14 @@ std::shared_ptr<Request> recv(Group& group, const core::Buffer& buffer, int from
       engine::Description::p2p("recv", "from", from, tag, buffer.bytes(), 1), timeout,
       group.sharedEngine());
   if (!any) request->setPeer(from);
-  const wire::Tag wireTag =
-      wire::p2pTag(group.context(), any ? 0 : static_cast<std::uint32_t>(from),
-                   static_cast<std::uint32_t>(tag));
-  group.launch(request,
-               std::make_shared<engine::P2POp>(
-                   engine::P2POp::Kind::Recv, buffersOf(buffer), nullptr, wireTag,
-                   any ? wire::kAnySourceMask : wire::kExactMask, /*pack=*/false,
-                   request->parts(), request->completer()),
-               after);
+  const wire::Tag wireTag = wire::p2pTag(
+      group.context(), any ? 0 : static_cast<std::uint32_t>(from), static_cast<std::uint32_t>(tag));
+  group.launch(
+      request,
+      std::make_shared<engine::P2POp>(engine::P2POp::Kind::Recv, buffersOf(buffer), nullptr,
+                                      wireTag, any ? wire::kAnySourceMask : wire::kExactMask,
+                                      /*pack=*/false, request->parts(), request->completer()),
+      after);
   return request;
 }
 

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "directory_store.hpp"
 #include "engine/engine.hpp"
 #include "group/group.hpp"
-#include "directory_store.hpp"
 
 namespace commux::testing {
 
@@ -43,8 +43,8 @@ struct Member {
   Member(const std::string& folder, int rank, int size)
       : engine(std::make_shared<engine::Engine>(engine::Settings{})),
         group(std::make_unique<group::Group>(
-            std::make_shared<DirectoryStore>(folder, std::chrono::seconds(30)), rank, size,
-            engine, /*setUpInBackground=*/true)) {}
+            std::make_shared<DirectoryStore>(folder, std::chrono::seconds(30)), rank, size, engine,
+            /*setUpInBackground=*/true)) {}
 };
 
 }  // namespace commux::testing

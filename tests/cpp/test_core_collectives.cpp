@@ -21,10 +21,10 @@
 #include "commux/options.hpp"
 #include "core/buffer.hpp"
 #include "core/error.hpp"
-#include "group/collectives.hpp"
-#include "group/group.hpp"
 #include "core_group_rig.hpp"
 #include "fork_ranks.hpp"
+#include "group/collectives.hpp"
+#include "group/group.hpp"
 #include "test_seed.hpp"
 
 namespace {
@@ -64,17 +64,23 @@ core::Buffer view(std::vector<T>& values) {
 // Small integers: every reduction of them is exact in every type here.
 template <typename T>
 T valueOf(int rank, std::size_t i, int salt) {
-  return static_cast<T>((rank + 1) * static_cast<int>((i + static_cast<std::size_t>(salt)) % 5 + 1));
+  return static_cast<T>((rank + 1) *
+                        static_cast<int>((i + static_cast<std::size_t>(salt)) % 5 + 1));
 }
 
 template <typename T>
 T fold(core::ReduceOp op, T a, T b) {
   switch (op) {
-    case core::ReduceOp::Sum: return a + b;
-    case core::ReduceOp::Product: return a * b;
-    case core::ReduceOp::Min: return std::min(a, b);
-    case core::ReduceOp::Max: return std::max(a, b);
-    default: throw std::runtime_error("not a reduction of this test");
+    case core::ReduceOp::Sum:
+      return a + b;
+    case core::ReduceOp::Product:
+      return a * b;
+    case core::ReduceOp::Min:
+      return std::min(a, b);
+    case core::ReduceOp::Max:
+      return std::max(a, b);
+    default:
+      throw std::runtime_error("not a reduction of this test");
   }
 }
 
@@ -131,34 +137,38 @@ void everyCollective(group::Group& g, std::mt19937& random, bool shared) {
           "the allreduce ran as " + request->description() +
               (shared ? ", not over shared memory" : ", not as a schedule"));
     finish(*request);
-    expectEach<T>(values, [&](std::size_t i) { return reducedAt<T>(op, size, i, salt); },
-                  "allreduce" + at);
+    expectEach<T>(
+        values, [&](std::size_t i) { return reducedAt<T>(op, size, i, salt); }, "allreduce" + at);
 
     values = filled<T>(rank, count, salt);
     finish(*group::reduce(g, view(values), op, root, kLimit));
-    expectEach<T>(values,
-                  [&](std::size_t i) {
-                    return rank == root ? reducedAt<T>(op, size, i, salt)
-                                        : valueOf<T>(rank, i, salt);
-                  },
-                  "reduce" + at);
+    expectEach<T>(
+        values,
+        [&](std::size_t i) {
+          return rank == root ? reducedAt<T>(op, size, i, salt) : valueOf<T>(rank, i, salt);
+        },
+        "reduce" + at);
 
     values = filled<T>(rank, count, salt);
     finish(*group::broadcast(g, view(values), root, kLimit));
-    expectEach<T>(values, [&](std::size_t i) { return valueOf<T>(root, i, salt); },
-                  "broadcast" + at);
+    expectEach<T>(
+        values, [&](std::size_t i) { return valueOf<T>(root, i, salt); }, "broadcast" + at);
 
     // Allgather from a buffer of its own, then in place (the input is this rank's block).
     auto input = filled<T>(rank, count, salt);
     std::vector<T> gathered(count * n, T(-1));
     finish(*group::allgather(g, view(input), view(gathered), kLimit));
-    const auto gatheredAt = [&](std::size_t i) { return valueOf<T>(static_cast<int>(i / std::max<std::size_t>(count, 1)), i % std::max<std::size_t>(count, 1), salt); };
+    const auto gatheredAt = [&](std::size_t i) {
+      return valueOf<T>(static_cast<int>(i / std::max<std::size_t>(count, 1)),
+                        i % std::max<std::size_t>(count, 1), salt);
+    };
     expectEach<T>(gathered, gatheredAt, "allgather" + at);
     std::vector<T> inPlace(count * n, T(-1));
-    std::copy(input.begin(), input.end(), inPlace.begin() + static_cast<std::ptrdiff_t>(count * rank));
-    finish(*group::allgather(
-        g, core::bufferOf(inPlace.data() + count * rank, count, TypeOf<T>::value), view(inPlace),
-        kLimit));
+    std::copy(input.begin(), input.end(),
+              inPlace.begin() + static_cast<std::ptrdiff_t>(count * rank));
+    finish(*group::allgather(g,
+                             core::bufferOf(inPlace.data() + count * rank, count, TypeOf<T>::value),
+                             view(inPlace), kLimit));
     expectEach<T>(inPlace, gatheredAt, "allgather in place" + at);
 
     // Reduce-scatter: rank r's input holds size blocks; each rank ends with its block
@@ -167,9 +177,9 @@ void everyCollective(group::Group& g, std::mt19937& random, bool shared) {
     const auto wholeBefore = whole;
     std::vector<T> mine(count, T(-1));
     finish(*group::reduceScatter(g, view(whole), view(mine), op, kLimit));
-    expectEach<T>(mine,
-                  [&](std::size_t i) { return reducedAt<T>(op, size, count * rank + i, salt); },
-                  "reduce_scatter" + at);
+    expectEach<T>(
+        mine, [&](std::size_t i) { return reducedAt<T>(op, size, count * rank + i, salt); },
+        "reduce_scatter" + at);
     check(whole == wholeBefore, "reduce_scatter changed its input" + at);
 
     finish(*group::barrier(g, kLimit));
@@ -197,9 +207,7 @@ void runEveryCollective(const char* shm, int size) {
   EXPECT_EQ(problems, "") << "COMMUX_TEST_SEED=" << s;
 }
 
-TEST(CoreCollectives, EveryCollectiveOverSharedMemory) {
-  runEveryCollective("1", 3);
-}
+TEST(CoreCollectives, EveryCollectiveOverSharedMemory) { runEveryCollective("1", 3); }
 
 TEST(CoreCollectives, EveryCollectiveAsSchedulesOverUcx) {
   // Four ranks: the power-of-two algorithms (recursive doubling, halving) are chosen too.
@@ -222,9 +230,9 @@ TEST(CoreCollectives, ASharedMemoryCollectiveNobodyWaitsForStillRunsAtOnce) {
       const auto start = std::chrono::steady_clock::now();
       auto request = group::allreduce(*me.group, view(values), core::ReduceOp::Sum, kLimit);
       while (!request->done()) ::usleep(200);
-      took.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                                start)
-                         .count());
+      took.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
       finish(*request);
       check(values == std::vector<float>(64, 2.0f), "the allreduce summed wrong");
     }
@@ -261,32 +269,28 @@ TEST(CoreCollectives, WrongArgumentsAreRefusedBeforeAnythingMovesAndTheGroupGoes
     const auto refused = [&](const char* what, const char* says,
                              const std::function<void()>& call) {
       const std::string message = refusal(call);
-      check(message.find(says) != std::string::npos,
-            std::string(what) + ": expected a refusal naming '" + says + "', got '" + message +
-                "'");
+      check(
+          message.find(says) != std::string::npos,
+          std::string(what) + ": expected a refusal naming '" + says + "', got '" + message + "'");
     };
-    refused("allgather into a short output", "must hold the group's size", [&] {
-      group::allgather(g, view(four), view(seven), kLimit);
-    });
-    refused("reduce_scatter of a ragged input", "must hold the group's size", [&] {
-      group::reduceScatter(g, view(seven), view(four), core::ReduceOp::Sum, kLimit);
-    });
+    refused("allgather into a short output", "must hold the group's size",
+            [&] { group::allgather(g, view(four), view(seven), kLimit); });
+    refused("reduce_scatter of a ragged input", "must hold the group's size",
+            [&] { group::reduceScatter(g, view(seven), view(four), core::ReduceOp::Sum, kLimit); });
     refused("allgather across types", "must hold one type",
             [&] { group::allgather(g, view(four), view(ints), kLimit); });
-    refused("a bitwise fold of floats", "is not defined on float32", [&] {
-      group::allreduce(g, view(four), core::ReduceOp::BitOr, kLimit);
-    });
-    refused("a root outside the group", "root 2 is not a rank", [&] {
-      group::broadcast(g, view(four), 2, kLimit);
-    });
+    refused("a bitwise fold of floats", "is not defined on float32",
+            [&] { group::allreduce(g, view(four), core::ReduceOp::BitOr, kLimit); });
+    refused("a root outside the group", "root 2 is not a rank",
+            [&] { group::broadcast(g, view(four), 2, kLimit); });
     refused("reduce_scatter into its own input", "overlaps the input", [&] {
       group::reduceScatter(g, view(eight),
                            core::bufferOf(eight.data() + 2, 4, core::Dtype::Float32),
                            core::ReduceOp::Sum, kLimit);
     });
     refused("allgather from inside the output but not its block", "other than as this rank's", [&] {
-      group::allgather(g, core::bufferOf(eight.data() + 1, 4, core::Dtype::Float32),
-                       view(eight), kLimit);
+      group::allgather(g, core::bufferOf(eight.data() + 1, 4, core::Dtype::Float32), view(eight),
+                       kLimit);
     });
     core::Buffer lying = view(four);
     lying.elementSize = 8;
@@ -301,6 +305,42 @@ TEST(CoreCollectives, WrongArgumentsAreRefusedBeforeAnythingMovesAndTheGroupGoes
     finish(*group::allreduce(g, view(values), core::ReduceOp::Sum, kLimit));
     check(values == std::vector<float>(5, 3.0f), "the allreduce after the refusals summed wrong");
     check(g.status().healthy, "a refusal hurt the group: " + g.status().reason);
+  });
+  EXPECT_EQ(problems, "");
+}
+
+TEST(CoreCollectives, RanksThatCallDifferentCollectivesAreToldBeforeAnythingMoves) {
+  // COMMUX_CHECK_COLLECTIVES on the schedules' path: rank 1 calls a larger allreduce than
+  // the others, then a broadcast where they reduce. Every rank raises, and the group goes on.
+  ::setenv("COMMUX_SHM", "0", 1);
+  ::setenv("COMMUX_CHECK_COLLECTIVES", "1", 1);
+  if (Config::get().shm || !Config::get().checkCollectives) {
+    GTEST_SKIP() << "this process read the settings before the test set them: run it alone";
+  }
+  Folder folder;
+  const int size = 3;
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    Member me(folder.path(), rank, size);
+    group::Group& g = *me.group;
+    std::vector<float> values(rank == 1 ? 9 : 8, 1.0f);
+    std::string said =
+        refusal([&] { group::allreduce(g, view(values), core::ReduceOp::Sum, kLimit); });
+    check(said.find("the ranks called different collectives (rank 0: allreduce of 8 x float32, "
+                    "SUM; rank 1: allreduce of 9 x float32, SUM)") != std::string::npos,
+          "a size mismatch was told as: '" + said + "'");
+    std::vector<float> same(8, 1.0f);
+    said = refusal([&] {
+      if (rank == 1) {
+        group::broadcast(g, view(same), 0, kLimit);
+      } else {
+        group::reduce(g, view(same), core::ReduceOp::Max, 0, kLimit);
+      }
+    });
+    check(said.find("rank 1: broadcast of 8 x float32)") != std::string::npos,
+          "a different collective was told as: '" + said + "'");
+    check(same == std::vector<float>(8, 1.0f), "a refused call changed its buffer");
+    finish(*group::allreduce(g, view(same), core::ReduceOp::Sum, kLimit));
+    check(same == std::vector<float>(8, 3.0f), "the allreduce after the refusals summed wrong");
   });
   EXPECT_EQ(problems, "");
 }

@@ -1,0 +1,58 @@
+#include "group/collective_check.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "collectives/selection.hpp"
+#include "core/buffer.hpp"
+#include "core/error.hpp"
+#include "engine/collective_op.hpp"
+#include "group/collectives.hpp"
+#include "group/group.hpp"
+
+namespace commux::group {
+
+void checkSameCall(Group& group, const CallSignature& mine, const engine::Description& description,
+                   std::chrono::milliseconds timeout, const DescribeCall& describe) {
+  COMMUX_ASSERT(timeout.count() >= 0, "the collective check needs a deadline");
+  constexpr std::size_t kFields = 4;
+  const int rank = group.rank(), size = group.size();
+  std::vector<std::int64_t> all(kFields * static_cast<std::size_t>(size), -1);
+  std::int64_t* own = all.data() + kFields * static_cast<std::size_t>(rank);
+  own[0] = mine.operation;
+  own[1] = mine.type;
+  own[2] = mine.reduce;
+  own[3] = mine.count;
+  // The check's own allgather always takes the automatic schedule (a forced one is the
+  // call's, not the check's).
+  auto plan = collectives::planAllgather(rank, size, collectives::equalBlocks(kFields, size),
+                                         sizeof(std::int64_t), thresholds(false));
+  const std::uint32_t sequence = group.nextSequence();
+  engine::Description checking("the collective check before " + description.str());
+  auto setup =
+      scheduleSetup(group, std::move(plan.schedule), std::nullopt, sequence, checking, size);
+  setup.work = core::bufferOf(all.data(), all.size(), core::Dtype::Int64);
+  auto request = std::make_shared<Request>(Request::Kind::Other, std::move(checking), timeout,
+                                           group.sharedEngine());
+  launchCollective(group, request,
+                   std::make_shared<engine::CollectiveOp>(std::move(setup), request->parts(),
+                                                          request->completer()));
+  request->wait(timeout);
+  if (auto error = request->error()) std::rethrow_exception(error);
+  const auto signatureOf = [&](int r) {
+    const std::int64_t* f = all.data() + kFields * static_cast<std::size_t>(r);
+    return CallSignature{f[0], f[1], f[2], f[3]};
+  };
+  for (int r = 1; r < size; ++r) {
+    const std::int64_t* f = all.data() + kFields * static_cast<std::size_t>(r);
+    if (std::equal(f, f + kFields, all.data())) continue;
+    COMMUX_FAIL(InvalidArgument, "commux: ", description.str(),
+                ": the ranks called different collectives (rank 0: ", describe(signatureOf(0)),
+                "; rank ", r, ": ", describe(signatureOf(r)),
+                "); nothing was sent (COMMUX_CHECK_COLLECTIVES)");
+  }
+}
+
+}  // namespace commux::group
