@@ -4,11 +4,10 @@
 
 #include <algorithm>
 
-#include "group/peer_table.hpp"
 #include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
-#include "c10d/tensor_job.hpp"
 #include "c10d/tensor_collective_op.hpp"
+#include "c10d/tensor_job.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
 #include "collectives/round_fit.hpp"
@@ -16,12 +15,13 @@
 #include "collectives/selection.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
-#include "group/collective_check.hpp"
-#include "group/collectives.hpp"
-#include "group/group.hpp"
 #include "core/group_health.hpp"
 #include "engine/collective_op.hpp"
 #include "engine/engine.hpp"
+#include "group/collective_check.hpp"
+#include "group/collectives.hpp"
+#include "group/group.hpp"
+#include "group/peer_table.hpp"
 #include "shm/channel.hpp"
 #include "shm/collective_op.hpp"
 
@@ -51,8 +51,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
   if (onlyPeer < 0 && size_ > 1 && Config::get().checkCollectives && !group_->batching()) {
     checkSameCollective(type, work, reduce, description, timeout);
   }
-  auto setup = group::scheduleSetup(*group_, std::move(schedule), reduce, sequence, description,
-                                    size_);
+  auto setup =
+      group::scheduleSetup(*group_, std::move(schedule), reduce, sequence, description, size_);
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);
   w->setPeer(onlyPeer);
   w->addReads({work, sendBuffer});

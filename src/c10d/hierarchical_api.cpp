@@ -6,17 +6,17 @@
 // rank alone on its host only has the part between hosts.
 #include <c10/util/Exception.h>
 
-#include "group/collectives.hpp"
 #include "c10d/hierarchical_op.hpp"
-#include "group/peer_table.hpp"
-#include "group/shm_setup.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/work_ucx.hpp"
 #include "collectives/selection.hpp"
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
-#include "group/group.hpp"
 #include "core/group_health.hpp"
+#include "group/collectives.hpp"
+#include "group/group.hpp"
+#include "group/peer_table.hpp"
+#include "group/shm_setup.hpp"
 #include "shm/channel.hpp"
 
 namespace commux {

@@ -11,9 +11,6 @@
 
 #include "c10d/c10d_store.hpp"
 #include "c10d/process_engine.hpp"
-#include "group/collectives.hpp"
-#include "group/group.hpp"
-#include "group/peer_table.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/streams.hpp"
 #include "c10d/tensor_p2p_op.hpp"
@@ -23,6 +20,9 @@
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
+#include "group/collectives.hpp"
+#include "group/group.hpp"
+#include "group/peer_table.hpp"
 #include "wire/tag.hpp"
 
 namespace commux {

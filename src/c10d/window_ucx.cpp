@@ -379,8 +379,8 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
         std::make_shared<engine::WindowRoutesOp>(inbox, std::move(replyRoutes))));
     peers_ = std::move(peers);
   } catch (...) {
-    engine_->submit(engine::Submission::cancel(
-        inbox, engine::commError("commux: window registration failed")));
+    engine_->submit(
+        engine::Submission::cancel(inbox, engine::commError("commux: window registration failed")));
     engine_->contexts().release(mine.context);
     throw;
   }

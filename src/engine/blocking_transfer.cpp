@@ -18,7 +18,8 @@ BlockingTransfer::~BlockingTransfer() {
   }
   // Ended off the worker lock (on UCX's own thread), or released by a cancel that did not
   // take: the request, and the engine's list, are put right under the lock.
-  if (request_ != nullptr || listed_) engine_.submit(Submission::call(releaseRequest, this).orWait());
+  if (request_ != nullptr || listed_)
+    engine_.submit(Submission::call(releaseRequest, this).orWait());
 }
 
 bool BlockingTransfer::sendIfFree(const Route& route, const void* data, std::size_t bytes,

@@ -598,14 +598,13 @@ void Engine::watchPeer(const std::string& address, const ProcessId& id) {
   }
   // UCX notices a failure only on an endpoint, so make one now, also for a peer this
   // process only ever receives from.
-  enqueue(
-      [address](Engine& engine) {
-        try {
-          engine.endpoints_.get(address);
-        } catch (const std::exception& e) {
-          engine.watch_.report(address, std::string("cannot connect to it: ") + e.what());
-        }
-      });
+  enqueue([address](Engine& engine) {
+    try {
+      engine.endpoints_.get(address);
+    } catch (const std::exception& e) {
+      engine.watch_.report(address, std::string("cannot connect to it: ") + e.what());
+    }
+  });
   waker_.handOff();
 }
 

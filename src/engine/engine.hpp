@@ -25,10 +25,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/fork_guard.hpp"
 #include "engine/context_ids.hpp"
 #include "engine/done_flag.hpp"
 #include "engine/endpoint_cache.hpp"
+#include "engine/fork_guard.hpp"
 #include "engine/op.hpp"
 #include "engine/peer_watch.hpp"
 #include "engine/settings.hpp"

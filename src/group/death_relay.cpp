@@ -122,8 +122,8 @@ void DeathRelay::close() {
   if (!receive) return;
   try {
     state_->engine->submit(
-        engine::Submission::cancel(std::move(receive),
-                                   engine::commError("commux: the group's death notices were closed"))
+        engine::Submission::cancel(
+            std::move(receive), engine::commError("commux: the group's death notices were closed"))
             .drive(engine::Drive::Never));
   } catch (const std::exception&) {
     // The engine is shutting down and fails the receive itself.

@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -18,15 +18,15 @@
 #include "collectives/route.hpp"
 #include "core/buffer.hpp"
 #include "core/error.hpp"
+#include "core_group_rig.hpp"
 #include "engine/engine.hpp"
+#include "fork_ranks.hpp"
 #include "group/group.hpp"
-#include "group/point_to_point.hpp"
 #include "group/peer_table.hpp"
+#include "group/point_to_point.hpp"
 #include "shm/channel.hpp"
 #include "shm/collective_op.hpp"
 #include "shm/job.hpp"
-#include "core_group_rig.hpp"
-#include "fork_ranks.hpp"
 #include "test_seed.hpp"
 
 namespace {
@@ -220,9 +220,8 @@ TEST(CoreGroup, AnySourceReceivesNameTheirSenderAndBadMessagesAreRefused) {
         {refusal([&] { send(g, group::kAnySource, 1, bytes); }), "invalid destination rank -1"},
         {refusal([&] { recv(g, -2, 1, bytes); }), "invalid source rank -2"},
         {refusal([&] { send(g, 0, -5, bytes); }), "tag must be in [0, 2147483647], got -5"},
-        {refusal([&] {
-           group::recv(g, core::bufferOf(nullptr, 4, core::Dtype::UInt8), 0, 1, 20s);
-         }),
+        {refusal(
+             [&] { group::recv(g, core::bufferOf(nullptr, 4, core::Dtype::UInt8), 0, 1, 20s); }),
          "at a null address"},
     };
     for (const auto& [got, want] : cases) {
@@ -237,9 +236,10 @@ TEST(CoreGroup, AnySourceReceivesNameTheirSenderAndBadMessagesAreRefused) {
         auto in = recv(g, group::kAnySource, 3, got);
         finish(*in);
         const int from = in->sourceRank();
-        check(from > 0 && from < size, "an any-source receive names sender " + std::to_string(from));
-        check(*got == *pattern(16, from), "the bytes from rank " + std::to_string(from) +
-                                              " are not what it sent");
+        check(from > 0 && from < size,
+              "an any-source receive names sender " + std::to_string(from));
+        check(*got == *pattern(16, from),
+              "the bytes from rank " + std::to_string(from) + " are not what it sent");
         seen.push_back(from);
       }
       std::sort(seen.begin(), seen.end());

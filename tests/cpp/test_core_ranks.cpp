@@ -145,7 +145,8 @@ void send(engine::Engine& engine, const Routes& routes, int rank, int to, int ta
   const auto& route = routes[static_cast<std::size_t>(to)];
   engine.submit(engine::Submission::start(std::make_shared<engine::P2POp>(
       engine::P2POp::Kind::Send, viewsOf(data), route,
-      wire::p2pTag(route->context, static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(tag), pack),
+      wire::p2pTag(route->context, static_cast<std::uint32_t>(rank),
+                   static_cast<std::uint32_t>(tag), pack),
       wire::kExactMask, pack, engine::Description::p2p("send", "to", to, tag, 0, data.size()),
       reportTo(engine, outcome))));
   await(engine, *outcome);
@@ -157,9 +158,11 @@ int recv(engine::Engine& engine, int from, int tag,
   const bool any = from < 0;
   engine.submit(engine::Submission::start(std::make_shared<engine::P2POp>(
       engine::P2POp::Kind::Recv, viewsOf(data), nullptr,
-      wire::p2pTag(kContext, any ? 0 : static_cast<std::uint32_t>(from), static_cast<std::uint32_t>(tag)),
+      wire::p2pTag(kContext, any ? 0 : static_cast<std::uint32_t>(from),
+                   static_cast<std::uint32_t>(tag)),
       any ? wire::kAnySourceMask : wire::kExactMask, pack,
-      engine::Description::p2p("recv", "from", from, tag, 0, data.size()), reportTo(engine, outcome))));
+      engine::Description::p2p("recv", "from", from, tag, 0, data.size()),
+      reportTo(engine, outcome))));
   await(engine, *outcome);
   return outcome->source;
 }
