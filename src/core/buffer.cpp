@@ -1,9 +1,38 @@
 #include "core/buffer.hpp"
 
+#include <cstring>
+#include <memory>
+#include <vector>
+
 namespace commux::core {
 namespace {
 constexpr std::uint32_t kFrontEnd = 0x10000;
 }  // namespace
+
+Buffer slice(const Buffer& buffer, std::size_t offset, std::size_t count) {
+  Buffer part = buffer;
+  part.data = buffer.bytePointer() + offset * buffer.elementSize;
+  part.count = count;
+  return part;
+}
+
+Buffer hostBufferLike(const Buffer& like, std::size_t count, bool zero) {
+  auto bytes = std::make_shared<std::vector<char>>(count * like.elementSize);
+  if (zero) std::memset(bytes->data(), 0, bytes->size());
+  Buffer buffer = like;
+  buffer.data = bytes->data();
+  buffer.count = count;
+  buffer.memory = MemoryType::Host;
+  buffer.device = -1;
+  buffer.owner = std::move(bytes);
+  return buffer;
+}
+
+Buffer hostCopyOf(const Buffer& buffer) {
+  Buffer copy = hostBufferLike(buffer, buffer.count);
+  if (buffer.bytes() != 0) std::memcpy(copy.data, buffer.data, buffer.bytes());
+  return copy;
+}
 
 std::uint32_t typeCode(const Buffer& buffer) noexcept {
   if (buffer.dtype == Dtype::Opaque) {

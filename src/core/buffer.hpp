@@ -41,6 +41,14 @@ inline Buffer bufferOf(void* data, std::size_t count, Dtype dtype,
                 -1,   std::move(owner)};
 }
 
+/// Elements [offset, offset + count) of `buffer` (same type, memory and owner).
+Buffer slice(const Buffer& buffer, std::size_t offset, std::size_t count);
+/// `count` elements of `like`'s type in fresh host memory the Buffer owns, zeroed when
+/// `zero`.
+Buffer hostBufferLike(const Buffer& like, std::size_t count, bool zero = false);
+/// A copy of host `buffer` in fresh host memory the copy owns.
+Buffer hostCopyOf(const Buffer& buffer);
+
 /// What ranks compare to agree that they pass the same type (32 bits, in shared memory):
 /// the core's type, or for an Opaque one the front end's.
 std::uint32_t typeCode(const Buffer& buffer) noexcept;

@@ -13,6 +13,7 @@
 #include "engine/engine.hpp"
 #include "group/collective_check.hpp"
 #include "group/group.hpp"
+#include "group/hierarchical.hpp"
 #include "group/peer_table.hpp"
 #include "shm/channel.hpp"
 #include "shm/collective_op.hpp"
@@ -109,25 +110,6 @@ bool overlap(const core::Buffer& a, const core::Buffer& b) {
          b.bytePointer() < a.bytePointer() + a.bytes();
 }
 
-/// Elements [offset, offset + count) of `buffer`, as a Buffer that keeps its owner.
-core::Buffer slice(const core::Buffer& buffer, std::size_t offset, std::size_t count) {
-  core::Buffer part = buffer;
-  part.data = buffer.bytePointer() + offset * buffer.elementSize;
-  part.count = count;
-  return part;
-}
-
-/// A private host copy of `buffer` (its owner keeps the bytes), for a schedule that must
-/// leave the caller's buffer as it was.
-core::Buffer privateCopy(const core::Buffer& buffer) {
-  auto bytes = std::make_shared<std::vector<char>>(buffer.bytes());
-  if (buffer.bytes() != 0) std::memcpy(bytes->data(), buffer.data, buffer.bytes());
-  core::Buffer copy = buffer;
-  copy.data = bytes->data();
-  copy.owner = std::move(bytes);
-  return copy;
-}
-
 // --- Where it runs, and its launch ------------------------------------------------------
 
 struct Where {
@@ -141,15 +123,6 @@ Where where(Group& group, Collective collective, const char* what, std::size_t b
   const auto route = group.route(collective, what, /*cpu=*/true, bytes, w.channel);
   w.path = route.path;
   w.schedule = route.schedule;
-  if (w.path == Path::Hierarchical) {
-    const std::string& forced = Config::get().algorithms[static_cast<std::size_t>(collective)];
-    COMMUX_CHECK(forced.empty(), InvalidArgument, "commux: ", what, ": ",
-                 collectives::algorithmSetting(collective), "=", forced,
-                 ": the core's collectives over plain buffers do not run in parts across hosts "
-                 "yet (the torch adapter does); nothing was sent");
-    w.path = Path::Schedule;  // the flat schedule over every rank: the same on all of them
-    w.schedule = nullptr;
-  }
   return w;
 }
 
@@ -166,16 +139,32 @@ engine::Description describe(const char* name, std::string detail, const core::B
                                          core::nameOf(shown.dtype), algorithm, sequence);
 }
 
-std::shared_ptr<Request> onChannel(Group& group, const Where& w, shm::Job job, const char* name,
-                                   std::string detail, const core::Buffer& shown,
-                                   std::chrono::milliseconds timeout,
-                                   std::function<void()> finalize = nullptr) {
-  auto r = request(group,
-                   describe(name, std::move(detail), shown, "shared memory", group.nextSequence()),
-                   timeout);
-  launchCollective(group, r,
-                   std::make_shared<shm::CollectiveOp>(
-                       w.channel, std::move(job), std::move(finalize), r->parts(), r->completer()));
+shm::Job jobOf(shm::Kind kind, int root = 0, core::ReduceOp reduce = core::ReduceOp::Sum) {
+  shm::Job job;
+  job.kind = kind;
+  job.root = root;
+  job.reduce = reduce;
+  return job;
+}
+
+/// `job` on the host's channel (one host) or in parts across hosts.
+std::shared_ptr<Request> shared(Group& group, const Where& w, shm::Job job, const char* name,
+                                std::string detail, const core::Buffer& shown,
+                                std::chrono::milliseconds timeout) {
+  const bool parts = w.path == Path::Hierarchical;
+  const std::uint32_t sequence = group.nextSequence();
+  auto r = request(
+      group,
+      describe(name, std::move(detail), shown, parts ? "hierarchical" : "shared memory", sequence),
+      timeout);
+  std::shared_ptr<engine::Op> op;
+  if (parts) {
+    op = makeHierarchical(group, std::move(job), nullptr, r->parts(), sequence, r->completer());
+  } else {
+    op = std::make_shared<shm::CollectiveOp>(w.channel, std::move(job), nullptr, r->parts(),
+                                             r->completer());
+  }
+  launchCollective(group, r, std::move(op));
   return r;
 }
 
@@ -221,12 +210,10 @@ std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, cor
   checkBuffer("allreduce", "buffer", buffer);
   checkReduction("allreduce", buffer, op);
   const Where w = where(group, Collective::Allreduce, "allreduce", buffer.bytes());
-  if (w.path == Path::SharedMemory) {
-    shm::Job job;
-    job.kind = shm::Kind::Allreduce;
-    job.reduce = op;
+  if (w.path != Path::Schedule) {
+    shm::Job job = jobOf(shm::Kind::Allreduce, 0, op);
     job.buffer = buffer;
-    return onChannel(group, w, std::move(job), "allreduce", core::nameOf(op), buffer, timeout);
+    return shared(group, w, std::move(job), "allreduce", core::nameOf(op), buffer, timeout);
   }
   auto plan = collectives::planAllreduce(group.rank(), group.size(), buffer.count,
                                          buffer.elementSize, thresholds(false, w.schedule));
@@ -243,20 +230,19 @@ std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::
   checkRoot("reduce", group, root);
   const std::string detail = std::string(core::nameOf(op)) + " to rank " + std::to_string(root);
   const Where w = where(group, Collective::Reduce, "reduce", buffer.bytes());
-  if (w.path == Path::SharedMemory) {
-    // A non-root's buffer is only read there.
-    shm::Job job;
-    job.kind = shm::Kind::Reduce;
-    job.root = root;
-    job.reduce = op;
-    job.buffer = buffer;
-    return onChannel(group, w, std::move(job), "reduce", detail, buffer, timeout);
+  if (w.path != Path::Schedule) {
+    // A non-root's buffer is only read on one host's channel; in parts, a host's leader
+    // folds its host's buffers into its own, so a non-root's must be a copy.
+    shm::Job job = jobOf(shm::Kind::Reduce, root, op);
+    job.buffer =
+        w.path == Path::Hierarchical && group.rank() != root ? core::hostCopyOf(buffer) : buffer;
+    return shared(group, w, std::move(job), "reduce", detail, buffer, timeout);
   }
   auto plan = collectives::planReduce(group.rank(), group.size(), root, buffer.count,
                                       buffer.elementSize, thresholds(false, w.schedule));
   // A schedule folds into its work buffer on every rank on the way: a non-root's must be
   // its own.
-  core::Buffer work = group.rank() == root ? buffer : privateCopy(buffer);
+  core::Buffer work = group.rank() == root ? buffer : core::hostCopyOf(buffer);
   return onSchedule(group, Collective::Reduce, std::move(plan), std::move(work), op, "reduce",
                     detail, buffer, timeout);
 }
@@ -269,12 +255,10 @@ std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int
   checkRoot("broadcast", group, root);
   const std::string detail = "from rank " + std::to_string(root);
   const Where w = where(group, Collective::Broadcast, "broadcast", buffer.bytes());
-  if (w.path == Path::SharedMemory) {
-    shm::Job job;
-    job.kind = shm::Kind::Broadcast;
-    job.root = root;
+  if (w.path != Path::Schedule) {
+    shm::Job job = jobOf(shm::Kind::Broadcast, root);
     job.buffer = buffer;
-    return onChannel(group, w, std::move(job), "broadcast", detail, buffer, timeout);
+    return shared(group, w, std::move(job), "broadcast", detail, buffer, timeout);
   }
   auto plan = collectives::planBroadcast(group.rank(), group.size(), root, buffer.count,
                                          buffer.elementSize, thresholds(false, w.schedule));
@@ -294,19 +278,18 @@ std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
   COMMUX_CHECK(output.count == n * size, InvalidArgument, "commux: allgather: the output holds ",
                output.count, " elements; it must hold the group's size (", size,
                ") x the input's (", n, ")");
-  const core::Buffer own = slice(output, n * static_cast<std::size_t>(group.rank()), n);
+  const core::Buffer own = core::slice(output, n * static_cast<std::size_t>(group.rank()), n);
   COMMUX_CHECK(!overlap(input, output) || input.data == own.data, InvalidArgument,
                "commux: allgather: the input overlaps the output other than as this rank's own "
                "block of it (elements ",
                n * static_cast<std::size_t>(group.rank()), " to ",
                n * static_cast<std::size_t>(group.rank() + 1), ")");
   const Where w = where(group, Collective::Allgather, "allgather", output.bytes());
-  if (w.path == Path::SharedMemory) {
-    shm::Job job;
-    job.kind = shm::Kind::Allgather;
+  if (w.path != Path::Schedule) {
+    shm::Job job = jobOf(shm::Kind::Allgather);
     job.input = input;
     job.output = output;
-    return onChannel(group, w, std::move(job), "allgather", "", input, timeout);
+    return shared(group, w, std::move(job), "allgather", "", input, timeout);
   }
   // Planned before the output is written: a forced schedule may be refused.
   auto plan = collectives::planAllgather(group.rank(), group.size(),
@@ -335,20 +318,18 @@ std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
                "commux: reduce_scatter: the output overlaps the input, which must keep its "
                "values");
   const Where w = where(group, Collective::ReduceScatter, "reduce_scatter", input.bytes());
-  if (w.path == Path::SharedMemory) {
-    shm::Job job;
-    job.kind = shm::Kind::ReduceScatter;
-    job.reduce = op;
+  if (w.path != Path::Schedule) {
+    shm::Job job = jobOf(shm::Kind::ReduceScatter, 0, op);
     job.input = input;
     job.output = output;
-    return onChannel(group, w, std::move(job), "reduce_scatter", core::nameOf(op), output, timeout);
+    return shared(group, w, std::move(job), "reduce_scatter", core::nameOf(op), output, timeout);
   }
   auto plan = collectives::planReduceScatter(group.rank(), group.size(),
                                              collectives::equalBlocks(n, group.size()),
                                              input.elementSize, thresholds(false, w.schedule));
   // The schedule folds into its work buffer: the input must stay as it is.
-  core::Buffer work = privateCopy(input);
-  const core::Buffer mine = slice(work, n * static_cast<std::size_t>(group.rank()), n);
+  core::Buffer work = core::hostCopyOf(input);
+  const core::Buffer mine = core::slice(work, n * static_cast<std::size_t>(group.rank()), n);
   return onSchedule(group, Collective::ReduceScatter, std::move(plan), work, op, "reduce_scatter",
                     core::nameOf(op), output, timeout, [mine, output] {
                       if (output.bytes() != 0) std::memcpy(output.data, mine.data, output.bytes());
@@ -359,8 +340,8 @@ std::shared_ptr<Request> barrier(Group& group, std::chrono::milliseconds timeout
   group.checkUsable();
   group.joinSetUp();
   const Where w = where(group, Collective::Barrier, "barrier", 0);
-  if (w.path == Path::SharedMemory) {
-    return onChannel(group, w, shm::Job{}, "barrier", "", core::Buffer{}, timeout);
+  if (w.path != Path::Schedule) {
+    return shared(group, w, shm::Job{}, "barrier", "", core::Buffer{}, timeout);
   }
   // A schedule of empty messages over an empty (but present) work buffer.
   static char none;

@@ -7,11 +7,10 @@
 // stages tensors its own way and shares the launch underneath (scheduleSetup,
 // launchCollective).
 //
-// Host memory only for now: a device buffer needs a fold on the device, which the c10d
-// adapter brings (TensorCollectiveOp). Parts across hosts (Path::Hierarchical) are the
-// adapter's too: where the automatic route would choose them, these calls run the flat
-// schedule over every rank instead (correct, and the same choice on every rank); a forced
-// COMMUX_ALGORITHM_<COLLECTIVE>=hierarchical raises.
+// A group that spans hosts runs them in parts where the route says so (shared memory in
+// each host, a schedule between hosts: group/hierarchical.hpp), as the adapter does. Host
+// memory only for now: a device buffer needs a fold on the device, which the c10d adapter
+// brings (TensorCollectiveOp).
 //
 // The caller keeps every buffer alive and leaves it alone until the Request is done (a
 // Buffer's `owner`, when set, is held until then too).

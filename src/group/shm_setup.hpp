@@ -52,7 +52,7 @@ struct ShmSetup {
   std::shared_ptr<shm::Channel> channel;
   /// The group spans hosts and every host with several ranks has its channel: allreduce,
   /// reduce, broadcast, allgather, reduce_scatter and barrier may run in parts
-  /// (c10d/hierarchical_api.cpp).
+  /// (group/hierarchical.hpp).
   bool hierarchical = false;
 };
 

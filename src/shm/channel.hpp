@@ -12,7 +12,7 @@
 //    through a finish submission (Submission::finish).
 // The lane's thread never drives the worker (Engine::NeverDrives), so it never runs user
 // callbacks or futures. A part of a collective that spans hosts waits for the part between
-// hosts (Job::gate, set by c10d's HierarchicalOp) through Engine::wait, like any waiter.
+// hosts (Job::gate, set by the group's HierarchicalOp) through Engine::wait, like any waiter.
 #include <chrono>
 #include <cstdint>
 #include <functional>

@@ -31,7 +31,7 @@ class CollectiveOp final : public engine::Op {
   void withdraw() noexcept override;
 
   const Job& job() const noexcept { return job_; }
-  /// A part of an operation made of parts (c10d's HierarchicalOp): `whole` names it, so a
+  /// A part of an operation made of parts (the group's HierarchicalOp): `whole` names it, so a
   /// waiter running the parts of its own collective treats them as its own; `prepare` runs
   /// on the lane before the steps (after the gate), in the channel's order.
   void setWhole(const void* whole, std::function<void()> prepare) {

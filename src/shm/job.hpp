@@ -21,7 +21,7 @@ enum class Kind : std::uint32_t {
   Alltoall,
   Barrier,
   /// No steps: holds the channel's order around the part of a collective that spans hosts
-  /// between hosts (c10d/hierarchical_op.hpp), waiting for its gate if it has one.
+  /// between hosts (group/hierarchical_op.hpp), waiting for its gate if it has one.
   Hold,
 };
 
@@ -49,7 +49,7 @@ struct Job {
   std::vector<std::size_t> sendCounts;
   std::vector<std::size_t> recvCounts;
   /// A part of a collective that spans hosts which must wait for the part between hosts
-  /// (c10d/hierarchical_op.hpp): the channel waits for this flag before the first step. The
+  /// (group/hierarchical_op.hpp): the channel waits for this flag before the first step. The
   /// job keeps its place in the channel's order meanwhile, so every rank of the host still
   /// runs the host's collectives in one order.
   std::shared_ptr<engine::DoneFlag> gate;

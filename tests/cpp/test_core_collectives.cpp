@@ -116,9 +116,10 @@ void expectEach(const std::vector<T>& got, const std::function<T(std::size_t)>& 
 }
 
 // One round of every collective on elements of T, with sizes and roots drawn from `random`
-// (the same draws on every rank). `shared`: whether they must run on the host's channel.
+// (the same draws on every rank). `path`: what the allreduce's description must name
+// ("shared memory", "hierarchical"), or null for a schedule (neither).
 template <typename T>
-void everyCollective(group::Group& g, std::mt19937& random, bool shared) {
+void everyCollective(group::Group& g, std::mt19937& random, const char* path) {
   const int rank = g.rank(), size = g.size();
   const auto n = static_cast<std::size_t>(size);
   const std::size_t counts[] = {0, 1, 7, random() % 1000, 1000 + random() % 100000};
@@ -133,9 +134,11 @@ void everyCollective(group::Group& g, std::mt19937& random, bool shared) {
 
     auto values = filled<T>(rank, count, salt);
     auto request = group::allreduce(g, view(values), op, kLimit);
-    check((request->description().find("shared memory") != std::string::npos) == shared,
-          "the allreduce ran as " + request->description() +
-              (shared ? ", not over shared memory" : ", not as a schedule"));
+    const std::string ran = request->description();
+    const bool named = path != nullptr ? ran.find(path) != std::string::npos
+                                       : ran.find("shared memory") == std::string::npos &&
+                                             ran.find("hierarchical") == std::string::npos;
+    check(named, "the allreduce ran as " + ran + ", not " + (path ? path : "as a schedule"));
     finish(*request);
     expectEach<T>(
         values, [&](std::size_t i) { return reducedAt<T>(op, size, i, salt); }, "allreduce" + at);
@@ -197,11 +200,12 @@ void runEveryCollective(const char* shm, int size) {
   const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
     Member me(folder.path(), rank, size);
     std::mt19937 random(s);  // the same draws on every rank
-    const bool shared = Config::get().shm;
-    everyCollective<float>(*me.group, random, shared);
-    everyCollective<std::int32_t>(*me.group, random, shared);
-    everyCollective<double>(*me.group, random, shared);
-    everyCollective<std::int64_t>(*me.group, random, shared);
+    const char* path = Config::get().shm ? "shared memory" : nullptr;
+    everyCollective<float>(*me.group, random, path);
+    everyCollective<std::int32_t>(*me.group, random, path);
+    everyCollective<double>(*me.group, random, path);
+    everyCollective<std::int64_t>(*me.group, random, path);
+    commux::testing::leaveTogether(*me.group);
     check(me.group->status().healthy, "the group is not healthy: " + me.group->status().reason);
   });
   EXPECT_EQ(problems, "") << "COMMUX_TEST_SEED=" << s;
@@ -212,6 +216,45 @@ TEST(CoreCollectives, EveryCollectiveOverSharedMemory) { runEveryCollective("1",
 TEST(CoreCollectives, EveryCollectiveAsSchedulesOverUcx) {
   // Four ranks: the power-of-two algorithms (recursive doubling, halving) are chosen too.
   runEveryCollective("0", 4);
+}
+
+// Ranks on "hosts" (COMMUX_HOST splits this machine) run every collective in parts.
+// `labels`: each rank's host; `hierarchy`: COMMUX_HIERARCHY. Each rank sets both before it
+// reads its settings (the test process must not read them before it forks).
+void runInParts(const std::vector<std::string>& labels, const char* hierarchy) {
+  const unsigned s = commux::testing::testSeed();
+  Folder folder;
+  const int size = static_cast<int>(labels.size());
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    ::setenv("COMMUX_SHM", "1", 1);
+    ::setenv("COMMUX_HOST", labels[static_cast<std::size_t>(rank)].c_str(), 1);
+    ::setenv("COMMUX_HIERARCHY", hierarchy, 1);
+    check(Config::get().host == labels[static_cast<std::size_t>(rank)],
+          "this rank read its settings before the test set them");
+    Member me(folder.path(), rank, size);
+    std::mt19937 random(s);
+    everyCollective<float>(*me.group, random, "hierarchical");
+    everyCollective<std::int32_t>(*me.group, random, "hierarchical");
+    everyCollective<double>(*me.group, random, "hierarchical");
+    check(me.group->layout() != nullptr && me.group->hosts().size() == 2,
+          "the group did not find two hosts");
+    check(me.group->status().healthy, "the group is not healthy: " + me.group->status().reason);
+    commux::testing::leaveTogether(*me.group);
+  });
+  EXPECT_EQ(problems, "") << "COMMUX_TEST_SEED=" << s;
+}
+
+TEST(CoreCollectives, InPartsAcrossInterleavedHosts) {
+  // Ranks not numbered host by host: the blocks cross in host order and are put back.
+  runInParts({"a", "b", "a", "b"}, "leader");
+}
+
+TEST(CoreCollectives, InPartsWithEveryRankCrossingForItsBlock) {
+  runInParts({"a", "a", "b", "b"}, "parallel");
+}
+
+TEST(CoreCollectives, InPartsWithARankAloneOnItsHost) {
+  runInParts({"a", "a", "a", "b"}, "leader");
 }
 
 TEST(CoreCollectives, ASharedMemoryCollectiveNobodyWaitsForStillRunsAtOnce) {
@@ -237,6 +280,7 @@ TEST(CoreCollectives, ASharedMemoryCollectiveNobodyWaitsForStillRunsAtOnce) {
       check(values == std::vector<float>(64, 2.0f), "the allreduce summed wrong");
     }
     std::sort(took.begin(), took.end());
+    commux::testing::leaveTogether(*me.group);
     check(took[took.size() / 2] < 30.0,
           "a polled shared-memory allreduce took " + std::to_string(took[took.size() / 2]) +
               " ms (median of 20): its lane waited for the safety net");
@@ -305,6 +349,7 @@ TEST(CoreCollectives, WrongArgumentsAreRefusedBeforeAnythingMovesAndTheGroupGoes
     finish(*group::allreduce(g, view(values), core::ReduceOp::Sum, kLimit));
     check(values == std::vector<float>(5, 3.0f), "the allreduce after the refusals summed wrong");
     check(g.status().healthy, "a refusal hurt the group: " + g.status().reason);
+    commux::testing::leaveTogether(g);
   });
   EXPECT_EQ(problems, "");
 }
@@ -341,6 +386,7 @@ TEST(CoreCollectives, RanksThatCallDifferentCollectivesAreToldBeforeAnythingMove
     check(same == std::vector<float>(8, 1.0f), "a refused call changed its buffer");
     finish(*group::allreduce(g, view(same), core::ReduceOp::Sum, kLimit));
     check(same == std::vector<float>(8, 3.0f), "the allreduce after the refusals summed wrong");
+    commux::testing::leaveTogether(g);
   });
   EXPECT_EQ(problems, "");
 }

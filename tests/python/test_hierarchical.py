@@ -1,6 +1,6 @@
 """Host-aware collectives: a group that spans hosts runs allreduce, reduce, broadcast,
 allgather, reduce_scatter and barrier in parts, shared memory inside each host and UCX between hosts
-(src/c10d/hierarchical_api.cpp plans them, src/c10d/hierarchical_op.cpp runs them).
+(src/group/hierarchical.cpp plans them, src/group/hierarchical_op.cpp runs them).
 
 COMMUX_HOST splits this machine into "hosts" (ranks share memory only when it is equal), so
 every layout can be tried here: 2 x 2, interleaved ranks, a host with one rank, 3 x 2. The

@@ -1,14 +1,11 @@
-#include "c10d/hierarchical_op.hpp"
+#include "group/hierarchical_op.hpp"
 
-#include <ATen/core/grad_mode.h>
-
-#include "c10d/tensor_collective_op.hpp"
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
 #include "shm/channel.hpp"
 #include "shm/collective_op.hpp"
 
-namespace commux {
+namespace commux::group {
 
 HierarchicalOp::HierarchicalOp(engine::Description description, Done done)
     : Op(std::move(description), std::move(done)) {}
@@ -26,7 +23,7 @@ std::shared_ptr<HierarchicalOp> HierarchicalOp::make(std::weak_ptr<shm::Channel>
   };
   if (plan.cross) {
     // The crossing starts when the lane reaches it and the lane goes on when it is over.
-    TensorJob hold;
+    shm::Job hold;
     hold.kind = shm::Kind::Hold;
     if (plan.before.empty()) plan.before.push_back(hold);
     if (plan.after.empty()) plan.after.push_back(hold);
@@ -39,10 +36,9 @@ std::shared_ptr<HierarchicalOp> HierarchicalOp::make(std::weak_ptr<shm::Channel>
     for (auto& job : *jobs) {
       const std::size_t index = op->shm_.size();
       auto part = std::make_shared<shm::CollectiveOp>(
-          channel, toCore(std::move(job)),
-          withoutGrad(index + 1 == parts ? std::move(plan.finalize) : nullptr), description,
-          reporter(index));
-      part->setWhole(op.get(), withoutGrad(index == 0 ? std::move(plan.prepare) : nullptr));
+          channel, std::move(job), index + 1 == parts ? std::move(plan.finalize) : nullptr,
+          description, reporter(index));
+      part->setWhole(op.get(), index == 0 ? std::move(plan.prepare) : nullptr);
       op->shm_.push_back(std::move(part));
     }
   }
@@ -51,10 +47,8 @@ std::shared_ptr<HierarchicalOp> HierarchicalOp::make(std::weak_ptr<shm::Channel>
     op->refused_ = plan.cross->refused;
     if (!op->refused_) {
       try {
-        op->cross_ = std::make_shared<TensorCollectiveOp>(std::move(plan.cross->setup),
-                                                          std::move(plan.cross->work),
-                                                          at::Tensor(), description,
-                                                          reporter(kCross));
+        op->cross_ = std::make_shared<engine::CollectiveOp>(std::move(plan.cross->setup),
+                                                            description, reporter(kCross));
       } catch (...) {
         // Fails where the part would start, so this host's channel is abandoned.
         op->refused_ = std::current_exception();
@@ -78,10 +72,7 @@ void HierarchicalOp::startCross() {
     return;
   }
   try {
-    if (beforeCross_) {
-      const at::NoGradGuard noGrad;
-      beforeCross_();
-    }
+    if (beforeCross_) beforeCross_();
   } catch (...) {
     fail(*engine_, std::current_exception());
     return;
@@ -125,4 +116,4 @@ void HierarchicalOp::onFailed() {
   if (gate_) engine_->setDone(*gate_);
 }
 
-}  // namespace commux
+}  // namespace commux::group

@@ -1,7 +1,8 @@
 #pragma once
 // A collective of a group that spans hosts, as one operation made of parts: shared-memory
 // parts on this host's channel around the part between hosts over UCX, the way MPI's HAN
-// and UCC's hierarchical teams split them (c10d/hierarchical_api.cpp plans them).
+// and UCC's hierarchical teams split them (group/hierarchical.cpp plans them). Host memory
+// only, as every collective in parts.
 //
 // Calls go down and events come up: the parts are ordinary engine operations. Every
 // shared-memory part of this rank is queued on the channel when this operation starts, so
@@ -26,24 +27,23 @@
 #include <optional>
 #include <vector>
 
-#include "c10d/tensor_job.hpp"
 #include "engine/collective_op.hpp"
 #include "engine/done_flag.hpp"
 #include "engine/op.hpp"
+#include "shm/job.hpp"
 
 namespace commux::shm {
 class Channel;
 class CollectiveOp;
 }  // namespace commux::shm
 
-namespace commux {
+namespace commux::group {
 
 class HierarchicalOp final : public engine::Op {
  public:
   /// This rank's part between hosts.
   struct Cross {
-    engine::CollectiveOp::Setup setup;  // `finalize` filled in
-    at::Tensor work;  // the setup's work buffer
+    engine::CollectiveOp::Setup setup;  // its work buffer and `finalize` filled in
     /// Runs just before it starts (reorders the host's blocks; may be empty).
     std::function<void()> before;
     /// Set when the setup could not be made: the part fails where it would have started,
@@ -51,9 +51,9 @@ class HierarchicalOp final : public engine::Op {
     std::exception_ptr refused;
   };
   struct Plan {
-    std::vector<TensorJob> before;  // shared-memory parts before the part between hosts
+    std::vector<shm::Job> before;  // shared-memory parts before the part between hosts
     std::optional<Cross> cross;    // empty where this rank does not cross
-    std::vector<TensorJob> after;  // shared-memory parts after it
+    std::vector<shm::Job> after;   // shared-memory parts after it
     /// Runs before the first part's steps (fills a padded copy of the input).
     std::function<void()> prepare;
     /// Copies the result to the user's tensors, after the last part's steps.
@@ -99,4 +99,4 @@ class HierarchicalOp final : public engine::Op {
   std::size_t remaining_ = 0;  // parts not yet done (worker lock)
 };
 
-}  // namespace commux
+}  // namespace commux::group
