@@ -172,7 +172,8 @@ std::shared_ptr<Request> onSchedule(Group& group, Collective collective, collect
                                     core::Buffer work, std::optional<core::ReduceOp> reduce,
                                     const char* name, std::string detail, const core::Buffer& shown,
                                     std::chrono::milliseconds timeout,
-                                    std::function<void()> finalize = nullptr) {
+                                    std::function<void()> finalize = nullptr,
+                                    core::Buffer sendBuffer = {}) {
   const std::uint32_t sequence = group.nextSequence();
   auto description = describe(name, std::move(detail), shown, plan.algorithm, sequence);
   if (group.size() > 1 && Config::get().checkCollectives && !group.batching()) {
@@ -180,7 +181,10 @@ std::shared_ptr<Request> onSchedule(Group& group, Collective collective, collect
     mine.operation = static_cast<std::int64_t>(collective);
     mine.type = shown.present() ? static_cast<std::int64_t>(shown.dtype) : -1;
     mine.reduce = reduce ? static_cast<std::int64_t>(*reduce) : -1;
-    mine.count = shown.present() ? static_cast<std::int64_t>(shown.count) : -1;
+    // An all-to-all's buffers differ with uneven splits: its elements are left out.
+    mine.count = shown.present() && collective != Collective::Alltoall
+                     ? static_cast<std::int64_t>(shown.count)
+                     : -1;
     checkSameCall(group, mine, description, timeout, [](const CallSignature& call) {
       return std::string(collectives::nameOf(static_cast<Collective>(call.operation))) + " of " +
              (call.count >= 0 ? std::to_string(call.count) + " x " : std::string()) +
@@ -193,6 +197,7 @@ std::shared_ptr<Request> onSchedule(Group& group, Collective collective, collect
   auto setup =
       scheduleSetup(group, std::move(plan.schedule), reduce, sequence, description, group.size());
   setup.work = std::move(work);
+  setup.sendBuffer = std::move(sendBuffer);
   if (finalize) setup.finalize = std::move(finalize);
   auto r = request(group, std::move(description), timeout);
   launchCollective(
@@ -349,6 +354,181 @@ std::shared_ptr<Request> barrier(Group& group, std::chrono::milliseconds timeout
                     collectives::planBarrier(group.rank(), group.size()),
                     core::bufferOf(&none, 0, core::Dtype::UInt8), std::nullopt, "barrier", "",
                     core::Buffer{}, timeout);
+}
+
+std::shared_ptr<Request> gather(Group& group, const core::Buffer& input, const core::Buffer& output,
+                                int root, std::chrono::milliseconds timeout) {
+  group.checkUsable();
+  group.joinSetUp();
+  checkBuffer("gather", "input buffer", input);
+  checkRoot("gather", group, root);
+  const bool isRoot = group.rank() == root;
+  const std::size_t n = input.count;
+  const auto size = static_cast<std::size_t>(group.size());
+  if (isRoot) {
+    checkBuffer("gather", "output buffer", output);
+    checkSameType("gather", input, output);
+    COMMUX_CHECK(output.count == n * size, InvalidArgument,
+                 "commux: gather: the root's output holds ", output.count,
+                 " elements; it must hold the group's size (", size, ") x the input's (", n, ")");
+    COMMUX_CHECK(!overlap(input, output), InvalidArgument,
+                 "commux: gather: the root's output overlaps its input");
+  }
+  const std::string detail = "to rank " + std::to_string(root);
+  const Where w = where(group, Collective::Gather, "gather", input.bytes());
+  if (w.path != Path::Schedule) {
+    shm::Job job = jobOf(shm::Kind::Gather, root);
+    job.input = input;
+    if (isRoot) job.output = output;  // blocks in rank order
+    return shared(group, w, std::move(job), "gather", detail, input, timeout);
+  }
+  // The tree's buffer holds the blocks in the order of ranks relative to the root.
+  const std::size_t vr =
+      (static_cast<std::size_t>(group.rank()) + size - static_cast<std::size_t>(root)) % size;
+  core::Buffer work = core::hostBufferLike(input, n * size);
+  if (input.bytes() != 0) std::memcpy(core::slice(work, n * vr, n).data, input.data, input.bytes());
+  std::function<void()> finalize;
+  if (isRoot) {
+    finalize = [work, output, n, size, root] {
+      for (std::size_t v = 0; v < size && n != 0; ++v) {
+        const std::size_t r = (v + static_cast<std::size_t>(root)) % size;
+        std::memcpy(core::slice(output, n * r, n).data, core::slice(work, n * v, n).data,
+                    n * work.elementSize);
+      }
+    };
+  }
+  return onSchedule(
+      group, Collective::Gather,
+      collectives::Plan{collectives::gatherBinomial(group.rank(), group.size(), root, n),
+                        "binomial"},
+      std::move(work), std::nullopt, "gather", detail, input, timeout, std::move(finalize));
+}
+
+std::shared_ptr<Request> scatter(Group& group, const core::Buffer& input,
+                                 const core::Buffer& output, int root,
+                                 std::chrono::milliseconds timeout) {
+  group.checkUsable();
+  group.joinSetUp();
+  checkBuffer("scatter", "output buffer", output);
+  checkRoot("scatter", group, root);
+  const bool isRoot = group.rank() == root;
+  const std::size_t n = output.count;
+  const auto size = static_cast<std::size_t>(group.size());
+  if (isRoot) {
+    checkBuffer("scatter", "input buffer", input);
+    checkSameType("scatter", input, output);
+    COMMUX_CHECK(input.count == n * size, InvalidArgument,
+                 "commux: scatter: the root's input holds ", input.count,
+                 " elements; it must hold the group's size (", size, ") x the output's (", n, ")");
+    COMMUX_CHECK(!overlap(input, output), InvalidArgument,
+                 "commux: scatter: the root's output overlaps its input");
+  }
+  const std::string detail = "from rank " + std::to_string(root);
+  const Where w = where(group, Collective::Scatter, "scatter", output.bytes());
+  if (w.path != Path::Schedule) {
+    shm::Job job = jobOf(shm::Kind::Scatter, root);
+    if (isRoot) job.input = input;  // blocks in rank order
+    job.output = output;
+    return shared(group, w, std::move(job), "scatter", detail, output, timeout);
+  }
+  // The tree's buffer holds the blocks in the order of ranks relative to the root.
+  core::Buffer work = core::hostBufferLike(output, n * size);
+  for (std::size_t v = 0; isRoot && v < size && n != 0; ++v) {
+    const std::size_t r = (v + static_cast<std::size_t>(root)) % size;
+    std::memcpy(core::slice(work, n * v, n).data, core::slice(input, n * r, n).data,
+                n * work.elementSize);
+  }
+  const std::size_t vr =
+      (static_cast<std::size_t>(group.rank()) + size - static_cast<std::size_t>(root)) % size;
+  const core::Buffer mine = core::slice(work, n * vr, n);
+  return onSchedule(
+      group, Collective::Scatter,
+      collectives::Plan{collectives::scatterBinomial(group.rank(), group.size(), root, n),
+                        "binomial"},
+      std::move(work), std::nullopt, "scatter", detail, output, timeout, [mine, output] {
+        if (output.bytes() != 0) std::memcpy(output.data, mine.data, output.bytes());
+      });
+}
+
+std::shared_ptr<Request> alltoall(Group& group, const core::Buffer& input,
+                                  const core::Buffer& output, std::vector<std::size_t> sendCounts,
+                                  std::vector<std::size_t> recvCounts,
+                                  std::chrono::milliseconds timeout) {
+  group.checkUsable();
+  group.joinSetUp();
+  checkBuffer("alltoall", "input buffer", input);
+  checkBuffer("alltoall", "output buffer", output);
+  checkSameType("alltoall", input, output);
+  const int rank = group.rank();
+  const auto size = static_cast<std::size_t>(group.size());
+  // Without counts, every rank's blocks are of one size, the same on every rank: all plan
+  // alike. Counts that happen to be equal on this rank say nothing of the others'.
+  const bool uniform = sendCounts.empty() && recvCounts.empty();
+  const auto countsFor = [&](const char* role, std::vector<std::size_t>& counts,
+                             const core::Buffer& buffer) {
+    if (counts.empty()) {
+      COMMUX_CHECK(buffer.count % size == 0, InvalidArgument, "commux: alltoall: the ", role,
+                   " holds ", buffer.count, " elements, which the group's size (", size,
+                   ") does not divide; pass the counts per rank");
+      counts.assign(size, buffer.count / size);
+      return;
+    }
+    COMMUX_CHECK(counts.size() == size, InvalidArgument, "commux: alltoall: ", counts.size(), " ",
+                 role, " counts for a group of ", size);
+    std::size_t total = 0;
+    for (const std::size_t c : counts) total += c;
+    COMMUX_CHECK(total == buffer.count, InvalidArgument, "commux: alltoall: the ", role,
+                 " counts add up to ", total, " elements; the ", role, " holds ", buffer.count);
+  };
+  countsFor("input", sendCounts, input);
+  countsFor("output", recvCounts, output);
+  const auto self = static_cast<std::size_t>(rank);
+  COMMUX_CHECK(sendCounts[self] == recvCounts[self], InvalidArgument,
+               "commux: alltoall: this rank (", rank, ") sends ", sendCounts[self],
+               " elements to itself but its output has room for ", recvCounts[self],
+               " from itself");
+  COMMUX_CHECK(!overlap(input, output), InvalidArgument,
+               "commux: alltoall: the output overlaps the input");
+  const Where w = where(group, Collective::Alltoall, "alltoall", input.bytes());
+  if (w.path != Path::Schedule) {
+    shm::Job job = jobOf(shm::Kind::Alltoall);
+    job.input = input;
+    job.output = output;
+    job.sendCounts = std::move(sendCounts);
+    job.recvCounts = std::move(recvCounts);
+    return shared(group, w, std::move(job), "alltoall", "", input, timeout);
+  }
+  const auto blocksOf = [](const std::vector<std::size_t>& counts) {
+    std::vector<collectives::Range> blocks;
+    std::size_t offset = 0;
+    for (const std::size_t c : counts) {
+      blocks.push_back({offset, c});
+      offset += c;
+    }
+    return blocks;
+  };
+  const auto sendBlocks = blocksOf(sendCounts);
+  const auto recvBlocks = blocksOf(recvCounts);
+  auto plan =
+      collectives::planAlltoall(rank, group.size(), sendBlocks, recvBlocks, input.elementSize,
+                                /*cpu=*/true, uniform, thresholds(false, w.schedule));
+  // Sends read the caller's input and receives land in its output, unless Bruck's pack
+  // areas need room past the received blocks: then in a buffer that has it, copied out.
+  core::Buffer work = output;
+  std::function<void()> finalize;
+  if (plan.schedule.workElements > output.count) {
+    work = core::hostBufferLike(output, plan.schedule.workElements);
+    finalize = [received = core::slice(work, 0, output.count), output] {
+      if (output.bytes() != 0) std::memcpy(output.data, received.data, output.bytes());
+    };
+  }
+  if (sendCounts[self] != 0) {
+    std::memcpy(core::slice(work, recvBlocks[self].offset, recvCounts[self]).data,
+                core::slice(input, sendBlocks[self].offset, sendCounts[self]).data,
+                sendCounts[self] * input.elementSize);
+  }
+  return onSchedule(group, Collective::Alltoall, std::move(plan), std::move(work), std::nullopt,
+                    "alltoall", "", input, timeout, std::move(finalize), input);
 }
 
 }  // namespace commux::group

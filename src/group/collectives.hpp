@@ -10,7 +10,7 @@
 // A group that spans hosts runs them in parts where the route says so (shared memory in
 // each host, a schedule between hosts: group/hierarchical.hpp), as the adapter does. Host
 // memory only for now: a device buffer needs a fold on the device, which the c10d adapter
-// brings (TensorCollectiveOp).
+// brings (TensorCollectiveOp). Gather, scatter and all-to-all stay flat across hosts.
 //
 // The caller keeps every buffer alive and leaves it alone until the Request is done (a
 // Buffer's `owner`, when set, is held until then too).
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "collectives/schedule.hpp"
 #include "collectives/selection.hpp"
@@ -50,6 +51,23 @@ std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
 std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
                                        const core::Buffer& output, core::ReduceOp op,
                                        std::chrono::milliseconds timeout);
+/// Rank `root`'s `output` (size x input's elements) ends with every rank's `input`, in rank
+/// order; `output` is read only on the root.
+std::shared_ptr<Request> gather(Group& group, const core::Buffer& input, const core::Buffer& output,
+                                int root, std::chrono::milliseconds timeout);
+/// Every rank's `output` ends with block `rank` of rank `root`'s `input` (size x output's
+/// elements); `input` is read only on the root.
+std::shared_ptr<Request> scatter(Group& group, const core::Buffer& input,
+                                 const core::Buffer& output, int root,
+                                 std::chrono::milliseconds timeout);
+/// Block d of `input` goes to rank d, and block s of `output` comes from rank s: blocks of
+/// `sendCounts[d]` and `recvCounts[s]` elements, in rank order (both empty: equal blocks,
+/// size of them in each buffer). Rank s's sendCounts[d] must equal rank d's recvCounts[s];
+/// a rank's own block is copied locally, so its two counts for itself must be equal.
+std::shared_ptr<Request> alltoall(Group& group, const core::Buffer& input,
+                                  const core::Buffer& output, std::vector<std::size_t> sendCounts,
+                                  std::vector<std::size_t> recvCounts,
+                                  std::chrono::milliseconds timeout);
 /// Done once every rank has entered it.
 std::shared_ptr<Request> barrier(Group& group, std::chrono::milliseconds timeout);
 

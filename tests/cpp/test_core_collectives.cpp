@@ -185,6 +185,58 @@ void everyCollective(group::Group& g, std::mt19937& random, const char* path) {
         "reduce_scatter" + at);
     check(whole == wholeBefore, "reduce_scatter changed its input" + at);
 
+    // Gather to the root, scatter from it; the output of a non-root is not looked at.
+    std::vector<T> atRoot(rank == root ? count * n : 0, T(-1));
+    finish(
+        *group::gather(g, view(input), rank == root ? view(atRoot) : core::Buffer{}, root, kLimit));
+    if (rank == root) expectEach<T>(atRoot, gatheredAt, "gather" + at);
+    const auto toScatter = filled<T>(root, count * n, salt);
+    auto scatterInput = toScatter;
+    std::vector<T> scattered(count, T(-1));
+    finish(*group::scatter(g, rank == root ? view(scatterInput) : core::Buffer{}, view(scattered),
+                           root, kLimit));
+    expectEach<T>(
+        scattered, [&](std::size_t i) { return toScatter[count * rank + i]; }, "scatter" + at);
+
+    // All-to-all in equal blocks, then in blocks of sizes drawn for every pair (the same
+    // draws on every rank): block d of rank s's input goes to rank d.
+    auto equalIn = filled<T>(rank, count * n, salt);
+    std::vector<T> equalOut(count * n, T(-1));
+    finish(*group::alltoall(g, view(equalIn), view(equalOut), {}, {}, kLimit));
+    expectEach<T>(
+        equalOut,
+        [&](std::size_t i) {
+          const std::size_t from = i / std::max<std::size_t>(count, 1);
+          return valueOf<T>(static_cast<int>(from),
+                            count * rank + i % std::max<std::size_t>(count, 1), salt);
+        },
+        "alltoall in equal blocks" + at);
+    std::vector<std::vector<std::size_t>> pair(n, std::vector<std::size_t>(n));
+    for (auto& row : pair) {
+      for (auto& c : row) c = random() % (count / n + 3);
+    }
+    std::vector<std::size_t> sendCounts(n), recvCounts(n), sendOffset(n, 0);
+    for (std::size_t d = 0; d < n; ++d) {
+      sendCounts[d] = pair[rank][d];
+      recvCounts[d] = pair[d][rank];
+    }
+    std::size_t sent = 0, wanted = 0;
+    for (std::size_t d = 0; d < n; ++d) sent += sendCounts[d];
+    for (std::size_t d = 0; d < n; ++d) wanted += recvCounts[d];
+    auto unevenIn = filled<T>(rank, sent, salt);
+    std::vector<T> unevenOut(wanted, T(-1));
+    finish(*group::alltoall(g, view(unevenIn), view(unevenOut), sendCounts, recvCounts, kLimit));
+    std::vector<T> expected;
+    for (std::size_t from = 0; from < n; ++from) {
+      std::size_t offset = 0;  // where rank `from`'s block for this rank starts in its input
+      for (std::size_t d = 0; d < static_cast<std::size_t>(rank); ++d) offset += pair[from][d];
+      for (std::size_t k = 0; k < pair[from][rank]; ++k) {
+        expected.push_back(valueOf<T>(static_cast<int>(from), offset + k, salt));
+      }
+    }
+    expectEach<T>(
+        unevenOut, [&](std::size_t i) { return expected[i]; }, "alltoall in uneven blocks" + at);
+
     finish(*group::barrier(g, kLimit));
   }
 }
@@ -308,7 +360,7 @@ TEST(CoreCollectives, WrongArgumentsAreRefusedBeforeAnythingMovesAndTheGroupGoes
   const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
     Member me(folder.path(), rank, size);
     group::Group& g = *me.group;
-    std::vector<float> four(4, 1.0f), seven(7, 1.0f), eight(8, 1.0f);
+    std::vector<float> four(4, 1.0f), four2(4, 1.0f), seven(7, 1.0f), eight(8, 1.0f);
     std::vector<std::int32_t> ints(8, 1);
     const auto refused = [&](const char* what, const char* says,
                              const std::function<void()>& call) {
@@ -336,6 +388,18 @@ TEST(CoreCollectives, WrongArgumentsAreRefusedBeforeAnythingMovesAndTheGroupGoes
       group::allgather(g, core::bufferOf(eight.data() + 1, 4, core::Dtype::Float32), view(eight),
                        kLimit);
     });
+    refused("an all-to-all whose counts do not add up", "counts add up to 5 elements", [&] {
+      group::alltoall(g, view(four), view(four2), {2, 3}, {2, 2}, kLimit);
+    });
+    refused("an all-to-all that keeps more than it has room for", "sends 3 elements to itself",
+            [&] {
+              std::vector<std::size_t> send =
+                  rank == 0 ? std::vector<std::size_t>{3, 1} : std::vector<std::size_t>{1, 3};
+              group::alltoall(g, view(four), view(four2), send, {2, 2}, kLimit);
+            });
+    // Only a root can tell: each rank names itself the root here.
+    refused("a gather whose root's output is short", "the root's output holds 7",
+            [&] { group::gather(g, view(four), view(seven), rank, kLimit); });
     core::Buffer lying = view(four);
     lying.elementSize = 8;
     refused("a buffer whose element size is not its type's", "float32 has 4",
