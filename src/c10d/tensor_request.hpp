@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>  // c10d::OpType (in Work.hpp up to torch 2.5)
 
 #include <atomic>
 #include <initializer_list>
