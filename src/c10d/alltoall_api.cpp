@@ -15,7 +15,7 @@
 #include "collectives/schedule.hpp"
 #include "collectives/selection.hpp"
 #include "commux/process_group_ucx.hpp"
-#include "shm/collective_op.hpp"
+#include "shm/channel_op.hpp"
 
 namespace commux {
 namespace {

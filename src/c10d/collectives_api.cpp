@@ -6,7 +6,7 @@
 
 #include "c10d/reduction.hpp"
 #include "c10d/staging.hpp"
-#include "c10d/tensor_collective_op.hpp"
+#include "c10d/tensor_schedule_op.hpp"
 #include "c10d/tensor_job.hpp"
 #include "c10d/validation.hpp"
 #include "c10d/work_ucx.hpp"
@@ -16,14 +16,14 @@
 #include "commux/options.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "core/group_health.hpp"
-#include "engine/collective_op.hpp"
+#include "engine/schedule_op.hpp"
 #include "engine/engine.hpp"
 #include "group/collective_check.hpp"
 #include "group/collectives.hpp"
 #include "group/group.hpp"
 #include "group/peer_table.hpp"
 #include "shm/channel.hpp"
-#include "shm/collective_op.hpp"
+#include "shm/channel_op.hpp"
 
 namespace commux {
 namespace {
@@ -57,7 +57,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
   w->setPeer(onlyPeer);
   w->addReads({work, sendBuffer});
   setup.finalize = std::move(finalize);
-  auto op = std::make_shared<TensorCollectiveOp>(std::move(setup), std::move(work),
+  auto op = std::make_shared<TensorScheduleOp>(std::move(setup), std::move(work),
                                                  std::move(sendBuffer), w->parts(), w->completer());
   launch(w, std::move(op), /*collective=*/onlyPeer < 0);
   return w;
@@ -93,7 +93,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShm(
   // Peers read these in place (CMA) until the lane has run the job.
   w->addReads({job.buffer, job.input, job.output});
   launch(w,
-         std::make_shared<shm::CollectiveOp>(channel, toCore(std::move(job)),
+         std::make_shared<shm::ChannelOp>(channel, toCore(std::move(job)),
                                              withoutGrad(std::move(finalize)), w->parts(),
                                              w->completer()),
          /*collective=*/true);

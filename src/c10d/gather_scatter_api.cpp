@@ -8,7 +8,7 @@
 #include "collectives/route.hpp"
 #include "collectives/schedule.hpp"
 #include "commux/process_group_ucx.hpp"
-#include "shm/collective_op.hpp"
+#include "shm/channel_op.hpp"
 
 namespace commux {
 

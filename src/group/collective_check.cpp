@@ -8,7 +8,7 @@
 #include "collectives/selection.hpp"
 #include "core/buffer.hpp"
 #include "core/error.hpp"
-#include "engine/collective_op.hpp"
+#include "engine/schedule_op.hpp"
 #include "group/collectives.hpp"
 #include "group/group.hpp"
 
@@ -37,7 +37,7 @@ void checkSameCall(Group& group, const CallSignature& mine, const engine::Descri
   auto request = std::make_shared<Request>(Request::Kind::Other, std::move(checking), timeout,
                                            group.sharedEngine());
   launchCollective(group, request,
-                   std::make_shared<engine::CollectiveOp>(std::move(setup), request->parts(),
+                   std::make_shared<engine::ScheduleOp>(std::move(setup), request->parts(),
                                                           request->completer()));
   request->wait(timeout);
   if (auto error = request->error()) std::rethrow_exception(error);

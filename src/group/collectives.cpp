@@ -16,7 +16,7 @@
 #include "group/hierarchical.hpp"
 #include "group/peer_table.hpp"
 #include "shm/channel.hpp"
-#include "shm/collective_op.hpp"
+#include "shm/channel_op.hpp"
 #include "shm/job.hpp"
 
 namespace commux::group {
@@ -33,7 +33,7 @@ collectives::Thresholds thresholds(bool deviceMemory, const char* forced) {
   return t;
 }
 
-engine::CollectiveOp::Setup scheduleSetup(Group& group, collectives::Schedule schedule,
+engine::ScheduleOp::Setup scheduleSetup(Group& group, collectives::Schedule schedule,
                                           std::optional<core::ReduceOp> reduce,
                                           std::uint32_t sequence,
                                           const engine::Description& description, int ranks) {
@@ -43,7 +43,7 @@ engine::CollectiveOp::Setup scheduleSetup(Group& group, collectives::Schedule sc
                " ranks: ", clash,
                ". Nothing was sent. Raise COMMUX_ROUND_WRAP if it was lowered; otherwise "
                "this is a commux bug, please report it");
-  engine::CollectiveOp::Setup setup;
+  engine::ScheduleOp::Setup setup;
   setup.routes = group.peers().get(schedule.peers());
   setup.schedule = std::move(schedule);
   setup.reduce = reduce;
@@ -161,7 +161,7 @@ std::shared_ptr<Request> shared(Group& group, const Where& w, shm::Job job, cons
   if (parts) {
     op = makeHierarchical(group, std::move(job), nullptr, r->parts(), sequence, r->completer());
   } else {
-    op = std::make_shared<shm::CollectiveOp>(w.channel, std::move(job), nullptr, r->parts(),
+    op = std::make_shared<shm::ChannelOp>(w.channel, std::move(job), nullptr, r->parts(),
                                              r->completer());
   }
   launchCollective(group, r, std::move(op));
@@ -202,7 +202,7 @@ std::shared_ptr<Request> onSchedule(Group& group, Collective collective, collect
   auto r = request(group, std::move(description), timeout);
   launchCollective(
       group, r,
-      std::make_shared<engine::CollectiveOp>(std::move(setup), r->parts(), r->completer()));
+      std::make_shared<engine::ScheduleOp>(std::move(setup), r->parts(), r->completer()));
   return r;
 }
 

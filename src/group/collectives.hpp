@@ -10,7 +10,7 @@
 // A group that spans hosts runs them in parts where the route says so (shared memory in
 // each host, a schedule between hosts: group/hierarchical.hpp), as the adapter does. Host
 // memory only for now: a device buffer needs a fold on the device, which the c10d adapter
-// brings (TensorCollectiveOp). Gather, scatter and all-to-all stay flat across hosts.
+// brings (TensorScheduleOp). Gather, scatter and all-to-all stay flat across hosts.
 //
 // The caller keeps every buffer alive and leaves it alone until the Request is done (a
 // Buffer's `owner`, when set, is held until then too).
@@ -25,7 +25,7 @@
 #include "core/buffer.hpp"
 #include "core/reduce.hpp"
 #include "core/stream.hpp"
-#include "engine/collective_op.hpp"
+#include "engine/schedule_op.hpp"
 #include "engine/description.hpp"
 #include "group/request.hpp"
 
@@ -80,7 +80,7 @@ collectives::Thresholds thresholds(bool deviceMemory, const char* forced = nullp
 /// rank, `sequence` modulo COMMUX_SEQUENCE_WRAP). Raises InvalidArgument, before anything
 /// is sent, for a schedule whose rounds the tag cannot tell apart (the error names the
 /// collective and the `ranks` the schedule runs among).
-engine::CollectiveOp::Setup scheduleSetup(Group& group, collectives::Schedule schedule,
+engine::ScheduleOp::Setup scheduleSetup(Group& group, collectives::Schedule schedule,
                                           std::optional<core::ReduceOp> reduce,
                                           std::uint32_t sequence,
                                           const engine::Description& description, int ranks);

@@ -8,7 +8,7 @@
 
 #include "collectives/selection.hpp"
 #include "core/error.hpp"
-#include "engine/collective_op.hpp"
+#include "engine/schedule_op.hpp"
 #include "group/collectives.hpp"
 #include "group/group.hpp"
 #include "group/hierarchical_op.hpp"
@@ -192,7 +192,7 @@ std::shared_ptr<engine::Op> makeHierarchical(Group& group, shm::Job job,
     auto setup = scheduleSetup(group, std::move(schedule), reduce, sequence, description, size);
     setup.work = std::move(work);
     if (whenDone) setup.finalize = std::move(whenDone);
-    return std::make_shared<engine::CollectiveOp>(std::move(setup), description, std::move(done));
+    return std::make_shared<engine::ScheduleOp>(std::move(setup), description, std::move(done));
   }
 
   // The parts on this host's channel, around the part between hosts (on `crossOn`).

@@ -3,7 +3,7 @@
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
 #include "shm/channel.hpp"
-#include "shm/collective_op.hpp"
+#include "shm/channel_op.hpp"
 
 namespace commux::group {
 
@@ -35,7 +35,7 @@ std::shared_ptr<HierarchicalOp> HierarchicalOp::make(std::weak_ptr<shm::Channel>
   for (auto* jobs : {&plan.before, &plan.after}) {
     for (auto& job : *jobs) {
       const std::size_t index = op->shm_.size();
-      auto part = std::make_shared<shm::CollectiveOp>(
+      auto part = std::make_shared<shm::ChannelOp>(
           channel, std::move(job), index + 1 == parts ? std::move(plan.finalize) : nullptr,
           description, reporter(index));
       part->setWhole(op.get(), index == 0 ? std::move(plan.prepare) : nullptr);
@@ -47,7 +47,7 @@ std::shared_ptr<HierarchicalOp> HierarchicalOp::make(std::weak_ptr<shm::Channel>
     op->refused_ = plan.cross->refused;
     if (!op->refused_) {
       try {
-        op->cross_ = std::make_shared<engine::CollectiveOp>(std::move(plan.cross->setup),
+        op->cross_ = std::make_shared<engine::ScheduleOp>(std::move(plan.cross->setup),
                                                             description, reporter(kCross));
       } catch (...) {
         // Fails where the part would start, so this host's channel is abandoned.

@@ -27,14 +27,14 @@
 #include <optional>
 #include <vector>
 
-#include "engine/collective_op.hpp"
+#include "engine/schedule_op.hpp"
 #include "engine/done_flag.hpp"
 #include "engine/op.hpp"
 #include "shm/job.hpp"
 
 namespace commux::shm {
 class Channel;
-class CollectiveOp;
+class ChannelOp;
 }  // namespace commux::shm
 
 namespace commux::group {
@@ -43,7 +43,7 @@ class HierarchicalOp final : public engine::Op {
  public:
   /// This rank's part between hosts.
   struct Cross {
-    engine::CollectiveOp::Setup setup;  // its work buffer and `finalize` filled in
+    engine::ScheduleOp::Setup setup;  // its work buffer and `finalize` filled in
     /// Runs just before it starts (reorders the host's blocks; may be empty).
     std::function<void()> before;
     /// Set when the setup could not be made: the part fails where it would have started,
@@ -90,9 +90,9 @@ class HierarchicalOp final : public engine::Op {
 
   std::weak_ptr<shm::Channel> channel_;
   engine::Engine* engine_ = nullptr;                     // from start()
-  std::vector<std::shared_ptr<shm::CollectiveOp>> shm_;  // before, then after
+  std::vector<std::shared_ptr<shm::ChannelOp>> shm_;  // before, then after
   std::size_t firstAfter_ = 0;  // index in shm_ of the first part after the crossing
-  std::shared_ptr<engine::CollectiveOp> cross_;
+  std::shared_ptr<engine::ScheduleOp> cross_;
   std::function<void()> beforeCross_;
   std::exception_ptr refused_;
   std::shared_ptr<engine::DoneFlag> gate_;

@@ -6,13 +6,13 @@
 #include "engine/engine.hpp"
 #include "engine/errors.hpp"
 #include "shm/algorithms.hpp"
-#include "shm/collective_op.hpp"
+#include "shm/channel_op.hpp"
 
 namespace commux::shm {
 namespace {
 
 // The operation the waiter on this thread runs the lane for (Channel::runFromWaiter).
-thread_local const CollectiveOp* waitedHere = nullptr;
+thread_local const ChannelOp* waitedHere = nullptr;
 
 }  // namespace
 
@@ -22,7 +22,7 @@ Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape&
       steps_(segment_->data(), segment_->size(), segment_->name(), rank, shape, initialise,
              std::move(members)),
       engine_(std::move(engine)),
-      lane_([this](const std::shared_ptr<CollectiveOp>& op,
+      lane_([this](const std::shared_ptr<ChannelOp>& op,
                    std::chrono::steady_clock::time_point deadline, bool onLane,
                    bool mine) { return runOne(op, deadline, onLane, mine); },
             "commux-shm") {
@@ -42,7 +42,7 @@ Channel::~Channel() {
   });
 }
 
-void Channel::enqueue(std::shared_ptr<CollectiveOp> op) {
+void Channel::enqueue(std::shared_ptr<ChannelOp> op) {
   // A caller that waits right away runs the operation itself (runFromWaiter), which saves
   // waking the lane's thread and handing the result back; the engine's hand-off wakes it
   // for operations nobody waits on, as it does for UCX operations. An operation started by
@@ -52,19 +52,19 @@ void Channel::enqueue(std::shared_ptr<CollectiveOp> op) {
   lane_.push(std::move(op), !engine::Engine::startingForCaller());
 }
 
-void Channel::runFromWaiter(const std::shared_ptr<CollectiveOp>& op,
+void Channel::runFromWaiter(const std::shared_ptr<ChannelOp>& op,
                             std::chrono::steady_clock::time_point deadline) {
   // What this thread completes while it holds the lane (its wait at a gate drives the
   // worker) runs its users' callbacks only once it let go of the lane: a callback may wait
   // for a later collective of this channel, which must be able to run it.
   const engine::Engine::HoldsLane holding;
-  const CollectiveOp* const outer = waitedHere;
+  const ChannelOp* const outer = waitedHere;
   waitedHere = op.get();
   lane_.runFromWaiter(op, deadline);
   waitedHere = outer;
 }
 
-std::function<void()> Channel::runOne(const std::shared_ptr<CollectiveOp>& op,
+std::function<void()> Channel::runOne(const std::shared_ptr<ChannelOp>& op,
                                       std::chrono::steady_clock::time_point deadline, bool onLane,
                                       bool mine) {
   // The lane's thread never drives the worker, so never runs a user callback or future.

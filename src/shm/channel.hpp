@@ -8,7 +8,7 @@
 //    runs it, so exactly one thread runs the steps at a time, in issue order (the order
 //    every rank issues collectives in);
 //  - this class, which joins them to the engine: a collective is an engine Op
-//    (shm/collective_op.hpp) that starting queues here, and whose outcome goes back
+//    (shm/channel_op.hpp) that starting queues here, and whose outcome goes back
 //    through a finish submission (Submission::finish).
 // The lane's thread never drives the worker (Engine::NeverDrives), so it never runs user
 // callbacks or futures. A part of a collective that spans hosts waits for the part between
@@ -30,7 +30,7 @@ class Engine;
 
 namespace commux::shm {
 
-class CollectiveOp;
+class ChannelOp;
 
 class Channel {
  public:
@@ -57,18 +57,18 @@ class Channel {
   /// Why the channel is broken, naming the rank; empty while it is not.
   std::string brokenReason() const { return steps_.brokenReason(); }
   /// Any thread: run `op` after those queued before it.
-  void enqueue(std::shared_ptr<CollectiveOp> op);
+  void enqueue(std::shared_ptr<ChannelOp> op);
   /// A thread about to wait for `op`: runs it here, with the operations queued before it,
   /// unless another thread runs the queue. Past `deadline` it gives up (abandoning the
   /// channel) and leaves `op` unfinished, for the caller's wait to time out as usual.
-  void runFromWaiter(const std::shared_ptr<CollectiveOp>& op,
+  void runFromWaiter(const std::shared_ptr<ChannelOp>& op,
                      std::chrono::steady_clock::time_point deadline);
 
  private:
   /// The lane's holder: runs `op` and reports it to the engine (the waiter's own, `mine`:
   /// returns the report, for after it let go of the lane), unless it stopped at `deadline`
   /// and, being the waiter's own, is left for its wait to time out.
-  std::function<void()> runOne(const std::shared_ptr<CollectiveOp>& op,
+  std::function<void()> runOne(const std::shared_ptr<ChannelOp>& op,
                                std::chrono::steady_clock::time_point deadline, bool onLane,
                                bool mine);
   /// Waits for `gate` (the part between hosts that this part comes after); throws as a
@@ -80,7 +80,7 @@ class Channel {
   std::shared_ptr<engine::Engine> engine_;
   std::uint64_t hook_ = 0;
   // Last: its thread runs operations on everything above.
-  Lane<CollectiveOp> lane_;
+  Lane<ChannelOp> lane_;
 };
 
 }  // namespace commux::shm

@@ -25,7 +25,7 @@
 #include "group/peer_table.hpp"
 #include "group/point_to_point.hpp"
 #include "shm/channel.hpp"
-#include "shm/collective_op.hpp"
+#include "shm/channel_op.hpp"
 #include "shm/job.hpp"
 #include "test_seed.hpp"
 
@@ -115,7 +115,7 @@ TEST(CoreGroup, MembersMeetMovePlainBuffersAndRouteThroughTheirChannel) {
         g.sharedEngine());
     g.watchMembers();
     g.launch(request,
-             std::make_shared<shm::CollectiveOp>(channel, std::move(job), nullptr,
+             std::make_shared<shm::ChannelOp>(channel, std::move(job), nullptr,
                                                  request->parts(), request->completer()),
              std::nullopt);
     finish(*request);

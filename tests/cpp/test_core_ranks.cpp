@@ -26,7 +26,7 @@
 #include "collectives/schedule.hpp"
 #include "core/buffer.hpp"
 #include "core/error.hpp"
-#include "engine/collective_op.hpp"
+#include "engine/schedule_op.hpp"
 #include "engine/engine.hpp"
 #include "engine/p2p_op.hpp"
 #include "wire/tag.hpp"
@@ -172,7 +172,7 @@ std::uint32_t sequence = 0;  // per process: every rank runs the same collective
 template <typename T>
 void collective(engine::Engine& engine, const Routes& routes, int rank, collectives::Schedule schedule,
                 std::vector<T>& work, core::Dtype dtype, std::optional<core::ReduceOp> reduce) {
-  engine::CollectiveOp::Setup setup;
+  engine::ScheduleOp::Setup setup;
   setup.schedule = std::move(schedule);
   setup.work = core::bufferOf(work.data(), work.size(), dtype);  // the caller keeps it alive
   setup.reduce = reduce;
@@ -181,7 +181,7 @@ void collective(engine::Engine& engine, const Routes& routes, int rank, collecti
   setup.myRank = rank;
   setup.sequence = sequence++;
   auto outcome = std::make_shared<Outcome>();
-  engine.submit(engine::Submission::start(std::make_shared<engine::CollectiveOp>(
+  engine.submit(engine::Submission::start(std::make_shared<engine::ScheduleOp>(
       std::move(setup), engine::Description("a core collective"), reportTo(engine, outcome))));
   await(engine, *outcome);
 }

@@ -1,5 +1,5 @@
 #pragma once
-// A UCX collective over tensors: the engine's CollectiveOp over their bytes, holding the
+// A UCX collective over tensors: the engine's ScheduleOp over their bytes, holding the
 // tensors (and its scratch, from torch's allocator) for as long as it lives. On a GPU it
 // folds with ATen on a pool stream of its own; its finalizer runs outside autograd, on the
 // caller's stream.
@@ -8,16 +8,16 @@
 
 #include <optional>
 
-#include "engine/collective_op.hpp"
+#include "engine/schedule_op.hpp"
 
 namespace commux {
 
 namespace detail {
-// Constructed before the CollectiveOp base, which takes views of its tensors.
+// Constructed before the ScheduleOp base, which takes views of its tensors.
 struct CollectiveTensors {
   CollectiveTensors(at::Tensor work, at::Tensor sendBuffer, std::size_t scratchElements);
   /// `setup` with views of the tensors as its work, send and scratch buffers.
-  engine::CollectiveOp::Setup views(engine::CollectiveOp::Setup setup) const;
+  engine::ScheduleOp::Setup views(engine::ScheduleOp::Setup setup) const;
 
   at::Tensor work;        // 1-D contiguous
   at::Tensor sendBuffer;  // undefined, or 1-D contiguous of work's dtype
@@ -25,11 +25,11 @@ struct CollectiveTensors {
 };
 }  // namespace detail
 
-class TensorCollectiveOp final : private detail::CollectiveTensors, public engine::CollectiveOp {
+class TensorScheduleOp final : private detail::CollectiveTensors, public engine::ScheduleOp {
  public:
   /// `setup`'s buffers are filled in from `work` and `sendBuffer`.
-  TensorCollectiveOp(Setup setup, at::Tensor work, at::Tensor sendBuffer,
-                     engine::Description description, Done done);
+  TensorScheduleOp(Setup setup, at::Tensor work, at::Tensor sendBuffer,
+                   engine::Description description, Done done);
 
  protected:
   bool foldOnDevice(engine::Engine& engine, const collectives::Step& step,

@@ -4,7 +4,7 @@
 // work buffer, and moves on. A finalizer (copy back to the user's tensors, AVG division)
 // runs at the end, still under the worker lock, before the operation reports success.
 // Host memory is folded here (core::fold); a front end whose buffers live on a GPU
-// subclasses it to fold them there (c10d/tensor_collective_op.hpp).
+// subclasses it to fold them there (c10d/tensor_schedule_op.hpp).
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,7 +18,7 @@
 
 namespace commux::engine {
 
-class CollectiveOp : public Op {
+class ScheduleOp : public Op {
  public:
   struct Setup {
     collectives::Schedule schedule;
@@ -42,7 +42,7 @@ class CollectiveOp : public Op {
     std::function<void()> finalize;
   };
 
-  CollectiveOp(Setup setup, Description description, Done done);
+  ScheduleOp(Setup setup, Description description, Done done);
   void start(Engine& engine) override;
 
  protected:

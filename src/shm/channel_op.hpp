@@ -18,10 +18,10 @@ namespace commux::shm {
 
 class Channel;
 
-class CollectiveOp final : public engine::Op {
+class ChannelOp final : public engine::Op {
  public:
-  CollectiveOp(std::weak_ptr<Channel> channel, Job job, std::function<void()> finalize,
-               engine::Description description, Done done);
+  ChannelOp(std::weak_ptr<Channel> channel, Job job, std::function<void()> finalize,
+            engine::Description description, Done done);
 
   void start(engine::Engine& engine) override;
   /// Runs the collective on the waiting thread when it is next in line and the lane idles.

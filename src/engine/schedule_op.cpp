@@ -1,4 +1,4 @@
-#include "engine/collective_op.hpp"
+#include "engine/schedule_op.hpp"
 
 #include <cstring>
 
@@ -8,7 +8,7 @@
 
 namespace commux::engine {
 
-CollectiveOp::CollectiveOp(Setup setup, Description description, Done done)
+ScheduleOp::ScheduleOp(Setup setup, Description description, Done done)
     : Op(std::move(description), std::move(done)),
       s_(std::move(setup)),
       elementSize_(s_.work.elementSize),
@@ -30,9 +30,10 @@ CollectiveOp::CollectiveOp(Setup setup, Description description, Done done)
     }
   }
   if (s_.sendBuffer.present()) {
-    COMMUX_CHECK(s_.sendBuffer.elementSize == elementSize_ && s_.sendBuffer.memory == s_.work.memory,
-                 Runtime, "commux: ", Op::description(),
-                 ": the send buffer differs from the work buffer in type or memory");
+    COMMUX_CHECK(
+        s_.sendBuffer.elementSize == elementSize_ && s_.sendBuffer.memory == s_.work.memory,
+        Runtime, "commux: ", Op::description(),
+        ": the send buffer differs from the work buffer in type or memory");
   }
   const std::size_t scratch = s_.schedule.scratchElements;
   if (scratch > 0 && !s_.scratch.present()) {
@@ -45,42 +46,41 @@ CollectiveOp::CollectiveOp(Setup setup, Description description, Done done)
     s_.scratch.count = scratch;
     s_.scratch.owner = nullptr;
   }
-  COMMUX_CHECK(scratch == 0 || (s_.scratch.count >= scratch &&
-                                s_.scratch.elementSize == elementSize_ &&
-                                s_.scratch.memory == s_.work.memory),
-               Runtime, "commux: ", Op::description(), ": the scratch buffer holds ",
-               s_.scratch.count, " elements, the schedule needs ", scratch,
-               " of the work buffer's type and memory");
+  COMMUX_CHECK(
+      scratch == 0 || (s_.scratch.count >= scratch && s_.scratch.elementSize == elementSize_ &&
+                       s_.scratch.memory == s_.work.memory),
+      Runtime, "commux: ", Op::description(), ": the scratch buffer holds ", s_.scratch.count,
+      " elements, the schedule needs ", scratch, " of the work buffer's type and memory");
 }
 
-char* CollectiveOp::addressIn(const core::Buffer& buffer, std::size_t elementOffset) const {
+char* ScheduleOp::addressIn(const core::Buffer& buffer, std::size_t elementOffset) const {
   // An empty buffer may have no storage at all; zero-length transfers need no address.
   if (buffer.count == 0) return nullptr;
   return buffer.bytePointer() + elementOffset * elementSize_;
 }
 
-char* CollectiveOp::at(std::size_t elementOffset) const { return addressIn(s_.work, elementOffset); }
+char* ScheduleOp::at(std::size_t elementOffset) const { return addressIn(s_.work, elementOffset); }
 
-char* CollectiveOp::sendAt(std::size_t elementOffset, collectives::Source source) const {
+char* ScheduleOp::sendAt(std::size_t elementOffset, collectives::Source source) const {
   const bool send = source == collectives::Source::Send && s_.sendBuffer.present();
   return addressIn(send ? s_.sendBuffer : s_.work, elementOffset);
 }
 
-void CollectiveOp::start(Engine& engine) { postStep(engine); }
+void ScheduleOp::start(Engine& engine) { postStep(engine); }
 
-void CollectiveOp::finish() {
+void ScheduleOp::finish() {
   if (s_.finalize) runFinalize();
   succeed();
 }
 
-void CollectiveOp::copyStep(const collectives::Step& step) {
+void ScheduleOp::copyStep(const collectives::Step& step) {
   for (const auto& c : step.copies) {
     if (c.count == 0) continue;  // the buffers may have no storage at all
     std::memcpy(at(c.to), sendAt(c.from, c.source), c.count * elementSize_);
   }
 }
 
-void CollectiveOp::postStep(Engine& engine) {
+void ScheduleOp::postStep(Engine& engine) {
   for (;; ++step_) {
     if (step_ == s_.schedule.steps.size()) {
       finish();
@@ -117,7 +117,7 @@ void CollectiveOp::postStep(Engine& engine) {
   }
 }
 
-void CollectiveOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
+void ScheduleOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo& info) {
   const collectives::Step& step = s_.schedule.steps[step_];
   if (slot >= step.sends.size()) {
     const auto& t = step.recvs[slot - step.sends.size()];
@@ -137,13 +137,13 @@ void CollectiveOp::onComplete(Engine& engine, std::uint32_t slot, const RecvInfo
   nextStep(engine);
 }
 
-void CollectiveOp::nextStep(Engine& engine) {
+void ScheduleOp::nextStep(Engine& engine) {
   if (finished()) return;  // failed (timeout, abort, dead peer) while the GPU folded
   ++step_;
   postStep(engine);
 }
 
-void CollectiveOp::foldOnHost(const collectives::Step& step) {
+void ScheduleOp::foldOnHost(const collectives::Step& step) {
   for (std::size_t j = 0; j < step.recvs.size(); ++j) {
     const auto& t = step.recvs[j];
     if (t.count == 0) continue;
@@ -152,8 +152,8 @@ void CollectiveOp::foldOnHost(const collectives::Step& step) {
   }
 }
 
-bool CollectiveOp::foldOnDevice(Engine& engine, const collectives::Step& step,
-                                const std::vector<std::size_t>& scratchOffsets) {
+bool ScheduleOp::foldOnDevice(Engine& engine, const collectives::Step& step,
+                              const std::vector<std::size_t>& scratchOffsets) {
   COMMUX_FAIL(Unsupported, "commux: ", description(),
               ": folding device memory needs a front end that folds on the device");
 }
