@@ -110,9 +110,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShared(
     return launchShm(type, describe(op, described, std::move(detail), "shared memory", seq),
                      std::move(outputs), channel, std::move(job), std::move(finalize), timeout);
   }
-  return launchHierarchical(type, std::move(job),
-                            describe(op, described, std::move(detail), "hierarchical", seq),
-                            std::move(outputs), std::move(finalize), timeout, seq);
+  auto description = describe(op, described, std::move(detail), "hierarchical", seq);
+  if (size_ > 1 && Config::get().checkCollectives && !group_->batching()) {
+    // As on the schedule path (launchCollective), with the buffer and count it would check:
+    // which path a call takes across hosts may depend on its size, and ranks whose calls
+    // differ must all be told rather than wait for each other.
+    const at::Tensor sized = job.kind == shm::Kind::Allgather       ? job.output
+                             : job.kind == shm::Kind::ReduceScatter ? job.input
+                             : job.kind == shm::Kind::Barrier       ? at::empty({0}, at::kByte)
+                                                                    : job.buffer;
+    checkSameCollective(type, sized,
+                        shm::reduces(job.kind) ? std::optional<core::ReduceOp>(job.reduce)
+                                               : std::nullopt,
+                        description, timeout);
+  }
+  return launchHierarchical(type, std::move(job), std::move(description), std::move(outputs),
+                            std::move(finalize), timeout, seq);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor>& tensors,

@@ -17,10 +17,12 @@ Buffer slice(const Buffer& buffer, std::size_t offset, std::size_t count) {
 }
 
 Buffer hostBufferLike(const Buffer& like, std::size_t count, bool zero) {
-  auto bytes = std::make_shared<std::vector<char>>(count * like.elementSize);
-  if (zero) std::memset(bytes->data(), 0, bytes->size());
+  // Not value-initialised: most callers overwrite it at once.
+  const std::size_t size = count * like.elementSize;
+  std::shared_ptr<char[]> bytes(new char[size == 0 ? 1 : size]);
+  if (zero && size != 0) std::memset(bytes.get(), 0, size);
   Buffer buffer = like;
-  buffer.data = bytes->data();
+  buffer.data = bytes.get();
   buffer.count = count;
   buffer.memory = MemoryType::Host;
   buffer.device = -1;

@@ -19,8 +19,12 @@ void checkSameCall(Group& group, const CallSignature& mine, const engine::Descri
   COMMUX_ASSERT(timeout.count() >= 0, "the collective check needs a deadline");
   constexpr std::size_t kFields = 4;
   const int rank = group.rank(), size = group.size();
-  std::vector<std::int64_t> all(kFields * static_cast<std::size_t>(size), -1);
-  std::int64_t* own = all.data() + kFields * static_cast<std::size_t>(rank);
+  // Owned by the operation: a wait that times out returns before the cancelled receive is
+  // gone, and a late message must not land in freed memory.
+  auto fields =
+      std::make_shared<std::vector<std::int64_t>>(kFields * static_cast<std::size_t>(size), -1);
+  const std::vector<std::int64_t>& all = *fields;
+  std::int64_t* own = fields->data() + kFields * static_cast<std::size_t>(rank);
   own[0] = mine.operation;
   own[1] = mine.type;
   own[2] = mine.reduce;
@@ -33,12 +37,12 @@ void checkSameCall(Group& group, const CallSignature& mine, const engine::Descri
   engine::Description checking("the collective check before " + description.str());
   auto setup =
       scheduleSetup(group, std::move(plan.schedule), std::nullopt, sequence, checking, size);
-  setup.work = core::bufferOf(all.data(), all.size(), core::Dtype::Int64);
+  setup.work = core::bufferOf(fields->data(), fields->size(), core::Dtype::Int64, fields);
   auto request = std::make_shared<Request>(Request::Kind::Other, std::move(checking), timeout,
                                            group.sharedEngine());
   launchCollective(group, request,
                    std::make_shared<engine::ScheduleOp>(std::move(setup), request->parts(),
-                                                          request->completer()));
+                                                        request->completer()));
   request->wait(timeout);
   if (auto error = request->error()) std::rethrow_exception(error);
   const auto signatureOf = [&](int r) {

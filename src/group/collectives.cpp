@@ -1,6 +1,7 @@
 #include "group/collectives.hpp"
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,9 +35,9 @@ collectives::Thresholds thresholds(bool deviceMemory, const char* forced) {
 }
 
 engine::ScheduleOp::Setup scheduleSetup(Group& group, collectives::Schedule schedule,
-                                          std::optional<core::ReduceOp> reduce,
-                                          std::uint32_t sequence,
-                                          const engine::Description& description, int ranks) {
+                                        std::optional<core::ReduceOp> reduce,
+                                        std::uint32_t sequence,
+                                        const engine::Description& description, int ranks) {
   // Before anything is posted: a step whose transfers the tag cannot tell apart (round_fit.hpp).
   const std::string clash = collectives::findRoundClash(schedule, Config::get().roundWrap);
   COMMUX_CHECK(clash.empty(), InvalidArgument, "commux: ", description.str(), " on ", ranks,
@@ -104,6 +105,17 @@ void checkSameType(const char* what, const core::Buffer& a, const core::Buffer& 
       ", the output ", core::nameOf(b.dtype), "; they must hold one type");
 }
 
+/// `n` elements per rank for `size` ranks, refused when that many bytes of `like`'s type
+/// could not be counted (the checks below compare it with a buffer's size, and the
+/// schedules of gather and scatter allocate it).
+std::size_t blocksFor(const char* what, std::size_t n, std::size_t size, const core::Buffer& like) {
+  const std::size_t element = like.elementSize == 0 ? 1 : like.elementSize;
+  COMMUX_CHECK(n <= std::numeric_limits<std::size_t>::max() / size / element, InvalidArgument,
+               "commux: ", what, ": ", n, " elements per rank for ", size,
+               " ranks is more than memory can hold");
+  return n * size;
+}
+
 bool overlap(const core::Buffer& a, const core::Buffer& b) {
   if (a.bytes() == 0 || b.bytes() == 0) return false;
   return a.bytePointer() < b.bytePointer() + b.bytes() &&
@@ -147,6 +159,35 @@ shm::Job jobOf(shm::Kind kind, int root = 0, core::ReduceOp reduce = core::Reduc
   return job;
 }
 
+/// COMMUX_CHECK_COLLECTIVES: every rank compares what it is about to call with the others'
+/// before anything of the call is posted, on every path but one host's channel (which
+/// checks the same at its first step). Before the path is taken: in a group that spans
+/// hosts the path may depend on the size, and ranks whose calls differ must all be told.
+/// `count`: the elements every rank must agree on (-1: none).
+void checkCall(Group& group, const Where& w, Collective collective, const core::Buffer& shown,
+               std::optional<core::ReduceOp> reduce, std::int64_t count,
+               std::chrono::milliseconds timeout) {
+  if (w.path == Path::SharedMemory || group.size() < 2 || !Config::get().checkCollectives ||
+      group.batching()) {
+    return;
+  }
+  CallSignature mine;
+  mine.operation = static_cast<std::int64_t>(collective);
+  mine.type = shown.present() ? static_cast<std::int64_t>(shown.dtype) : -1;
+  mine.reduce = reduce ? static_cast<std::int64_t>(*reduce) : -1;
+  mine.count = count;
+  checkSameCall(
+      group, mine, engine::Description(collectives::nameOf(collective)), timeout,
+      [](const CallSignature& call) {
+        return std::string(collectives::nameOf(static_cast<Collective>(call.operation))) + " of " +
+               (call.count >= 0 ? std::to_string(call.count) + " x " : std::string()) +
+               (call.type >= 0 ? core::nameOf(static_cast<core::Dtype>(call.type)) : "nothing") +
+               (call.reduce >= 0
+                    ? std::string(", ") + core::nameOf(static_cast<core::ReduceOp>(call.reduce))
+                    : std::string());
+      });
+}
+
 /// `job` on the host's channel (one host) or in parts across hosts.
 std::shared_ptr<Request> shared(Group& group, const Where& w, shm::Job job, const char* name,
                                 std::string detail, const core::Buffer& shown,
@@ -162,38 +203,20 @@ std::shared_ptr<Request> shared(Group& group, const Where& w, shm::Job job, cons
     op = makeHierarchical(group, std::move(job), nullptr, r->parts(), sequence, r->completer());
   } else {
     op = std::make_shared<shm::ChannelOp>(w.channel, std::move(job), nullptr, r->parts(),
-                                             r->completer());
+                                          r->completer());
   }
   launchCollective(group, r, std::move(op));
   return r;
 }
 
-std::shared_ptr<Request> onSchedule(Group& group, Collective collective, collectives::Plan plan,
-                                    core::Buffer work, std::optional<core::ReduceOp> reduce,
-                                    const char* name, std::string detail, const core::Buffer& shown,
+std::shared_ptr<Request> onSchedule(Group& group, collectives::Plan plan, core::Buffer work,
+                                    std::optional<core::ReduceOp> reduce, const char* name,
+                                    std::string detail, const core::Buffer& shown,
                                     std::chrono::milliseconds timeout,
                                     std::function<void()> finalize = nullptr,
                                     core::Buffer sendBuffer = {}) {
   const std::uint32_t sequence = group.nextSequence();
   auto description = describe(name, std::move(detail), shown, plan.algorithm, sequence);
-  if (group.size() > 1 && Config::get().checkCollectives && !group.batching()) {
-    CallSignature mine;
-    mine.operation = static_cast<std::int64_t>(collective);
-    mine.type = shown.present() ? static_cast<std::int64_t>(shown.dtype) : -1;
-    mine.reduce = reduce ? static_cast<std::int64_t>(*reduce) : -1;
-    // An all-to-all's buffers differ with uneven splits: its elements are left out.
-    mine.count = shown.present() && collective != Collective::Alltoall
-                     ? static_cast<std::int64_t>(shown.count)
-                     : -1;
-    checkSameCall(group, mine, description, timeout, [](const CallSignature& call) {
-      return std::string(collectives::nameOf(static_cast<Collective>(call.operation))) + " of " +
-             (call.count >= 0 ? std::to_string(call.count) + " x " : std::string()) +
-             (call.type >= 0 ? core::nameOf(static_cast<core::Dtype>(call.type)) : "nothing") +
-             (call.reduce >= 0
-                  ? std::string(", ") + core::nameOf(static_cast<core::ReduceOp>(call.reduce))
-                  : std::string());
-    });
-  }
   auto setup =
       scheduleSetup(group, std::move(plan.schedule), reduce, sequence, description, group.size());
   setup.work = std::move(work);
@@ -201,8 +224,7 @@ std::shared_ptr<Request> onSchedule(Group& group, Collective collective, collect
   if (finalize) setup.finalize = std::move(finalize);
   auto r = request(group, std::move(description), timeout);
   launchCollective(
-      group, r,
-      std::make_shared<engine::ScheduleOp>(std::move(setup), r->parts(), r->completer()));
+      group, r, std::make_shared<engine::ScheduleOp>(std::move(setup), r->parts(), r->completer()));
   return r;
 }
 
@@ -215,6 +237,8 @@ std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, cor
   checkBuffer("allreduce", "buffer", buffer);
   checkReduction("allreduce", buffer, op);
   const Where w = where(group, Collective::Allreduce, "allreduce", buffer.bytes());
+  checkCall(group, w, Collective::Allreduce, buffer, op, static_cast<std::int64_t>(buffer.count),
+            timeout);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::Allreduce, 0, op);
     job.buffer = buffer;
@@ -222,8 +246,8 @@ std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, cor
   }
   auto plan = collectives::planAllreduce(group.rank(), group.size(), buffer.count,
                                          buffer.elementSize, thresholds(false, w.schedule));
-  return onSchedule(group, Collective::Allreduce, std::move(plan), buffer, op, "allreduce",
-                    core::nameOf(op), buffer, timeout);
+  return onSchedule(group, std::move(plan), buffer, op, "allreduce", core::nameOf(op), buffer,
+                    timeout);
 }
 
 std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
@@ -235,6 +259,8 @@ std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::
   checkRoot("reduce", group, root);
   const std::string detail = std::string(core::nameOf(op)) + " to rank " + std::to_string(root);
   const Where w = where(group, Collective::Reduce, "reduce", buffer.bytes());
+  checkCall(group, w, Collective::Reduce, buffer, op, static_cast<std::int64_t>(buffer.count),
+            timeout);
   if (w.path != Path::Schedule) {
     // A non-root's buffer is only read on one host's channel; in parts, a host's leader
     // folds its host's buffers into its own, so a non-root's must be a copy.
@@ -248,8 +274,7 @@ std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::
   // A schedule folds into its work buffer on every rank on the way: a non-root's must be
   // its own.
   core::Buffer work = group.rank() == root ? buffer : core::hostCopyOf(buffer);
-  return onSchedule(group, Collective::Reduce, std::move(plan), std::move(work), op, "reduce",
-                    detail, buffer, timeout);
+  return onSchedule(group, std::move(plan), std::move(work), op, "reduce", detail, buffer, timeout);
 }
 
 std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int root,
@@ -260,6 +285,8 @@ std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int
   checkRoot("broadcast", group, root);
   const std::string detail = "from rank " + std::to_string(root);
   const Where w = where(group, Collective::Broadcast, "broadcast", buffer.bytes());
+  checkCall(group, w, Collective::Broadcast, buffer, std::nullopt,
+            static_cast<std::int64_t>(buffer.count), timeout);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::Broadcast, root);
     job.buffer = buffer;
@@ -267,8 +294,8 @@ std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int
   }
   auto plan = collectives::planBroadcast(group.rank(), group.size(), root, buffer.count,
                                          buffer.elementSize, thresholds(false, w.schedule));
-  return onSchedule(group, Collective::Broadcast, std::move(plan), buffer, std::nullopt,
-                    "broadcast", detail, buffer, timeout);
+  return onSchedule(group, std::move(plan), buffer, std::nullopt, "broadcast", detail, buffer,
+                    timeout);
 }
 
 std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
@@ -280,9 +307,9 @@ std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
   checkSameType("allgather", input, output);
   const std::size_t n = input.count;
   const auto size = static_cast<std::size_t>(group.size());
-  COMMUX_CHECK(output.count == n * size, InvalidArgument, "commux: allgather: the output holds ",
-               output.count, " elements; it must hold the group's size (", size,
-               ") x the input's (", n, ")");
+  COMMUX_CHECK(output.count == blocksFor("allgather", n, size, input), InvalidArgument,
+               "commux: allgather: the output holds ", output.count,
+               " elements; it must hold the group's size (", size, ") x the input's (", n, ")");
   const core::Buffer own = core::slice(output, n * static_cast<std::size_t>(group.rank()), n);
   COMMUX_CHECK(!overlap(input, output) || input.data == own.data, InvalidArgument,
                "commux: allgather: the input overlaps the output other than as this rank's own "
@@ -290,6 +317,8 @@ std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
                n * static_cast<std::size_t>(group.rank()), " to ",
                n * static_cast<std::size_t>(group.rank() + 1), ")");
   const Where w = where(group, Collective::Allgather, "allgather", output.bytes());
+  checkCall(group, w, Collective::Allgather, input, std::nullopt, static_cast<std::int64_t>(n),
+            timeout);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::Allgather);
     job.input = input;
@@ -301,8 +330,7 @@ std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
                                          collectives::equalBlocks(n, group.size()),
                                          output.elementSize, thresholds(false, w.schedule));
   if (input.data != own.data && n != 0) std::memcpy(own.data, input.data, input.bytes());
-  return onSchedule(group, Collective::Allgather, std::move(plan), output, std::nullopt,
-                    "allgather", "", input, timeout);
+  return onSchedule(group, std::move(plan), output, std::nullopt, "allgather", "", input, timeout);
 }
 
 std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
@@ -316,13 +344,14 @@ std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
   checkReduction("reduce_scatter", input, op);
   const std::size_t n = output.count;
   const auto size = static_cast<std::size_t>(group.size());
-  COMMUX_CHECK(input.count == n * size, InvalidArgument, "commux: reduce_scatter: the input holds ",
-               input.count, " elements; it must hold the group's size (", size,
-               ") x the output's (", n, ")");
+  COMMUX_CHECK(input.count == blocksFor("reduce_scatter", n, size, output), InvalidArgument,
+               "commux: reduce_scatter: the input holds ", input.count,
+               " elements; it must hold the group's size (", size, ") x the output's (", n, ")");
   COMMUX_CHECK(!overlap(input, output), InvalidArgument,
                "commux: reduce_scatter: the output overlaps the input, which must keep its "
                "values");
   const Where w = where(group, Collective::ReduceScatter, "reduce_scatter", input.bytes());
+  checkCall(group, w, Collective::ReduceScatter, output, op, static_cast<std::int64_t>(n), timeout);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::ReduceScatter, 0, op);
     job.input = input;
@@ -335,8 +364,8 @@ std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
   // The schedule folds into its work buffer: the input must stay as it is.
   core::Buffer work = core::hostCopyOf(input);
   const core::Buffer mine = core::slice(work, n * static_cast<std::size_t>(group.rank()), n);
-  return onSchedule(group, Collective::ReduceScatter, std::move(plan), work, op, "reduce_scatter",
-                    core::nameOf(op), output, timeout, [mine, output] {
+  return onSchedule(group, std::move(plan), work, op, "reduce_scatter", core::nameOf(op), output,
+                    timeout, [mine, output] {
                       if (output.bytes() != 0) std::memcpy(output.data, mine.data, output.bytes());
                     });
 }
@@ -345,13 +374,13 @@ std::shared_ptr<Request> barrier(Group& group, std::chrono::milliseconds timeout
   group.checkUsable();
   group.joinSetUp();
   const Where w = where(group, Collective::Barrier, "barrier", 0);
+  checkCall(group, w, Collective::Barrier, core::Buffer{}, std::nullopt, -1, timeout);
   if (w.path != Path::Schedule) {
     return shared(group, w, shm::Job{}, "barrier", "", core::Buffer{}, timeout);
   }
   // A schedule of empty messages over an empty (but present) work buffer.
   static char none;
-  return onSchedule(group, Collective::Barrier,
-                    collectives::planBarrier(group.rank(), group.size()),
+  return onSchedule(group, collectives::planBarrier(group.rank(), group.size()),
                     core::bufferOf(&none, 0, core::Dtype::UInt8), std::nullopt, "barrier", "",
                     core::Buffer{}, timeout);
 }
@@ -368,7 +397,7 @@ std::shared_ptr<Request> gather(Group& group, const core::Buffer& input, const c
   if (isRoot) {
     checkBuffer("gather", "output buffer", output);
     checkSameType("gather", input, output);
-    COMMUX_CHECK(output.count == n * size, InvalidArgument,
+    COMMUX_CHECK(output.count == blocksFor("gather", n, size, input), InvalidArgument,
                  "commux: gather: the root's output holds ", output.count,
                  " elements; it must hold the group's size (", size, ") x the input's (", n, ")");
     COMMUX_CHECK(!overlap(input, output), InvalidArgument,
@@ -376,6 +405,8 @@ std::shared_ptr<Request> gather(Group& group, const core::Buffer& input, const c
   }
   const std::string detail = "to rank " + std::to_string(root);
   const Where w = where(group, Collective::Gather, "gather", input.bytes());
+  checkCall(group, w, Collective::Gather, input, std::nullopt, static_cast<std::int64_t>(n),
+            timeout);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::Gather, root);
     job.input = input;
@@ -385,7 +416,7 @@ std::shared_ptr<Request> gather(Group& group, const core::Buffer& input, const c
   // The tree's buffer holds the blocks in the order of ranks relative to the root.
   const std::size_t vr =
       (static_cast<std::size_t>(group.rank()) + size - static_cast<std::size_t>(root)) % size;
-  core::Buffer work = core::hostBufferLike(input, n * size);
+  core::Buffer work = core::hostBufferLike(input, blocksFor("gather", n, size, input));
   if (input.bytes() != 0) std::memcpy(core::slice(work, n * vr, n).data, input.data, input.bytes());
   std::function<void()> finalize;
   if (isRoot) {
@@ -398,7 +429,7 @@ std::shared_ptr<Request> gather(Group& group, const core::Buffer& input, const c
     };
   }
   return onSchedule(
-      group, Collective::Gather,
+      group,
       collectives::Plan{collectives::gatherBinomial(group.rank(), group.size(), root, n),
                         "binomial"},
       std::move(work), std::nullopt, "gather", detail, input, timeout, std::move(finalize));
@@ -417,7 +448,7 @@ std::shared_ptr<Request> scatter(Group& group, const core::Buffer& input,
   if (isRoot) {
     checkBuffer("scatter", "input buffer", input);
     checkSameType("scatter", input, output);
-    COMMUX_CHECK(input.count == n * size, InvalidArgument,
+    COMMUX_CHECK(input.count == blocksFor("scatter", n, size, output), InvalidArgument,
                  "commux: scatter: the root's input holds ", input.count,
                  " elements; it must hold the group's size (", size, ") x the output's (", n, ")");
     COMMUX_CHECK(!overlap(input, output), InvalidArgument,
@@ -425,6 +456,8 @@ std::shared_ptr<Request> scatter(Group& group, const core::Buffer& input,
   }
   const std::string detail = "from rank " + std::to_string(root);
   const Where w = where(group, Collective::Scatter, "scatter", output.bytes());
+  checkCall(group, w, Collective::Scatter, output, std::nullopt, static_cast<std::int64_t>(n),
+            timeout);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::Scatter, root);
     if (isRoot) job.input = input;  // blocks in rank order
@@ -432,7 +465,7 @@ std::shared_ptr<Request> scatter(Group& group, const core::Buffer& input,
     return shared(group, w, std::move(job), "scatter", detail, output, timeout);
   }
   // The tree's buffer holds the blocks in the order of ranks relative to the root.
-  core::Buffer work = core::hostBufferLike(output, n * size);
+  core::Buffer work = core::hostBufferLike(output, blocksFor("scatter", n, size, output));
   for (std::size_t v = 0; isRoot && v < size && n != 0; ++v) {
     const std::size_t r = (v + static_cast<std::size_t>(root)) % size;
     std::memcpy(core::slice(work, n * v, n).data, core::slice(input, n * r, n).data,
@@ -442,7 +475,7 @@ std::shared_ptr<Request> scatter(Group& group, const core::Buffer& input,
       (static_cast<std::size_t>(group.rank()) + size - static_cast<std::size_t>(root)) % size;
   const core::Buffer mine = core::slice(work, n * vr, n);
   return onSchedule(
-      group, Collective::Scatter,
+      group,
       collectives::Plan{collectives::scatterBinomial(group.rank(), group.size(), root, n),
                         "binomial"},
       std::move(work), std::nullopt, "scatter", detail, output, timeout, [mine, output] {
@@ -476,7 +509,13 @@ std::shared_ptr<Request> alltoall(Group& group, const core::Buffer& input,
     COMMUX_CHECK(counts.size() == size, InvalidArgument, "commux: alltoall: ", counts.size(), " ",
                  role, " counts for a group of ", size);
     std::size_t total = 0;
-    for (const std::size_t c : counts) total += c;
+    for (const std::size_t c : counts) {
+      // Each within the buffer, so the sum cannot wrap past it unnoticed.
+      COMMUX_CHECK(c <= buffer.count && total <= buffer.count - c, InvalidArgument,
+                   "commux: alltoall: the ", role, " counts add up to more than the ", role, "'s ",
+                   buffer.count, " elements");
+      total += c;
+    }
     COMMUX_CHECK(total == buffer.count, InvalidArgument, "commux: alltoall: the ", role,
                  " counts add up to ", total, " elements; the ", role, " holds ", buffer.count);
   };
@@ -490,6 +529,10 @@ std::shared_ptr<Request> alltoall(Group& group, const core::Buffer& input,
   COMMUX_CHECK(!overlap(input, output), InvalidArgument,
                "commux: alltoall: the output overlaps the input");
   const Where w = where(group, Collective::Alltoall, "alltoall", input.bytes());
+  // Uneven blocks differ between ranks; equal ones (no counts) must agree, and a rank
+  // that passes counts must not meet one that passes none (they would plan apart).
+  checkCall(group, w, Collective::Alltoall, input, std::nullopt,
+            uniform ? static_cast<std::int64_t>(input.count) : -1, timeout);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::Alltoall);
     job.input = input;
@@ -527,8 +570,8 @@ std::shared_ptr<Request> alltoall(Group& group, const core::Buffer& input,
                 core::slice(input, sendBlocks[self].offset, sendCounts[self]).data,
                 sendCounts[self] * input.elementSize);
   }
-  return onSchedule(group, Collective::Alltoall, std::move(plan), std::move(work), std::nullopt,
-                    "alltoall", "", input, timeout, std::move(finalize), input);
+  return onSchedule(group, std::move(plan), std::move(work), std::nullopt, "alltoall", "", input,
+                    timeout, std::move(finalize), input);
 }
 
 }  // namespace commux::group

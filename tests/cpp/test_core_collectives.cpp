@@ -388,9 +388,10 @@ TEST(CoreCollectives, WrongArgumentsAreRefusedBeforeAnythingMovesAndTheGroupGoes
       group::allgather(g, core::bufferOf(eight.data() + 1, 4, core::Dtype::Float32), view(eight),
                        kLimit);
     });
-    refused("an all-to-all whose counts do not add up", "counts add up to 5 elements", [&] {
-      group::alltoall(g, view(four), view(four2), {2, 3}, {2, 2}, kLimit);
-    });
+    refused("an all-to-all whose counts do not add up",
+            "input counts add up to more than the input's 4 elements", [&] {
+              group::alltoall(g, view(four), view(four2), {2, 3}, {2, 2}, kLimit);
+            });
     refused("an all-to-all that keeps more than it has room for", "sends 3 elements to itself",
             [&] {
               std::vector<std::size_t> send =
@@ -448,6 +449,18 @@ TEST(CoreCollectives, RanksThatCallDifferentCollectivesAreToldBeforeAnythingMove
     check(said.find("rank 1: broadcast of 8 x float32)") != std::string::npos,
           "a different collective was told as: '" + said + "'");
     check(same == std::vector<float>(8, 1.0f), "a refused call changed its buffer");
+    // An all-to-all with counts on one rank and equal blocks on the others would be planned
+    // apart (pairwise against Bruck at scale): told too.
+    std::vector<float> in(6, 1.0f), out(6, 0.0f);
+    said = refusal([&] {
+      if (rank == 1) {
+        group::alltoall(g, view(in), view(out), {2, 2, 2}, {2, 2, 2}, kLimit);
+      } else {
+        group::alltoall(g, view(in), view(out), {}, {}, kLimit);
+      }
+    });
+    check(said.find("rank 1: all_to_all of float32)") != std::string::npos,
+          "counts against equal blocks were told as: '" + said + "'");
     finish(*group::allreduce(g, view(same), core::ReduceOp::Sum, kLimit));
     check(same == std::vector<float>(8, 3.0f), "the allreduce after the refusals summed wrong");
     commux::testing::leaveTogether(g);
