@@ -101,8 +101,8 @@ void checkRoot(const char* what, const Group& group, int root) {
 void checkSameType(const char* what, const core::Buffer& a, const core::Buffer& b) {
   COMMUX_CHECK(
       a.dtype == b.dtype && a.elementSize == b.elementSize && a.frontEndType == b.frontEndType,
-      InvalidArgument, "commux: ", what, ": the input holds ", core::nameOf(a.dtype),
-      ", the output ", core::nameOf(b.dtype), "; they must hold one type");
+      InvalidArgument, "commux: ", what, ": its buffers hold ", core::nameOf(a.dtype), " and ",
+      core::nameOf(b.dtype), "; they must hold one type");
 }
 
 /// `n` elements per rank for `size` ranks, refused when that many bytes of `like`'s type
@@ -114,6 +114,17 @@ std::size_t blocksFor(const char* what, std::size_t n, std::size_t size, const c
                "commux: ", what, ": ", n, " elements per rank for ", size,
                " ranks is more than memory can hold");
   return n * size;
+}
+
+/// `whole` (described as `wholeRole`) holds the group's `size` blocks of `part`'s elements,
+/// of `part`'s type.
+void checkBlocks(const char* what, const core::Buffer& whole, const char* wholeRole,
+                 const core::Buffer& part, const char* partRole, std::size_t size) {
+  checkSameType(what, part, whole);
+  COMMUX_CHECK(whole.count == blocksFor(what, part.count, size, part), InvalidArgument,
+               "commux: ", what, ": ", wholeRole, " holds ", whole.count,
+               " elements; it must hold the group's size (", size, ") x ", partRole, "'s (",
+               part.count, ")");
 }
 
 bool overlap(const core::Buffer& a, const core::Buffer& b) {
@@ -304,12 +315,9 @@ std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
   group.joinSetUp();
   checkBuffer("allgather", "input buffer", input);
   checkBuffer("allgather", "output buffer", output);
-  checkSameType("allgather", input, output);
   const std::size_t n = input.count;
   const auto size = static_cast<std::size_t>(group.size());
-  COMMUX_CHECK(output.count == blocksFor("allgather", n, size, input), InvalidArgument,
-               "commux: allgather: the output holds ", output.count,
-               " elements; it must hold the group's size (", size, ") x the input's (", n, ")");
+  checkBlocks("allgather", output, "the output", input, "the input", size);
   const core::Buffer own = core::slice(output, n * static_cast<std::size_t>(group.rank()), n);
   COMMUX_CHECK(!overlap(input, output) || input.data == own.data, InvalidArgument,
                "commux: allgather: the input overlaps the output other than as this rank's own "
@@ -340,13 +348,10 @@ std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
   group.joinSetUp();
   checkBuffer("reduce_scatter", "input buffer", input);
   checkBuffer("reduce_scatter", "output buffer", output);
-  checkSameType("reduce_scatter", input, output);
   checkReduction("reduce_scatter", input, op);
   const std::size_t n = output.count;
   const auto size = static_cast<std::size_t>(group.size());
-  COMMUX_CHECK(input.count == blocksFor("reduce_scatter", n, size, output), InvalidArgument,
-               "commux: reduce_scatter: the input holds ", input.count,
-               " elements; it must hold the group's size (", size, ") x the output's (", n, ")");
+  checkBlocks("reduce_scatter", input, "the input", output, "the output", size);
   COMMUX_CHECK(!overlap(input, output), InvalidArgument,
                "commux: reduce_scatter: the output overlaps the input, which must keep its "
                "values");
@@ -396,10 +401,7 @@ std::shared_ptr<Request> gather(Group& group, const core::Buffer& input, const c
   const auto size = static_cast<std::size_t>(group.size());
   if (isRoot) {
     checkBuffer("gather", "output buffer", output);
-    checkSameType("gather", input, output);
-    COMMUX_CHECK(output.count == blocksFor("gather", n, size, input), InvalidArgument,
-                 "commux: gather: the root's output holds ", output.count,
-                 " elements; it must hold the group's size (", size, ") x the input's (", n, ")");
+    checkBlocks("gather", output, "the root's output", input, "the input", size);
     COMMUX_CHECK(!overlap(input, output), InvalidArgument,
                  "commux: gather: the root's output overlaps its input");
   }
@@ -447,10 +449,7 @@ std::shared_ptr<Request> scatter(Group& group, const core::Buffer& input,
   const auto size = static_cast<std::size_t>(group.size());
   if (isRoot) {
     checkBuffer("scatter", "input buffer", input);
-    checkSameType("scatter", input, output);
-    COMMUX_CHECK(input.count == blocksFor("scatter", n, size, output), InvalidArgument,
-                 "commux: scatter: the root's input holds ", input.count,
-                 " elements; it must hold the group's size (", size, ") x the output's (", n, ")");
+    checkBlocks("scatter", input, "the root's input", output, "the output", size);
     COMMUX_CHECK(!overlap(input, output), InvalidArgument,
                  "commux: scatter: the root's output overlaps its input");
   }
