@@ -51,6 +51,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
   if (onlyPeer < 0 && size_ > 1 && Config::get().checkCollectives && !group_->batching()) {
     checkSameCollective(type, work, reduce, description, timeout);
   }
+  // Every member's record before the schedule's peers': all of them in one store request.
+  if (onlyPeer < 0) group_->watchMembers();
   auto setup =
       group::scheduleSetup(*group_, std::move(schedule), reduce, sequence, description, size_);
   auto w = makeWork(type, std::move(outputs), std::move(description), timeout);

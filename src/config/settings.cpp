@@ -254,8 +254,10 @@ const std::vector<Setting>& settings() {
       {"COMMUX_CHECK_COLLECTIVES", "`0` (`1` with `TORCH_DISTRIBUTED_DEBUG=DETAIL`)",
        "`1`: every rank of a collective compares what it called (operation, dtype, "
        "reduction, element count) with every other before anything is sent: on shared memory "
-       "at the collective's first step, over UCX by a small allgather of its own before the "
-       "collective is posted (the call then returns once every rank has called). Mismatched "
+       "at the collective's first step, over UCX and in parts across hosts by a small "
+       "allgather of its own before the collective is posted, whichever path its size takes "
+       "there (the call then returns once every rank has called; a rank that never calls "
+       "makes the others wait for the timeout). Mismatched "
        "calls fail every rank alike with a `ValueError` and the group goes on (a debugging "
        "aid: it makes rooted collectives wait for all ranks, and every UCX collective cost "
        "one more round). `0`: a mismatch is found by the ranks that read another's data "

@@ -34,6 +34,7 @@ void checkSameCall(Group& group, const CallSignature& mine, const engine::Descri
   auto plan = collectives::planAllgather(rank, size, collectives::equalBlocks(kFields, size),
                                          sizeof(std::int64_t), thresholds(false));
   const std::uint32_t sequence = group.nextSequence();
+  group.watchMembers();  // every member's record in one store request, then the plan's
   engine::Description checking("the collective check before " + description.str());
   auto setup =
       scheduleSetup(group, std::move(plan.schedule), std::nullopt, sequence, checking, size);

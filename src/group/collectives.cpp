@@ -228,6 +228,8 @@ std::shared_ptr<Request> onSchedule(Group& group, collectives::Plan plan, core::
                                     core::Buffer sendBuffer = {}) {
   const std::uint32_t sequence = group.nextSequence();
   auto description = describe(name, std::move(detail), shown, plan.algorithm, sequence);
+  // Every member's record before the schedule's peers': all of them in one store request.
+  group.watchMembers();
   auto setup =
       scheduleSetup(group, std::move(plan.schedule), reduce, sequence, description, group.size());
   setup.work = std::move(work);
