@@ -131,6 +131,15 @@ struct Config {
   /// (non-temporal) stores (on), through the cache (off), or whichever each process
   /// currently times faster (auto; shm/slot_copy.hpp says why).
   ShmStream shmStream = ShmStream::Auto;
+  /// The C API's meeting point (COMMUX_BOOTSTRAP, host:port), the address its unique ids
+  /// name (COMMUX_BOOTSTRAP_ADDRESS), and the job's secret for an init from the environment
+  /// (COMMUX_BOOTSTRAP_SECRET); empty when unset.
+  std::string bootstrap;
+  std::string bootstrapAddress;
+  std::string bootstrapSecret;
+  /// COMMUX_RANK, COMMUX_SIZE: the C API's init from the environment; -1 when unset.
+  int rank = -1;
+  int size = -1;
   /// COMMUX_HOST: ranks share memory only if this is equal on them too (empty by default).
   /// Splits one machine into several "hosts", so the host-aware collectives can be tried on
   /// one machine; it never joins ranks that do not share a kernel and /dev/shm.

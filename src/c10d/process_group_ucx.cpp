@@ -10,7 +10,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "c10d/c10d_store.hpp"
-#include "c10d/process_engine.hpp"
+#include "config/process_engine.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/streams.hpp"
 #include "c10d/tensor_p2p_op.hpp"
@@ -28,22 +28,6 @@
 namespace commux {
 namespace {
 
-// The engine's share of the configuration: it reads none itself.
-engine::Settings engineSettings(const Config& c) {
-  engine::Settings s;
-  s.progressSpin = c.progressSpin;
-  s.waitSpin = c.waitSpin;
-  s.handOffDelay = c.handOffDelay;
-  s.loopbackOnly = c.loopbackOnly;
-  s.maxContexts = c.maxContexts;
-  s.failureDetection = c.failureDetection == FailureDetection::Auto
-                           ? engine::Settings::FailureDetection::Auto
-                       : c.failureDetection == FailureDetection::Ucx
-                           ? engine::Settings::FailureDetection::Ucx
-                           : engine::Settings::FailureDetection::Off;
-  return s;
-}
-
 std::size_t totalBytes(const std::vector<at::Tensor>& tensors) {
   std::size_t bytes = 0;
   for (const auto& t : tensors) bytes += static_cast<std::size_t>(t.numel()) * t.element_size();
@@ -56,10 +40,6 @@ bool packs(const std::vector<at::Tensor>& tensors) {
 }
 
 }  // namespace
-
-std::shared_ptr<engine::Engine> processEngine(std::size_t groupSize) {
-  return engine::Engine::instance(groupSize, engineSettings(Config::get()));
-}
 
 ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout,

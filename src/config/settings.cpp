@@ -348,6 +348,40 @@ const std::vector<Setting>& settings() {
          env::readPowerOfTwo(n, c.roundWrap, 2, 1u << wire::kRoundBits);
        },
        [](const Config& c) -> SettingValue { return whole(c.roundWrap); }},
+      {"COMMUX_BOOTSTRAP", "empty",
+       "the C API's `commuxCommInitFromEnv`: `host:port` of the job's bootstrap store, which "
+       "rank 0 serves (on that port of every address) and the others reach",
+       [](const char* n, Config& c) { env::readText(n, c.bootstrap); },
+       [](const Config& c) -> SettingValue { return c.bootstrap; }},
+      {"COMMUX_BOOTSTRAP_ADDRESS", "empty",
+       "the address a unique id (`commuxGetUniqueId`) tells the other ranks to reach its store "
+       "at; empty: the first IPv4 address of an interface that is up and not loopback, else "
+       "127.0.0.1",
+       [](const char* n, Config& c) { env::readText(n, c.bootstrapAddress); },
+       [](const Config& c) -> SettingValue { return c.bootstrapAddress; }},
+      {"COMMUX_BOOTSTRAP_SECRET", "empty",
+       "`commuxCommInitFromEnv`: any text, the same on every rank of the job; the store refuses "
+       "a rank with another (shown as `(set)`)",
+       [](const char* n, Config& c) { env::readText(n, c.bootstrapSecret); },
+       [](const Config& c) -> SettingValue {
+         return c.bootstrapSecret.empty() ? std::string() : std::string("(set)");
+       }},
+      {"COMMUX_RANK", "empty",
+       "`commuxCommInitFromEnv`: this process's rank (else `RANK`, `OMPI_COMM_WORLD_RANK`, "
+       "`PMI_RANK` or `SLURM_PROCID`, the first set)",
+       [](const char* n, Config& c) {
+         env::readInRange(n, c.rank, 0, wire::kMaxRanks - 1, "ranks");
+       },
+       [](const Config& c) -> SettingValue {
+         return c.rank < 0 ? SettingValue{} : SettingValue{static_cast<long long>(c.rank)};
+       }},
+      {"COMMUX_SIZE", "empty",
+       "`commuxCommInitFromEnv`: the number of ranks (else `WORLD_SIZE`, "
+       "`OMPI_COMM_WORLD_SIZE`, `PMI_SIZE` or `SLURM_NTASKS`, the first set)",
+       [](const char* n, Config& c) { env::readInRange(n, c.size, 1, wire::kMaxRanks, "ranks"); },
+       [](const Config& c) -> SettingValue {
+         return c.size < 0 ? SettingValue{} : SettingValue{static_cast<long long>(c.size)};
+       }},
       {"COMMUX_MAX_RANKS", "`65536`",
        "tests only: larger groups fail at creation (at most 2^16, the tag's source field)",
        [](const char* n, Config& c) { env::readBounded(n, c.maxRanks, 1, wire::kMaxRanks); },

@@ -14,7 +14,7 @@
 #include "config/settings.hpp"
 #include "core/reduce.hpp"
 #include "c10d/aten_fold.hpp"
-#include "c10d/process_engine.hpp"
+#include "config/process_engine.hpp"
 #include "commux/window_ucx.hpp"
 #include "commux/process_group_ucx.hpp"
 #include "cuda/cuda_support.hpp"

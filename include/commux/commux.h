@@ -1,0 +1,239 @@
+/* commux's C API: communicators over UCX for programs without torch (C, C++, Fortran
+ * through ISO_C_BINDING, Rust through FFI). Shaped like NCCL's calls (a unique id, one
+ * communicator per rank, (sendbuf, recvbuf, count, datatype, op, comm, stream)), with what
+ * NCCL lacks: tagged messages matched by (sender, tag) as MPI matches them, receives from
+ * any source, host memory, and failures named by rank.
+ *
+ * Conventions for every call
+ * --------------------------
+ * - Returns commuxSuccess or an error code; commuxGetLastError() then says what went wrong
+ *   in words (the rank, the sizes, the peer that died). Arguments are checked before a
+ *   byte moves: a call refused with commuxInvalidArgument changed nothing, and the
+ *   communicator stays usable.
+ * - Memory: this version moves host memory only: every buffer must be host memory, and
+ *   `stream` must be NULL (a non-NULL stream is refused with commuxUnsupported). CUDA
+ *   device memory on a stream is the next version's.
+ * - Blocking: the calls without an I prefix return once this rank's part is done (its
+ *   buffers may be reused and hold their results). Their wait sleeps instead of spinning
+ *   after a short while. Between commuxGroupStart and commuxGroupEnd they only post their
+ *   operation; commuxGroupEnd waits for all of them.
+ * - Timeouts: every operation fails with commuxTimeout after the communicator's timeout
+ *   (commuxCommSetTimeout; 30 minutes by default, as torch's); what it
+ *   left in flight is cancelled first. A timeout of 0 means none.
+ * - Failures: a peer's death fails the operations that need it with commuxRemoteError and
+ *   names the rank; after a failed collective, later collectives on the communicator are
+ *   refused (ranks may be out of step) while point-to-point calls to live ranks still work.
+ * - Threads: every call is thread safe. Collectives on one communicator must be issued in
+ *   the same order on every rank, so issue them from one thread at a time per
+ *   communicator. Point-to-point calls may come from any threads; messages between a pair
+ *   of ranks with the same tag are matched in the order they were posted.
+ */
+#ifndef COMMUX_COMMUX_H
+#define COMMUX_COMMUX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define COMMUX_VERSION_CODE 100 /* 0.1.0: major * 10000 + minor * 100 + patch */
+
+typedef enum {
+  commuxSuccess = 0,
+  commuxInvalidArgument = 1, /* the caller's arguments are wrong; nothing moved */
+  commuxInvalidUsage = 2,    /* not in this state: a destroyed or aborted communicator */
+  commuxRemoteError = 3,     /* communication failed: a peer died or disagreed */
+  commuxSystemError = 4,     /* the bootstrap store or the system failed (connect, memory) */
+  commuxUnsupported = 5,     /* not implemented for these arguments */
+  commuxInternalError = 6,   /* a bug in commux: please report it */
+  commuxInProgress = 7,      /* commuxTest: not done yet */
+  commuxTimeout = 8          /* the operation ran past its timeout and was cancelled */
+} commuxResult_t;
+
+typedef enum {
+  commuxInt8 = 0,
+  commuxUint8 = 1,
+  commuxInt16 = 2,
+  commuxInt32 = 3,
+  commuxInt64 = 4,
+  commuxFloat16 = 5,
+  commuxBfloat16 = 6,
+  commuxFloat32 = 7,
+  commuxFloat64 = 8,
+  commuxBool = 9, /* one byte, 0 or 1 */
+  commuxComplex64 = 10,
+  commuxComplex128 = 11
+} commuxDataType_t;
+
+typedef enum {
+  commuxSum = 0,
+  commuxProd = 1,
+  commuxMin = 2,
+  commuxMax = 3,
+  commuxBand = 4, /* integers and bool only */
+  commuxBor = 5,
+  commuxBxor = 6
+} commuxRedOp_t;
+
+/* Any sender, for commuxRecv/commuxIrecv's `peer`. */
+#define COMMUX_ANY_SOURCE (-1)
+/* Tags are 0 .. COMMUX_TAG_MAX. */
+#define COMMUX_TAG_MAX 2147483647
+
+typedef struct commuxComm* commuxComm_t;
+typedef struct commuxRequest* commuxRequest_t;
+
+/* Names the job's meeting point: where the bootstrap store of the rank that made it
+ * listens, and a random secret that keeps other jobs out. Opaque; copy it as bytes. */
+#define COMMUX_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[COMMUX_UNIQUE_ID_BYTES];
+} commuxUniqueId;
+
+/* What a completed receive got. */
+typedef struct {
+  int source; /* the sender's rank (useful after COMMUX_ANY_SOURCE) */
+  int tag;
+} commuxStatus;
+
+/* ---- Errors and version ------------------------------------------------------------- */
+
+/* A fixed name for a code. */
+const char* commuxGetErrorString(commuxResult_t result);
+/* The message of the last failed call on this thread (any communicator; `comm` is
+ * accepted for NCCL's shape and may be NULL). Valid until this thread's next call. */
+const char* commuxGetLastError(commuxComm_t comm);
+commuxResult_t commuxGetVersion(int* version);
+
+/* ---- Communicators ------------------------------------------------------------------ */
+
+/* Makes a unique id and starts this process's bootstrap store on a thread of its own (it
+ * serves for as long as the process lives). Call it on one rank, send the id to the others
+ * (MPI_Bcast, a file, a socket), then every rank calls commuxCommInitRank with it. The
+ * store listens on every address; the id names COMMUX_BOOTSTRAP_ADDRESS when set, else the
+ * first IPv4 address of an interface that is up and not loopback, else 127.0.0.1. */
+commuxResult_t commuxGetUniqueId(commuxUniqueId* uniqueId);
+
+/* Collective over `nranks` processes: each calls it with its `rank` (0 .. nranks - 1) and
+ * the same id; it returns once this rank is reachable by the others (peers are connected
+ * lazily, shared memory at the first collective). Fails with commuxSystemError when the
+ * store cannot be reached within the timeout, and with commuxInvalidArgument for a bad
+ * rank or size, or an id that is not one. */
+commuxResult_t commuxCommInitRank(commuxComm_t* comm, int nranks, commuxUniqueId uniqueId,
+                                  int rank);
+
+/* commuxCommInitRank with the rank, size and meeting point from the environment:
+ * the rank from COMMUX_RANK, RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID; the size
+ * from COMMUX_SIZE, WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS (the first
+ * set, in this order); the store at COMMUX_BOOTSTRAP=host:port, which rank 0 serves
+ * (binding that port on every address) and the others reach. The job's secret is
+ * COMMUX_BOOTSTRAP_SECRET (any text, the same on every rank) when set. */
+commuxResult_t commuxCommInitFromEnv(commuxComm_t* comm);
+
+/* Frees the communicator. Operations still in flight are cancelled first. Call it after
+ * the last operation every peer needs from this rank has completed (a barrier), since a
+ * rank that leaves looks dead to peers still talking to it. */
+commuxResult_t commuxCommDestroy(commuxComm_t comm);
+
+/* Cancels every operation in flight on `comm` (they complete with commuxRemoteError) and
+ * refuses later calls on it but commuxCommDestroy. Thread safe: call it from another
+ * thread to break a wait. */
+commuxResult_t commuxCommAbort(commuxComm_t comm);
+
+commuxResult_t commuxCommCount(commuxComm_t comm, int* count);
+commuxResult_t commuxCommUserRank(commuxComm_t comm, int* rank);
+
+/* The timeout of every later operation on `comm`, in milliseconds (0: none). */
+commuxResult_t commuxCommSetTimeout(commuxComm_t comm, int64_t milliseconds);
+
+/* commuxSuccess while every member is alive and no collective failed here; otherwise the
+ * error (commuxRemoteError), with commuxGetLastError saying which ranks died and why. Never
+ * waits and moves nothing. */
+commuxResult_t commuxCommGetAsyncError(commuxComm_t comm, commuxResult_t* asyncError);
+
+/* ---- Tagged messages ---------------------------------------------------------------- */
+
+/* Sends `count` elements of `datatype` at `buf` to rank `peer` with `tag`. */
+commuxResult_t commuxSend(const void* buf, size_t count, commuxDataType_t datatype, int peer,
+                          int tag, commuxComm_t comm, void* stream);
+/* Receives the next message with `tag` from `peer` (or COMMUX_ANY_SOURCE) into `buf`; the
+ * message must be exactly `count` elements of `datatype` (a longer one is an error).
+ * `status` may be NULL. */
+commuxResult_t commuxRecv(void* buf, size_t count, commuxDataType_t datatype, int peer, int tag,
+                          commuxComm_t comm, void* stream, commuxStatus* status);
+
+/* Non-blocking: post the operation and return a request; the buffer belongs to commux
+ * until commuxWait returns or commuxTest reports done. Every request is freed by
+ * commuxWait, by a commuxTest that reports done, or by commuxRequestFree. */
+commuxResult_t commuxIsend(const void* buf, size_t count, commuxDataType_t datatype, int peer,
+                           int tag, commuxComm_t comm, void* stream, commuxRequest_t* request);
+commuxResult_t commuxIrecv(void* buf, size_t count, commuxDataType_t datatype, int peer,
+                           int tag, commuxComm_t comm, void* stream, commuxRequest_t* request);
+/* Sets *done to 1 and frees the request once the operation is done (returning its error,
+ * if any), else sets it to 0 and returns commuxSuccess. Never waits. `status` may be NULL. */
+commuxResult_t commuxTest(commuxRequest_t request, int* done, commuxStatus* status);
+/* Waits for the operation (up to its communicator's timeout), frees the request and
+ * returns the operation's result. `status` may be NULL. */
+commuxResult_t commuxWait(commuxRequest_t request, commuxStatus* status);
+/* Frees a request without waiting: an operation still in flight is cancelled first. */
+commuxResult_t commuxRequestFree(commuxRequest_t request);
+
+/* ---- Grouped calls ------------------------------------------------------------------ */
+
+/* Between commuxGroupStart and commuxGroupEnd, on this thread, blocking calls only post
+ * their operation, and commuxGroupEnd posts them together and waits for all of them,
+ * returning the first error. Groups nest; the outermost end does the work. */
+commuxResult_t commuxGroupStart(void);
+commuxResult_t commuxGroupEnd(void);
+
+/* ---- Collectives -------------------------------------------------------------------- *
+ * Every rank of the communicator calls them in the same order with matching arguments.
+ * `sendbuf` may equal `recvbuf` (in place) where the description says so. */
+
+/* recvbuf = op over ranks of sendbuf (count elements each). In place when equal. */
+commuxResult_t commuxAllReduce(const void* sendbuf, void* recvbuf, size_t count,
+                               commuxDataType_t datatype, commuxRedOp_t op, commuxComm_t comm,
+                               void* stream);
+/* On `root`, recvbuf = op over ranks of sendbuf; recvbuf is used only on root (NULL
+ * elsewhere is fine). */
+commuxResult_t commuxReduce(const void* sendbuf, void* recvbuf, size_t count,
+                            commuxDataType_t datatype, commuxRedOp_t op, int root,
+                            commuxComm_t comm, void* stream);
+/* recvbuf on every rank = root's sendbuf (sendbuf is read only on root). */
+commuxResult_t commuxBroadcast(const void* sendbuf, void* recvbuf, size_t count,
+                               commuxDataType_t datatype, int root, commuxComm_t comm,
+                               void* stream);
+/* recvbuf (nranks x sendcount) = every rank's sendbuf in rank order. In place when sendbuf
+ * is this rank's block of recvbuf. */
+commuxResult_t commuxAllGather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                               commuxDataType_t datatype, commuxComm_t comm, void* stream);
+/* recvbuf (recvcount) = block `rank` of op over ranks of sendbuf (nranks x recvcount). */
+commuxResult_t commuxReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                   commuxDataType_t datatype, commuxRedOp_t op,
+                                   commuxComm_t comm, void* stream);
+/* Block d of sendbuf (count elements) goes to rank d; block s of recvbuf comes from s. */
+commuxResult_t commuxAllToAll(const void* sendbuf, void* recvbuf, size_t count,
+                              commuxDataType_t datatype, commuxComm_t comm, void* stream);
+/* As commuxAllToAll with blocks of sendcounts[d] and recvcounts[s] elements, packed in
+ * rank order (each array has nranks entries). Rank s's sendcounts[d] must equal rank d's
+ * recvcounts[s]; the mismatch is found (commuxRemoteError) when COMMUX_CHECK_COLLECTIVES=1,
+ * else a receive that does not fit fails. */
+commuxResult_t commuxAllToAllv(const void* sendbuf, const size_t* sendcounts, void* recvbuf,
+                               const size_t* recvcounts, commuxDataType_t datatype,
+                               commuxComm_t comm, void* stream);
+/* On root, recvbuf (nranks x sendcount) = every rank's sendbuf in rank order. */
+commuxResult_t commuxGather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                            commuxDataType_t datatype, int root, commuxComm_t comm, void* stream);
+/* recvbuf (recvcount) on every rank = block `rank` of root's sendbuf (nranks x recvcount). */
+commuxResult_t commuxScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                             commuxDataType_t datatype, int root, commuxComm_t comm, void* stream);
+/* Returns once every rank has entered it. */
+commuxResult_t commuxBarrier(commuxComm_t comm, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COMMUX_COMMUX_H */

@@ -1,0 +1,222 @@
+// The collectives: (sendbuf, recvbuf, count, datatype[, op][, root], comm, stream) onto the
+// core's in-place collectives over Buffers, copying sendbuf into recvbuf first where the
+// core works in place.
+#include <cstring>
+#include <vector>
+
+#include "capi/comm.hpp"
+#include "core/error.hpp"
+#include "group/collectives.hpp"
+
+namespace commux::capi {
+namespace {
+
+void checkRoot(const commuxComm& comm, int root, const char* what) {
+  COMMUX_CHECK(root >= 0 && root < comm.group->size(), InvalidArgument, "commux: ", what,
+               ": root ", root, " is not a rank of this ", comm.group->size(),
+               "-rank communicator");
+}
+
+// Waits for a collective, or leaves it to commuxGroupEnd.
+void finish(commuxComm& comm, std::shared_ptr<group::Request> request) {
+  if (!deferToGroup(comm, request)) waitFor(comm, *request);
+}
+
+// recv = send before an in-place collective (no copy when they are the same memory).
+void copyIn(const core::Buffer& send, const core::Buffer& recv, const char* what) {
+  if (send.data == recv.data || send.bytes() == 0) return;
+  const char* s = send.bytePointer();
+  const char* r = recv.bytePointer();
+  COMMUX_CHECK(s + send.bytes() <= r || r + recv.bytes() <= s, InvalidArgument, "commux: ", what,
+               ": sendbuf and recvbuf overlap without being equal");
+  std::memcpy(recv.data, send.data, send.bytes());
+}
+
+// Inside commuxGroupStart/End: the copy of sendbuf must happen before the batch is posted,
+// which it does (copyIn runs at the call); the collective is then posted with the batch.
+
+}  // namespace
+}  // namespace commux::capi
+
+using namespace commux;
+using capi::guarded;
+
+extern "C" {
+
+commuxResult_t commuxAllReduce(const void* sendbuf, void* recvbuf, size_t count,
+                               commuxDataType_t datatype, commuxRedOp_t op, commuxComm_t comm,
+                               void* stream) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    const char* what = "commuxAllReduce";
+    auto send = capi::hostBuffer(sendbuf, count, datatype, stream, what);
+    auto recv = capi::hostBuffer(recvbuf, count, datatype, stream, what);
+    const auto reduceOp = capi::reduceOpOf(op, what);
+    COMMUX_CHECK(core::reduces(recv.dtype, reduceOp), InvalidArgument, "commux: ", what, ": ",
+                 core::nameOf(reduceOp), " is not defined on ", core::nameOf(recv.dtype));
+    capi::copyIn(send, recv, what);
+    capi::inGroup(c);
+    capi::finish(c, group::allreduce(*c.group, recv, reduceOp, capi::timeoutOf(&c)));
+  });
+}
+
+commuxResult_t commuxReduce(const void* sendbuf, void* recvbuf, size_t count,
+                            commuxDataType_t datatype, commuxRedOp_t op, int root,
+                            commuxComm_t comm, void* stream) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    const char* what = "commuxReduce";
+    capi::checkRoot(c, root, what);
+    const auto reduceOp = capi::reduceOpOf(op, what);
+    auto send = capi::hostBuffer(sendbuf, count, datatype, stream, what);
+    COMMUX_CHECK(core::reduces(send.dtype, reduceOp), InvalidArgument, "commux: ", what, ": ",
+                 core::nameOf(reduceOp), " is not defined on ", core::nameOf(send.dtype));
+    core::Buffer buffer = send;
+    if (c.group->rank() == root) {
+      buffer = capi::hostBuffer(recvbuf, count, datatype, stream, what);
+      capi::copyIn(send, buffer, what);
+    }
+    capi::inGroup(c);
+    capi::finish(c, group::reduce(*c.group, buffer, reduceOp, root, capi::timeoutOf(&c)));
+  });
+}
+
+commuxResult_t commuxBroadcast(const void* sendbuf, void* recvbuf, size_t count,
+                               commuxDataType_t datatype, int root, commuxComm_t comm,
+                               void* stream) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    const char* what = "commuxBroadcast";
+    capi::checkRoot(c, root, what);
+    auto recv = capi::hostBuffer(recvbuf, count, datatype, stream, what);
+    if (c.group->rank() == root) {
+      capi::copyIn(capi::hostBuffer(sendbuf, count, datatype, stream, what), recv, what);
+    }
+    capi::inGroup(c);
+    capi::finish(c, group::broadcast(*c.group, recv, root, capi::timeoutOf(&c)));
+  });
+}
+
+commuxResult_t commuxAllGather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                               commuxDataType_t datatype, commuxComm_t comm, void* stream) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    const char* what = "commuxAllGather";
+    const auto size = static_cast<std::size_t>(c.group->size());
+    COMMUX_CHECK(sendcount <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", sendcount,
+                 " x ", size, " elements overflow");
+    auto send = capi::hostBuffer(sendbuf, sendcount, datatype, stream, what);
+    auto recv = capi::hostBuffer(recvbuf, sendcount * size, datatype, stream, what);
+    capi::inGroup(c);
+    capi::finish(c, group::allgather(*c.group, send, recv, capi::timeoutOf(&c)));
+  });
+}
+
+commuxResult_t commuxReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                   commuxDataType_t datatype, commuxRedOp_t op,
+                                   commuxComm_t comm, void* stream) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    const char* what = "commuxReduceScatter";
+    const auto size = static_cast<std::size_t>(c.group->size());
+    COMMUX_CHECK(recvcount <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", recvcount,
+                 " x ", size, " elements overflow");
+    const auto reduceOp = capi::reduceOpOf(op, what);
+    auto send = capi::hostBuffer(sendbuf, recvcount * size, datatype, stream, what);
+    auto recv = capi::hostBuffer(recvbuf, recvcount, datatype, stream, what);
+    capi::inGroup(c);
+    capi::finish(c, group::reduceScatter(*c.group, send, recv, reduceOp, capi::timeoutOf(&c)));
+  });
+}
+
+commuxResult_t commuxAllToAll(const void* sendbuf, void* recvbuf, size_t count,
+                              commuxDataType_t datatype, commuxComm_t comm, void* stream) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    const char* what = "commuxAllToAll";
+    const auto size = static_cast<std::size_t>(c.group->size());
+    COMMUX_CHECK(count <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", count, " x ",
+                 size, " elements overflow");
+    auto send = capi::hostBuffer(sendbuf, count * size, datatype, stream, what);
+    auto recv = capi::hostBuffer(recvbuf, count * size, datatype, stream, what);
+    capi::inGroup(c);
+    capi::finish(c, group::alltoall(*c.group, send, recv, {}, {}, capi::timeoutOf(&c)));
+  });
+}
+
+commuxResult_t commuxAllToAllv(const void* sendbuf, const size_t* sendcounts, void* recvbuf,
+                               const size_t* recvcounts, commuxDataType_t datatype,
+                               commuxComm_t comm, void* stream) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    const char* what = "commuxAllToAllv";
+    COMMUX_CHECK(sendcounts != nullptr && recvcounts != nullptr, InvalidArgument, "commux: ",
+                 what, ": sendcounts and recvcounts must not be NULL");
+    const auto size = static_cast<std::size_t>(c.group->size());
+    std::vector<std::size_t> sends(sendcounts, sendcounts + size);
+    std::vector<std::size_t> recvs(recvcounts, recvcounts + size);
+    // The buffers' lengths are the counts' sums; the core checks the sums for overflow.
+    std::size_t sendTotal = 0, recvTotal = 0;
+    for (std::size_t i = 0; i < size; ++i) {
+      COMMUX_CHECK(sends[i] <= SIZE_MAX - sendTotal && recvs[i] <= SIZE_MAX - recvTotal,
+                   InvalidArgument, "commux: ", what, ": the counts overflow");
+      sendTotal += sends[i];
+      recvTotal += recvs[i];
+    }
+    auto send = capi::hostBuffer(sendbuf, sendTotal, datatype, stream, what);
+    auto recv = capi::hostBuffer(recvbuf, recvTotal, datatype, stream, what);
+    capi::inGroup(c);
+    capi::finish(c, group::alltoall(*c.group, send, recv, std::move(sends), std::move(recvs),
+                                    capi::timeoutOf(&c)));
+  });
+}
+
+commuxResult_t commuxGather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                            commuxDataType_t datatype, int root, commuxComm_t comm, void* stream) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    const char* what = "commuxGather";
+    capi::checkRoot(c, root, what);
+    const auto size = static_cast<std::size_t>(c.group->size());
+    COMMUX_CHECK(sendcount <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", sendcount,
+                 " x ", size, " elements overflow");
+    auto send = capi::hostBuffer(sendbuf, sendcount, datatype, stream, what);
+    core::Buffer recv = capi::hostBuffer(nullptr, 0, datatype, stream, what);
+    if (c.group->rank() == root) {
+      recv = capi::hostBuffer(recvbuf, sendcount * size, datatype, stream, what);
+    }
+    capi::inGroup(c);
+    capi::finish(c, group::gather(*c.group, send, recv, root, capi::timeoutOf(&c)));
+  });
+}
+
+commuxResult_t commuxScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                             commuxDataType_t datatype, int root, commuxComm_t comm, void* stream) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    const char* what = "commuxScatter";
+    capi::checkRoot(c, root, what);
+    const auto size = static_cast<std::size_t>(c.group->size());
+    COMMUX_CHECK(recvcount <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", recvcount,
+                 " x ", size, " elements overflow");
+    auto recv = capi::hostBuffer(recvbuf, recvcount, datatype, stream, what);
+    core::Buffer send = capi::hostBuffer(nullptr, 0, datatype, stream, what);
+    if (c.group->rank() == root) {
+      send = capi::hostBuffer(sendbuf, recvcount * size, datatype, stream, what);
+    }
+    capi::inGroup(c);
+    capi::finish(c, group::scatter(*c.group, send, recv, root, capi::timeoutOf(&c)));
+  });
+}
+
+commuxResult_t commuxBarrier(commuxComm_t comm, void* stream) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    COMMUX_CHECK(stream == nullptr, Unsupported,
+                 "commux: commuxBarrier: streams are not supported by this version; pass NULL");
+    capi::inGroup(c);
+    capi::finish(c, group::barrier(*c.group, capi::timeoutOf(&c)));
+  });
+}
+
+}  // extern "C"

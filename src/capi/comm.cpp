@@ -1,0 +1,198 @@
+// Communicators: the unique id, the two inits, destroy, abort and what a handle reports.
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "bootstrap/tcp_store.hpp"
+#include "bootstrap/unique_id.hpp"
+#include "capi/comm.hpp"
+#include "commux/options.hpp"
+#include "config/process_engine.hpp"
+#include "core/error.hpp"
+
+namespace commux::capi {
+namespace {
+
+// How long an init waits for the store (connecting, the other ranks' records).
+constexpr std::chrono::minutes kStoreTimeout{30};
+
+commuxComm* makeComm(const bootstrap::Endpoint& store, const bootstrap::Secret& secret, int size,
+                     int rank) {
+  // Every communicator made from one id shares the store: its keys go under the group's
+  // own prefix, so the id's first use is the "world".
+  auto kv = std::make_shared<bootstrap::TcpStore>(store, secret, kStoreTimeout, "world/");
+  auto comm = std::make_unique<commuxComm>();
+  comm->engine = processEngine(static_cast<std::size_t>(size));
+  comm->group = std::make_unique<group::Group>(std::move(kv), rank, size, comm->engine,
+                                               /*setUpInBackground=*/true);
+  return comm.release();
+}
+
+void checkRankAndSize(int size, int rank, const char* what) {
+  COMMUX_CHECK(size >= 1, InvalidArgument, "commux: ", what, ": nranks must be at least 1, not ",
+               size);
+  COMMUX_CHECK(rank >= 0 && rank < size, InvalidArgument, "commux: ", what, ": rank ", rank,
+               " is not in [0, ", size, ")");
+}
+
+// The first of `names` set in the environment, as a whole number; -1 when none is.
+long firstSet(std::initializer_list<const char*> names, std::string& which) {
+  for (const char* name : names) {
+    const char* raw = std::getenv(name);
+    if (raw == nullptr || *raw == '\0') continue;
+    char* end = nullptr;
+    errno = 0;
+    const long value = std::strtol(raw, &end, 10);
+    COMMUX_CHECK(errno == 0 && end != nullptr && *end == '\0' && value >= 0, InvalidArgument,
+                 "commux: ", name, "='", raw, "' is not a whole number");
+    which = name;
+    return value;
+  }
+  return -1;
+}
+
+// The job's secret from its text: 16 bytes that every rank derives alike (FNV-1a, twice with
+// different offsets). It keeps other jobs' ranks out; it is not a cryptographic secret.
+bootstrap::Secret secretOf(const std::string& text) {
+  bootstrap::Secret secret{};
+  std::uint64_t halves[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+  for (auto& h : halves) {
+    for (unsigned char c : text) {
+      h ^= c;
+      h *= 0x100000001b3ull;
+    }
+  }
+  std::memcpy(secret.data(), halves, sizeof(halves));
+  return secret;
+}
+
+}  // namespace
+
+commuxComm& checkComm(commuxComm_t comm) {
+  COMMUX_CHECK(comm != nullptr && comm->group != nullptr, InvalidArgument,
+               "commux: the communicator is NULL");
+  return *comm;
+}
+
+std::chrono::milliseconds timeoutOf(const commuxComm* comm) {
+  const std::int64_t ms = comm->timeoutMs.load(std::memory_order_relaxed);
+  // None: a limit far beyond any job, which the engine's clock arithmetic still holds.
+  return std::chrono::milliseconds(ms == 0 ? std::int64_t{1} << 40 : ms);
+}
+
+}  // namespace commux::capi
+
+using namespace commux;
+using capi::guarded;
+
+extern "C" {
+
+commuxResult_t commuxGetUniqueId(commuxUniqueId* uniqueId) {
+  return guarded([&] {
+    COMMUX_CHECK(uniqueId != nullptr, InvalidArgument, "commux: commuxGetUniqueId: uniqueId is NULL");
+    bootstrap::encode(bootstrap::makeUniqueId(Config::get().bootstrapAddress), uniqueId->internal);
+  });
+}
+
+commuxResult_t commuxCommInitRank(commuxComm_t* comm, int nranks, commuxUniqueId uniqueId,
+                                  int rank) {
+  return guarded([&] {
+    COMMUX_CHECK(comm != nullptr, InvalidArgument, "commux: commuxCommInitRank: comm is NULL");
+    *comm = nullptr;
+    capi::checkRankAndSize(nranks, rank, "commuxCommInitRank");
+    const bootstrap::UniqueId id = bootstrap::decode(uniqueId.internal);
+    *comm = capi::makeComm(id.store, id.secret, nranks, rank);
+  });
+}
+
+commuxResult_t commuxCommInitFromEnv(commuxComm_t* comm) {
+  return guarded([&] {
+    COMMUX_CHECK(comm != nullptr, InvalidArgument, "commux: commuxCommInitFromEnv: comm is NULL");
+    *comm = nullptr;
+    const Config& config = Config::get();
+    std::string rankFrom = "COMMUX_RANK", sizeFrom = "COMMUX_SIZE";
+    long rank = config.rank;
+    long size = config.size;
+    if (rank < 0) rank = capi::firstSet({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, rankFrom);
+    if (size < 0) size = capi::firstSet({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, sizeFrom);
+    COMMUX_CHECK(rank >= 0, InvalidArgument,
+                 "commux: commuxCommInitFromEnv: no rank in the environment (set COMMUX_RANK, "
+                 "or run under torchrun, mpirun or srun)");
+    COMMUX_CHECK(size >= 1 && size <= static_cast<long>(wire::kMaxRanks), InvalidArgument,
+                 "commux: commuxCommInitFromEnv: no usable size in the environment (", sizeFrom,
+                 " = ", size, "; set COMMUX_SIZE)");
+    COMMUX_CHECK(rank < size, InvalidArgument, "commux: commuxCommInitFromEnv: rank ", rank,
+                 " (", rankFrom, ") is not below the size ", size, " (", sizeFrom, ")");
+    COMMUX_CHECK(!config.bootstrap.empty(), InvalidArgument,
+                 "commux: commuxCommInitFromEnv: set COMMUX_BOOTSTRAP=host:port, where rank 0 "
+                 "serves the job's bootstrap store");
+    const bootstrap::Endpoint store = bootstrap::parseHostPort(config.bootstrap, "COMMUX_BOOTSTRAP");
+    const bootstrap::Secret secret = capi::secretOf(config.bootstrapSecret);
+    if (rank == 0) bootstrap::serveStore(store, secret);
+    *comm = capi::makeComm(store, secret, static_cast<int>(size), static_cast<int>(rank));
+  });
+}
+
+commuxResult_t commuxCommDestroy(commuxComm_t comm) {
+  if (comm == nullptr) return commuxSuccess;
+  const commuxResult_t result = guarded([&] {
+    if (comm->group && comm->group->state() == group::Group::State::Running) comm->group->abort();
+    comm->group.reset();
+  });
+  delete comm;
+  return result;
+}
+
+commuxResult_t commuxCommAbort(commuxComm_t comm) {
+  return guarded([&] { capi::checkComm(comm).group->abort(); });
+}
+
+commuxResult_t commuxCommCount(commuxComm_t comm, int* count) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    COMMUX_CHECK(count != nullptr, InvalidArgument, "commux: commuxCommCount: count is NULL");
+    *count = c.group->size();
+  });
+}
+
+commuxResult_t commuxCommUserRank(commuxComm_t comm, int* rank) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    COMMUX_CHECK(rank != nullptr, InvalidArgument, "commux: commuxCommUserRank: rank is NULL");
+    *rank = c.group->rank();
+  });
+}
+
+commuxResult_t commuxCommSetTimeout(commuxComm_t comm, int64_t milliseconds) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    COMMUX_CHECK(milliseconds >= 0 && milliseconds < (std::int64_t{1} << 40), InvalidArgument,
+                 "commux: commuxCommSetTimeout: ", milliseconds,
+                 " ms is not a timeout (0 for none, else positive and below 2^40)");
+    c.timeoutMs.store(milliseconds, std::memory_order_relaxed);
+  });
+}
+
+commuxResult_t commuxCommGetAsyncError(commuxComm_t comm, commuxResult_t* asyncError) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    COMMUX_CHECK(asyncError != nullptr, InvalidArgument,
+                 "commux: commuxCommGetAsyncError: asyncError is NULL");
+    const group::Group::Status status = c.group->status();
+    if (status.healthy) {
+      *asyncError = commuxSuccess;
+      return;
+    }
+    std::ostringstream message;
+    message << "commux: the communicator is unhealthy: " << status.reason;
+    if (!status.deadRanks.empty()) {
+      message << " (dead ranks:";
+      for (int r : status.deadRanks) message << ' ' << r;
+      message << ')';
+    }
+    *asyncError = capi::failWith(commuxRemoteError, message.str());
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,72 @@
+#pragma once
+// What a C API handle holds, and the one way every C call turns C++ outcomes into a
+// result code and the thread's last-error message.
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "commux/commux.h"
+#include "core/buffer.hpp"
+#include "core/kv_store.hpp"
+#include "core/reduce.hpp"
+#include "engine/engine.hpp"
+#include "group/group.hpp"
+#include "group/request.hpp"
+
+struct commuxComm {
+  std::shared_ptr<commux::engine::Engine> engine;
+  std::unique_ptr<commux::group::Group> group;
+  std::atomic<std::int64_t> timeoutMs{30 * 60 * 1000};
+};
+
+struct commuxRequest {
+  commuxComm* comm = nullptr;
+  std::shared_ptr<commux::group::Request> request;
+  int tag = 0;
+};
+
+namespace commux::capi {
+
+/// Runs `body`, returning commuxSuccess, or the code of what it threw (and recording the
+/// message as this thread's last error). Nothing escapes into C.
+template <typename Body>
+commuxResult_t guarded(Body&& body) noexcept;
+
+/// Records `message` as this thread's last error and returns `result`.
+commuxResult_t failWith(commuxResult_t result, const std::string& message) noexcept;
+/// The code and message of the exception being handled.
+commuxResult_t translateCurrent() noexcept;
+
+/// The communicator's timeout (0: none, as a limit far beyond any job).
+std::chrono::milliseconds timeoutOf(const commuxComm* comm);
+/// Raises InvalidArgument for a null or destroyed handle.
+commuxComm& checkComm(commuxComm_t comm);
+/// A Buffer over the caller's host memory; raises InvalidArgument for a bad type, a null
+/// pointer with a nonzero count, or a count whose bytes overflow; Unsupported for a
+/// non-null stream.
+core::Buffer hostBuffer(const void* data, std::size_t count, commuxDataType_t type,
+                        void* stream, const char* what);
+core::Dtype dtypeOf(commuxDataType_t type, const char* what);
+core::ReduceOp reduceOpOf(commuxRedOp_t op, const char* what);
+/// Waits for `request` (the communicator's timeout), raising its error.
+void waitFor(const commuxComm& comm, group::Request& request);
+/// Inside commuxGroupStart/End on this thread: keeps `request` for commuxGroupEnd to wait
+/// for and returns true; else false (the caller waits).
+bool deferToGroup(commuxComm& comm, std::shared_ptr<group::Request> request);
+/// Whether this thread is between commuxGroupStart and commuxGroupEnd, and notes that
+/// `comm` takes part (its batch is opened at its first call).
+bool inGroup(commuxComm& comm);
+
+template <typename Body>
+commuxResult_t guarded(Body&& body) noexcept {
+  try {
+    body();
+    return commuxSuccess;
+  } catch (...) {
+    return translateCurrent();
+  }
+}
+
+}  // namespace commux::capi

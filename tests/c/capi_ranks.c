@@ -1,0 +1,458 @@
+/* Real ranks through the C API, as a C program sees it: the harness forks `ranks`
+ * processes (each one a rank of its own, with nothing of commux loaded before the fork),
+ * they meet through a unique id (or COMMUX_BOOTSTRAP from the environment) and run every
+ * call with seeded sizes, roots and types, checking each result element by element. The
+ * parent kills everything at the deadline: a hang fails the test, it never blocks CI.
+ *
+ *   capi_ranks --ranks N [--mode id|env|death] [--seed S] [--deadline SECONDS]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commux/commux.h"
+
+static int g_rank = -1;
+static unsigned long g_seed = 1;
+
+static void fail(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "rank %d (seed %lu): ", g_rank, g_seed);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(1);
+}
+
+#define OK(call)                                                                          \
+  do {                                                                                    \
+    commuxResult_t r_ = (call);                                                           \
+    if (r_ != commuxSuccess)                                                              \
+      fail("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #call, commuxGetErrorString(r_),    \
+           commuxGetLastError(NULL));                                                     \
+  } while (0)
+
+#define REFUSED(call, code, says)                                                         \
+  do {                                                                                    \
+    commuxResult_t r_ = (call);                                                           \
+    if (r_ != (code))                                                                     \
+      fail("%s:%d: %s returned %s, expected %s", __FILE__, __LINE__, #call,               \
+           commuxGetErrorString(r_), commuxGetErrorString(code));                         \
+    if (strstr(commuxGetLastError(NULL), (says)) == NULL)                                 \
+      fail("%s:%d: %s: message '%s' does not say '%s'", __FILE__, __LINE__, #call,        \
+           commuxGetLastError(NULL), (says));                                             \
+  } while (0)
+
+/* The same stream of numbers on every rank (sizes, roots), from the seed. */
+static unsigned long g_shared = 1;
+static unsigned shared_random(unsigned below) {
+  g_shared = g_shared * 6364136223846793005ul + 1442695040888963407ul;
+  return (unsigned)((g_shared >> 33) % below);
+}
+
+/* Rank r's element i: small integers, exact in every type and in sums of a few ranks. */
+static int value_of(int rank, size_t i) { return (int)((rank * 7 + i * 3) % 11) + 1; }
+
+static uint16_t to_bf16(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, 4);
+  return (uint16_t)(bits >> 16);
+}
+static float from_bf16(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+typedef struct {
+  commuxDataType_t type;
+  size_t size;
+  const char* name;
+} TypeInfo;
+static const TypeInfo kTypes[] = {{commuxFloat32, 4, "float32"},
+                                  {commuxInt32, 4, "int32"},
+                                  {commuxFloat64, 8, "float64"},
+                                  {commuxInt64, 8, "int64"},
+                                  {commuxBfloat16, 2, "bfloat16"},
+                                  {commuxUint8, 1, "uint8"}};
+
+static void put(void* buf, commuxDataType_t type, size_t i, double v) {
+  switch (type) {
+    case commuxFloat32: ((float*)buf)[i] = (float)v; break;
+    case commuxInt32: ((int32_t*)buf)[i] = (int32_t)v; break;
+    case commuxFloat64: ((double*)buf)[i] = v; break;
+    case commuxInt64: ((int64_t*)buf)[i] = (int64_t)v; break;
+    case commuxBfloat16: ((uint16_t*)buf)[i] = to_bf16((float)v); break;
+    case commuxUint8: ((uint8_t*)buf)[i] = (uint8_t)v; break;
+    default: fail("no such type in the test");
+  }
+}
+static double get(const void* buf, commuxDataType_t type, size_t i) {
+  switch (type) {
+    case commuxFloat32: return ((const float*)buf)[i];
+    case commuxInt32: return ((const int32_t*)buf)[i];
+    case commuxFloat64: return ((const double*)buf)[i];
+    case commuxInt64: return (double)((const int64_t*)buf)[i];
+    case commuxBfloat16: return from_bf16(((const uint16_t*)buf)[i]);
+    case commuxUint8: return ((const uint8_t*)buf)[i];
+    default: fail("no such type in the test");
+  }
+  return 0;
+}
+
+static double fold(commuxRedOp_t op, int size, size_t i) {
+  double acc = value_of(0, i);
+  for (int r = 1; r < size; ++r) {
+    double v = value_of(r, i);
+    if (op == commuxSum) acc += v;
+    if (op == commuxMax) acc = v > acc ? v : acc;
+    if (op == commuxMin) acc = v < acc ? v : acc;
+  }
+  return acc;
+}
+
+static size_t pick_count(void) {
+  static const size_t kCounts[] = {0, 1, 3, 17, 1000, 4099, 70000};
+  return kCounts[shared_random(sizeof(kCounts) / sizeof(kCounts[0]))];
+}
+
+static void check_value(const char* what, const TypeInfo* t, const void* buf, size_t i,
+                        double want) {
+  double got = get(buf, t->type, i);
+  if (got != want) fail("%s %s: element %zu is %g, expected %g", what, t->name, i, got, want);
+}
+
+static void test_messages(commuxComm_t comm, int rank, int size) {
+  const int next = (rank + 1) % size, before = (rank + size - 1) % size;
+  /* A ring of blocking calls inside a group: no order can deadlock. */
+  int32_t out[64], in[64];
+  for (int i = 0; i < 64; ++i) out[i] = rank * 1000 + i;
+  OK(commuxGroupStart());
+  OK(commuxRecv(in, 64, commuxInt32, before, 7, comm, NULL, NULL));
+  OK(commuxSend(out, 64, commuxInt32, next, 7, comm, NULL));
+  OK(commuxGroupEnd());
+  for (int i = 0; i < 64; ++i)
+    if (in[i] != before * 1000 + i) fail("ring: element %d is %d", i, in[i]);
+
+  /* Tags select, order holds per (sender, tag): rank 0 sends tag 6 then three of tag 5;
+   * rank 1 takes the three of tag 5 first, in order, then tag 6. */
+  if (size >= 2 && rank < 2) {
+    if (rank == 0) {
+      int64_t six = 6;
+      OK(commuxSend(&six, 1, commuxInt64, 1, 6, comm, NULL));
+      for (int64_t k = 0; k < 3; ++k) OK(commuxSend(&k, 1, commuxInt64, 1, 5, comm, NULL));
+    } else {
+      commuxStatus st;
+      for (int64_t k = 0; k < 3; ++k) {
+        int64_t got = -1;
+        OK(commuxRecv(&got, 1, commuxInt64, 0, 5, comm, NULL, &st));
+        if (got != k || st.source != 0 || st.tag != 5) fail("tag 5 #%lld got %lld", (long long)k, (long long)got);
+      }
+      int64_t got = -1;
+      OK(commuxRecv(&got, 1, commuxInt64, 0, 6, comm, NULL, NULL));
+      if (got != 6) fail("tag 6 got %lld", (long long)got);
+    }
+  }
+
+  /* Any source: every other rank sends its rank to rank 0, which learns who sent what. */
+  if (rank == 0) {
+    int seen = 0;
+    for (int k = 1; k < size; ++k) {
+      int32_t who = -1;
+      commuxStatus st = {-1, -1};
+      OK(commuxRecv(&who, 1, commuxInt32, COMMUX_ANY_SOURCE, 100, comm, NULL, &st));
+      if (who != st.source || st.tag != 100) fail("any source: %d from status %d", who, st.source);
+      seen |= 1 << who;
+    }
+    if (seen != ((1 << size) - 2)) fail("any source: senders seen %x", seen);
+  } else {
+    int32_t me = rank;
+    OK(commuxSend(&me, 1, commuxInt32, 0, 100, comm, NULL));
+  }
+
+  /* Non-blocking: the receive posted first, tested until done. */
+  commuxRequest_t rr, sr;
+  double big_out[5000], big_in[5000];
+  for (int i = 0; i < 5000; ++i) big_out[i] = rank + i * 0.5;
+  OK(commuxIrecv(big_in, 5000, commuxFloat64, before, 9, comm, NULL, &rr));
+  OK(commuxIsend(big_out, 5000, commuxFloat64, next, 9, comm, NULL, &sr));
+  int done = 0;
+  commuxStatus st;
+  for (long spins = 0; !done; ++spins) {
+    OK(commuxTest(rr, &done, &st));
+    if (!done) usleep(50);
+    if (spins > 2000000) fail("irecv never completed");
+  }
+  OK(commuxWait(sr, NULL));
+  if (st.source != before) fail("irecv status names %d", st.source);
+  for (int i = 0; i < 5000; ++i)
+    if (big_in[i] != before + i * 0.5) fail("irecv element %d", i);
+
+  /* A request freed before its message arrives leaves the buffer alone. */
+  commuxRequest_t lonely;
+  int32_t nothing = -5;
+  OK(commuxIrecv(&nothing, 1, commuxInt32, before, 4242, comm, NULL, &lonely));
+  OK(commuxRequestFree(lonely));
+  if (nothing != -5) fail("a freed receive wrote its buffer");
+}
+
+static void test_collectives(commuxComm_t comm, int rank, int size, int rounds) {
+  for (int round = 0; round < rounds; ++round) {
+    const TypeInfo* t = &kTypes[shared_random(sizeof(kTypes) / sizeof(kTypes[0]))];
+    static const commuxRedOp_t kOps[] = {commuxSum, commuxMax, commuxMin};
+    commuxRedOp_t op = kOps[shared_random(3)];
+    if (t->type == commuxUint8 || t->type == commuxBfloat16) op = commuxMax;
+    const size_t n = pick_count();
+    const int root = (int)shared_random((unsigned)size);
+    const int inplace = (int)shared_random(2);
+    /* n x size elements, and at least the 2 x size that alltoallv's blocks take */
+    char* send = malloc((n + 2) * size * t->size + 1);
+    char* recv = malloc((n + 2) * size * t->size + 1);
+    for (size_t i = 0; i < n * size; ++i) put(send, t->type, i, value_of(rank, i));
+
+    /* allreduce, in place or not */
+    for (size_t i = 0; i < n; ++i) put(recv, t->type, i, value_of(rank, i));
+    OK(commuxAllReduce(inplace ? recv : send, recv, n, t->type, op, comm, NULL));
+    for (size_t i = 0; i < n; ++i) check_value("allreduce", t, recv, i, fold(op, size, i));
+
+    /* reduce to root; the others' recvbuf is untouched (NULL is allowed) */
+    memset(recv, 0x5a, n * t->size + 1);
+    OK(commuxReduce(send, rank == root ? recv : NULL, n, t->type, op, root, comm, NULL));
+    if (rank == root)
+      for (size_t i = 0; i < n; ++i) check_value("reduce", t, recv, i, fold(op, size, i));
+    for (size_t i = 0; i < n; ++i) check_value("reduce's input", t, send, i, value_of(rank, i));
+
+    /* broadcast */
+    for (size_t i = 0; i < n; ++i) put(recv, t->type, i, -1);
+    OK(commuxBroadcast(send, recv, n, t->type, root, comm, NULL));
+    for (size_t i = 0; i < n; ++i) check_value("broadcast", t, recv, i, value_of(root, i));
+
+    /* allgather (in place: this rank's block of recv) */
+    for (size_t i = 0; i < n; ++i) put(recv, t->type, rank * n + i, value_of(rank, i));
+    OK(commuxAllGather(inplace ? recv + rank * n * t->size : send, recv, n, t->type, comm, NULL));
+    for (int r = 0; r < size; ++r)
+      for (size_t i = 0; i < n; ++i) check_value("allgather", t, recv, r * n + i, value_of(r, i));
+
+    /* reduce_scatter: block `rank` of the fold of every rank's n x size */
+    OK(commuxReduceScatter(send, recv, n, t->type, op, comm, NULL));
+    for (size_t i = 0; i < n; ++i)
+      check_value("reduce_scatter", t, recv, i, fold(op, size, rank * n + i));
+
+    /* alltoall: block d of rank s is value_of(s, d * n + i) */
+    OK(commuxAllToAll(send, recv, n, t->type, comm, NULL));
+    for (int s = 0; s < size; ++s)
+      for (size_t i = 0; i < n; ++i) check_value("alltoall", t, recv, s * n + i, value_of(s, rank * n + i));
+
+    /* gather and scatter */
+    OK(commuxGather(send, rank == root ? recv : NULL, n, t->type, root, comm, NULL));
+    if (rank == root)
+      for (int r = 0; r < size; ++r)
+        for (size_t i = 0; i < n; ++i) check_value("gather", t, recv, r * n + i, value_of(r, i));
+    OK(commuxScatter(rank == root ? send : NULL, recv, n, t->type, root, comm, NULL));
+    for (size_t i = 0; i < n; ++i) check_value("scatter", t, recv, i, value_of(root, rank * n + i));
+
+    /* alltoallv: rank s sends (s + d) % 3 elements to rank d */
+    size_t sc[64], rc[64], so = 0, ro = 0;
+    for (int d = 0; d < size; ++d) {
+      sc[d] = (size_t)((rank + d) % 3);
+      rc[d] = (size_t)((d + rank) % 3);
+    }
+    for (int d = 0; d < size; ++d)
+      for (size_t i = 0; i < sc[d]; ++i) put(send, t->type, so++, value_of(rank, d * 10 + i));
+    OK(commuxAllToAllv(send, sc, recv, rc, t->type, comm, NULL));
+    for (int s = 0; s < size; ++s)
+      for (size_t i = 0; i < rc[s]; ++i) check_value("alltoallv", t, recv, ro++, value_of(s, rank * 10 + i));
+    (void)so;
+    OK(commuxBarrier(comm, NULL));
+    free(send);
+    free(recv);
+  }
+}
+
+static void test_refusals(commuxComm_t comm, int rank, int size) {
+  float x[4] = {1, 2, 3, 4};
+  int dummy_stream = 0;
+  REFUSED(commuxAllReduce(x, x, 4, (commuxDataType_t)99, commuxSum, comm, NULL),
+          commuxInvalidArgument, "not a commuxDataType_t");
+  REFUSED(commuxAllReduce(x, x, 4, commuxFloat32, (commuxRedOp_t)42, comm, NULL),
+          commuxInvalidArgument, "not a commuxRedOp_t");
+  REFUSED(commuxAllReduce(x, x, 4, commuxFloat32, commuxBand, comm, NULL), commuxInvalidArgument,
+          "not defined on float32");
+  REFUSED(commuxBroadcast(x, x, 4, commuxFloat32, size, comm, NULL), commuxInvalidArgument,
+          "is not a rank");
+  REFUSED(commuxSend(x, 4, commuxFloat32, size + 3, 1, comm, NULL), commuxInvalidArgument,
+          "is not a rank");
+  REFUSED(commuxSend(x, 4, commuxFloat32, 0, -2, comm, NULL), commuxInvalidArgument, "negative");
+  REFUSED(commuxRecv(NULL, 4, commuxFloat32, 0, 1, comm, NULL, NULL), commuxInvalidArgument,
+          "NULL");
+  REFUSED(commuxAllReduce(x, x, 4, commuxFloat32, commuxSum, comm, &dummy_stream),
+          commuxUnsupported, "stream");
+  REFUSED(commuxAllReduce(x, x + 1, 3, commuxFloat32, commuxSum, comm, NULL),
+          commuxInvalidArgument, "overlap");
+  REFUSED(commuxAllGather(x, x, SIZE_MAX / 2, commuxFloat32, comm, NULL), commuxInvalidArgument,
+          "overflow");
+  REFUSED(commuxGroupEnd(), commuxInvalidUsage, "without commuxGroupStart");
+  REFUSED(commuxCommSetTimeout(comm, -1), commuxInvalidArgument, "not a timeout");
+  /* ... and the communicator still works. */
+  float one = 1;
+  OK(commuxAllReduce(&one, &one, 1, commuxFloat32, commuxSum, comm, NULL));
+  if (one != (float)size) fail("allreduce after refusals: %g", one);
+  commuxResult_t async;
+  OK(commuxCommGetAsyncError(comm, &async));
+  if (async != commuxSuccess) fail("unhealthy after refusals: %s", commuxGetLastError(NULL));
+  (void)rank;
+}
+
+static commuxComm_t init(int mode, int rank, int size, const commuxUniqueId* id) {
+  commuxComm_t comm = NULL;
+  if (mode == 1) {
+    OK(commuxCommInitFromEnv(&comm));
+  } else {
+    OK(commuxCommInitRank(&comm, size, *id, rank));
+  }
+  int r = -1, n = -1;
+  OK(commuxCommUserRank(comm, &r));
+  OK(commuxCommCount(comm, &n));
+  if (r != rank || n != size) fail("rank %d of %d reported", r, n);
+  return comm;
+}
+
+/* Rank `size - 1` exits mid-job; rank 0's receive from it fails naming it, in seconds. */
+static void test_death(commuxComm_t comm, int rank, int size) {
+  OK(commuxBarrier(comm, NULL));
+  if (rank == size - 1) _exit(0);
+  if (rank == 0) {
+    int32_t v = 0;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    commuxResult_t r = commuxRecv(&v, 1, commuxInt32, size - 1, 3, comm, NULL, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    if (r != commuxRemoteError) fail("recv from a dead rank returned %s", commuxGetErrorString(r));
+    char want[32];
+    snprintf(want, sizeof(want), "%d", size - 1);
+    if (strstr(commuxGetLastError(NULL), want) == NULL) fail("death message: %s", commuxGetLastError(NULL));
+    if (s > 30) fail("the death took %.1f s to see", s);
+    commuxResult_t async;
+    OK(commuxCommGetAsyncError(comm, &async));
+    if (async != commuxRemoteError) fail("async error after a death: %s", commuxGetErrorString(async));
+  }
+}
+
+static int run_rank(int mode, int rank, int size, volatile char* shared) {
+  g_rank = rank;
+  commuxUniqueId id;
+  if (mode != 1) {
+    if (rank == 0) {
+      OK(commuxGetUniqueId(&id));
+      memcpy((char*)shared + 1, &id, sizeof(id));
+      __sync_synchronize();
+      shared[0] = 1;
+    } else {
+      while (shared[0] == 0) usleep(1000);
+      __sync_synchronize();
+      memcpy(&id, (const char*)shared + 1, sizeof(id));
+    }
+  }
+  commuxComm_t comm = init(mode, rank, size, &id);
+  OK(commuxCommSetTimeout(comm, 60000));
+  if (mode == 2) {
+    test_death(comm, rank, size);
+  } else {
+    test_messages(comm, rank, size);
+    test_collectives(comm, rank, size, 12);
+    test_refusals(comm, rank, size);
+    OK(commuxBarrier(comm, NULL));
+  }
+  OK(commuxCommDestroy(comm));
+  return 0;
+}
+
+static int free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (bind(s, (struct sockaddr*)&a, sizeof(a)) != 0 || getsockname(s, (struct sockaddr*)&a, &len) != 0)
+    fail("no free port: %s", strerror(errno));
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+int main(int argc, char** argv) {
+  int ranks = 2, mode = 0, deadline = 120;
+  g_seed = (unsigned long)time(NULL);
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--ranks")) ranks = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--seed")) g_seed = strtoul(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--deadline")) deadline = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--mode")) mode = !strcmp(argv[i + 1], "env") ? 1 : !strcmp(argv[i + 1], "death") ? 2 : 0;
+  }
+  if (ranks < 1 || ranks > 32) fail("--ranks must be 1 .. 32");
+  if (mode == 2 && ranks < 2) fail("--mode death needs 2 ranks or more");
+  g_shared = g_seed;
+  printf("capi_ranks: %d ranks, mode %d, seed %lu (replay with --seed %lu)\n", ranks, mode, g_seed, g_seed);
+  fflush(stdout);
+  volatile char* shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) fail("mmap: %s", strerror(errno));
+  if (mode == 1) {
+    char where[64];
+    snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
+    setenv("COMMUX_BOOTSTRAP", where, 1);
+    setenv("COMMUX_BOOTSTRAP_SECRET", "capi-test", 1);
+    char n[16];
+    snprintf(n, sizeof(n), "%d", ranks);
+    setenv("COMMUX_SIZE", n, 1);
+  }
+  pid_t pids[32];
+  for (int r = 0; r < ranks; ++r) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      if (mode == 1) {
+        char v[16];
+        snprintf(v, sizeof(v), "%d", r);
+        setenv("COMMUX_RANK", v, 1);
+      }
+      exit(run_rank(mode, r, ranks, shared));
+    }
+  }
+  int failed = 0, left = ranks;
+  time_t end = time(NULL) + deadline;
+  while (left > 0) {
+    int status;
+    pid_t p = waitpid(-1, &status, WNOHANG);
+    if (p > 0) {
+      --left;
+      int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok) {
+        fprintf(stderr, "capi_ranks: a rank (pid %d) failed (status %d); seed %lu\n", (int)p, status, g_seed);
+        failed = 1;
+      }
+      continue;
+    }
+    if (time(NULL) > end) {
+      fprintf(stderr, "capi_ranks: deadline of %d s passed; killing the ranks (seed %lu)\n", deadline, g_seed);
+      for (int r = 0; r < ranks; ++r) kill(pids[r], SIGKILL);
+      while (waitpid(-1, NULL, 0) > 0) {}
+      return 1;
+    }
+    usleep(10000);
+  }
+  printf("capi_ranks: %s\n", failed ? "FAILED" : "passed");
+  return failed;
+}
