@@ -5,7 +5,7 @@ include(CMakePackageConfigHelpers)
 include(GNUInstallDirs)
 install(TARGETS commux_core EXPORT commuxCoreTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} INCLUDES DESTINATION include)
-install(FILES include/commux/commux.h DESTINATION include/commux)
+install(FILES include/commux/commux.h include/commux/commux.hpp DESTINATION include/commux)
 install(EXPORT commuxCoreTargets NAMESPACE commux:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/commux)
 configure_package_config_file(cmake/commuxCoreConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/core/commuxConfig.cmake

@@ -22,7 +22,7 @@ engine/endpoint_cache.hpp engine/endpoint_cache.cpp
 engine/route.hpp engine/done_flag.hpp engine/settings.hpp
 shm/cma.hpp shm/cma.cpp shm/lane.hpp shm/steps.hpp shm/steps_layout.hpp shm/algorithms.hpp
 shm/channel.hpp
-c10d/process_engine.hpp group/peer_table.hpp group/peer_table.cpp group/shm_setup.hpp
+config/process_engine.hpp group/peer_table.hpp group/peer_table.cpp group/shm_setup.hpp
 group/shm_setup.cpp group/death_relay.hpp
 """.split()
 

@@ -5,7 +5,8 @@
 # this build. With UCX (the wheel's, through UCX_ROOT, else pkg-config's) it also builds
 # commux_core (the engine, the shared-memory channel, the group set-up) and runs its tests:
 # real ranks moving plain buffers, the engine's waits, the shared-memory step protocol at
-# its interleavings; then those again under ASan+UBSan and TSan.
+# its interleavings; the bootstrap store and the C API (libcommux_core) with real ranks,
+# then its install used from C and C++; then those again under ASan+UBSan and TSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
@@ -27,7 +28,9 @@ build=build/core-only
 configure "$build"
 "${clean_env[@]}" cmake --build "$build" -j2
 "$PY" scripts/check_core_includes.py
-"${clean_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 120
+"${clean_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 200
+# The install without torch, used from C (pkg-config) and C++ (find_package) by real ranks.
+scripts/test_core_install.sh "$build"
 
 # The engine's threads, cancellation, the Group's ranks and the fake worker under the
 # sanitizers (the same environment as scripts/sanitize.sh: UCX itself is not instrumented).
@@ -35,10 +38,10 @@ for kind in address thread; do
   dir=build/core-only-$kind
   echo "== the core's engine tests under the $kind sanitizer ($dir)"
   configure "$dir" -DCOMMUX_SANITIZE="$kind"
-  "${clean_env[@]}" cmake --build "$dir" -j2 --target commux_core_tests commux_step_tests
+  "${clean_env[@]}" cmake --build "$dir" -j2 --target commux_core_tests commux_step_tests commux_capi_ranks
   "${clean_env[@]}" ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     UCX_TLS=^cma UCX_MEM_EVENTS=no UCX_MEM_MMAP_HOOK_MODE=none \
-    ctest --test-dir "$dir" --output-on-failure --timeout 300 -R '^(EngineWait\.|EngineTeardown\.|CoreRanks\.|CoreGroup\.|CoreCollectives\.|FakeWorker\.|StepInterleavings$)'
+    ctest --test-dir "$dir" --output-on-failure --timeout 300 -R '^(EngineWait\.|EngineTeardown\.|CoreRanks\.|CoreGroup\.|CoreCollectives\.|FakeWorker\.|BootstrapStore\.|UniqueId\.|CApi\.|StepInterleavings$)'
 done

@@ -64,7 +64,11 @@ typedef enum {
   commuxFloat64 = 8,
   commuxBool = 9, /* one byte, 0 or 1 */
   commuxComplex64 = 10,
-  commuxComplex128 = 11
+  commuxComplex128 = 11,
+  commuxNumTypes = 12,
+  /* Not a type: holds the enum's range to 32 bits, so that any value a caller passes is
+   * one the library may read (and refuse). */
+  commuxDataTypeForce32 = 0x7fffffff
 } commuxDataType_t;
 
 typedef enum {
@@ -74,7 +78,9 @@ typedef enum {
   commuxMax = 3,
   commuxBand = 4, /* integers and bool only */
   commuxBor = 5,
-  commuxBxor = 6
+  commuxBxor = 6,
+  commuxNumOps = 7,
+  commuxRedOpForce32 = 0x7fffffff /* not an operation: see commuxDataTypeForce32 */
 } commuxRedOp_t;
 
 /* Any sender, for commuxRecv/commuxIrecv's `peer`. */
@@ -118,7 +124,11 @@ commuxResult_t commuxGetUniqueId(commuxUniqueId* uniqueId);
 
 /* Collective over `nranks` processes: each calls it with its `rank` (0 .. nranks - 1) and
  * the same id; it returns once this rank is reachable by the others (peers are connected
- * lazily, shared memory at the first collective). Fails with commuxSystemError when the
+ * lazily, shared memory at the first collective). The same id may be used again after a
+ * failure (destroy, then init again on every rank, a restarted process included): the
+ * store counts each rank's inits, and the n-th init of every rank makes the n-th
+ * communicator, apart from the earlier ones. The process that made the id (its store) must
+ * live on. Fails with commuxSystemError when the
  * store cannot be reached within the timeout, and with commuxInvalidArgument for a bad
  * rank or size, or an id that is not one. */
 commuxResult_t commuxCommInitRank(commuxComm_t* comm, int nranks, commuxUniqueId uniqueId,
@@ -187,6 +197,23 @@ commuxResult_t commuxRequestFree(commuxRequest_t request);
  * returning the first error. Groups nest; the outermost end does the work. */
 commuxResult_t commuxGroupStart(void);
 commuxResult_t commuxGroupEnd(void);
+
+/* ---- Memory ------------------------------------------------------------------------- */
+
+/* Registers [buff, buff + size) with the communicator's transports (UCX's memory map) so
+ * that operations on it skip per-call registration where a transport needs one (RDMA
+ * networks); on shared memory, CMA and TCP nothing needs it and it costs only the call.
+ * The memory must stay allocated until commuxCommDeregister. Thread safe. */
+commuxResult_t commuxCommRegister(commuxComm_t comm, void* buff, size_t size, void** handle);
+/* Undoes commuxCommRegister; an unknown handle is refused with commuxInvalidArgument. */
+commuxResult_t commuxCommDeregister(commuxComm_t comm, void* handle);
+
+/* Allocates `size` bytes of host memory that this host's processes can map (a shared
+ * memory file, page aligned and zeroed), usable as any buffer of the calls above: what
+ * "symmetric" memory is on one host. Free it with commuxMemFree. Thread safe. */
+commuxResult_t commuxMemAlloc(void** ptr, size_t size);
+/* Frees what commuxMemAlloc returned; another pointer is refused with commuxInvalidArgument. */
+commuxResult_t commuxMemFree(void* ptr);
 
 /* ---- Collectives -------------------------------------------------------------------- *
  * Every rank of the communicator calls them in the same order with matching arguments.

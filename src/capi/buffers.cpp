@@ -20,6 +20,9 @@ core::Dtype dtypeOf(commuxDataType_t type, const char* what) {
     case commuxBool: return core::Dtype::Bool;
     case commuxComplex64: return core::Dtype::Complex64;
     case commuxComplex128: return core::Dtype::Complex128;
+    case commuxNumTypes:
+    case commuxDataTypeForce32:
+      break;
   }
   COMMUX_FAIL(InvalidArgument, "commux: ", what, ": ", static_cast<int>(type),
               " is not a commuxDataType_t");
@@ -34,6 +37,9 @@ core::ReduceOp reduceOpOf(commuxRedOp_t op, const char* what) {
     case commuxBand: return core::ReduceOp::BitAnd;
     case commuxBor: return core::ReduceOp::BitOr;
     case commuxBxor: return core::ReduceOp::BitXor;
+    case commuxNumOps:
+    case commuxRedOpForce32:
+      break;
   }
   COMMUX_FAIL(InvalidArgument, "commux: ", what, ": ", static_cast<int>(op),
               " is not a commuxRedOp_t");

@@ -17,6 +17,23 @@ void checkRoot(const commuxComm& comm, int root, const char* what) {
                "-rank communicator");
 }
 
+// count x the group's size, the length of a buffer of one block per rank; raises
+// InvalidArgument when it overflows.
+std::size_t perRank(const commuxComm& comm, std::size_t count, const char* what) {
+  const auto size = static_cast<std::size_t>(comm.group->size());
+  COMMUX_CHECK(count <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", count, " x ",
+               size, " elements overflow");
+  return count * size;
+}
+
+// A buffer only the root brings (gather's output, scatter's input); elsewhere none, so the
+// caller's pointer there is never read.
+core::Buffer rootOnly(const commuxComm& comm, int root, const void* data, std::size_t count,
+                      commuxDataType_t type, void* stream, const char* what) {
+  return comm.group->rank() == root ? hostBuffer(data, count, type, stream, what)
+                                    : hostBuffer(nullptr, 0, type, stream, what);
+}
+
 // Waits for a collective, or leaves it to commuxGroupEnd.
 void finish(commuxComm& comm, std::shared_ptr<group::Request> request) {
   if (!deferToGroup(comm, request)) waitFor(comm, *request);
@@ -102,11 +119,9 @@ commuxResult_t commuxAllGather(const void* sendbuf, void* recvbuf, size_t sendco
   return guarded([&] {
     auto& c = capi::checkComm(comm);
     const char* what = "commuxAllGather";
-    const auto size = static_cast<std::size_t>(c.group->size());
-    COMMUX_CHECK(sendcount <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", sendcount,
-                 " x ", size, " elements overflow");
+    const std::size_t all = capi::perRank(c, sendcount, what);
     auto send = capi::hostBuffer(sendbuf, sendcount, datatype, stream, what);
-    auto recv = capi::hostBuffer(recvbuf, sendcount * size, datatype, stream, what);
+    auto recv = capi::hostBuffer(recvbuf, all, datatype, stream, what);
     capi::inGroup(c);
     capi::finish(c, group::allgather(*c.group, send, recv, capi::timeoutOf(&c)));
   });
@@ -118,11 +133,9 @@ commuxResult_t commuxReduceScatter(const void* sendbuf, void* recvbuf, size_t re
   return guarded([&] {
     auto& c = capi::checkComm(comm);
     const char* what = "commuxReduceScatter";
-    const auto size = static_cast<std::size_t>(c.group->size());
-    COMMUX_CHECK(recvcount <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", recvcount,
-                 " x ", size, " elements overflow");
+    const std::size_t all = capi::perRank(c, recvcount, what);
     const auto reduceOp = capi::reduceOpOf(op, what);
-    auto send = capi::hostBuffer(sendbuf, recvcount * size, datatype, stream, what);
+    auto send = capi::hostBuffer(sendbuf, all, datatype, stream, what);
     auto recv = capi::hostBuffer(recvbuf, recvcount, datatype, stream, what);
     capi::inGroup(c);
     capi::finish(c, group::reduceScatter(*c.group, send, recv, reduceOp, capi::timeoutOf(&c)));
@@ -134,11 +147,9 @@ commuxResult_t commuxAllToAll(const void* sendbuf, void* recvbuf, size_t count,
   return guarded([&] {
     auto& c = capi::checkComm(comm);
     const char* what = "commuxAllToAll";
-    const auto size = static_cast<std::size_t>(c.group->size());
-    COMMUX_CHECK(count <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", count, " x ",
-                 size, " elements overflow");
-    auto send = capi::hostBuffer(sendbuf, count * size, datatype, stream, what);
-    auto recv = capi::hostBuffer(recvbuf, count * size, datatype, stream, what);
+    const std::size_t all = capi::perRank(c, count, what);
+    auto send = capi::hostBuffer(sendbuf, all, datatype, stream, what);
+    auto recv = capi::hostBuffer(recvbuf, all, datatype, stream, what);
     capi::inGroup(c);
     capi::finish(c, group::alltoall(*c.group, send, recv, {}, {}, capi::timeoutOf(&c)));
   });
@@ -177,14 +188,9 @@ commuxResult_t commuxGather(const void* sendbuf, void* recvbuf, size_t sendcount
     auto& c = capi::checkComm(comm);
     const char* what = "commuxGather";
     capi::checkRoot(c, root, what);
-    const auto size = static_cast<std::size_t>(c.group->size());
-    COMMUX_CHECK(sendcount <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", sendcount,
-                 " x ", size, " elements overflow");
     auto send = capi::hostBuffer(sendbuf, sendcount, datatype, stream, what);
-    core::Buffer recv = capi::hostBuffer(nullptr, 0, datatype, stream, what);
-    if (c.group->rank() == root) {
-      recv = capi::hostBuffer(recvbuf, sendcount * size, datatype, stream, what);
-    }
+    auto recv = capi::rootOnly(c, root, recvbuf, capi::perRank(c, sendcount, what), datatype,
+                               stream, what);
     capi::inGroup(c);
     capi::finish(c, group::gather(*c.group, send, recv, root, capi::timeoutOf(&c)));
   });
@@ -196,14 +202,9 @@ commuxResult_t commuxScatter(const void* sendbuf, void* recvbuf, size_t recvcoun
     auto& c = capi::checkComm(comm);
     const char* what = "commuxScatter";
     capi::checkRoot(c, root, what);
-    const auto size = static_cast<std::size_t>(c.group->size());
-    COMMUX_CHECK(recvcount <= SIZE_MAX / size, InvalidArgument, "commux: ", what, ": ", recvcount,
-                 " x ", size, " elements overflow");
     auto recv = capi::hostBuffer(recvbuf, recvcount, datatype, stream, what);
-    core::Buffer send = capi::hostBuffer(nullptr, 0, datatype, stream, what);
-    if (c.group->rank() == root) {
-      send = capi::hostBuffer(sendbuf, recvcount * size, datatype, stream, what);
-    }
+    auto send = capi::rootOnly(c, root, sendbuf, capi::perRank(c, recvcount, what), datatype,
+                               stream, what);
     capi::inGroup(c);
     capi::finish(c, group::scatter(*c.group, send, recv, root, capi::timeoutOf(&c)));
   });

@@ -19,9 +19,13 @@ constexpr std::chrono::minutes kStoreTimeout{30};
 
 commuxComm* makeComm(const bootstrap::Endpoint& store, const bootstrap::Secret& secret, int size,
                      int rank) {
-  // Every communicator made from one id shares the store: its keys go under the group's
-  // own prefix, so the id's first use is the "world".
-  auto kv = std::make_shared<bootstrap::TcpStore>(store, secret, kStoreTimeout, "world/");
+  // Every communicator made from one id shares its store. A rank's n-th init (the store
+  // counts them) joins the n-th communicator, under keys of its own: ranks that rebuild
+  // after a failure, and a process restarted in a dead one's place, meet apart from the
+  // communicator that failed.
+  auto joins = std::make_shared<bootstrap::TcpStore>(store, secret, kStoreTimeout);
+  const std::int64_t generation = joins->add(core::concat("joins/", rank), 1) - 1;
+  auto kv = joins->withPrefix(core::concat("world/", generation, "/"));
   auto comm = std::make_unique<commuxComm>();
   comm->engine = processEngine(static_cast<std::size_t>(size));
   comm->group = std::make_unique<group::Group>(std::move(kv), rank, size, comm->engine,

@@ -75,6 +75,8 @@ class Engine {
   /// This worker's address, published to peers through the store.
   const std::string& address() const noexcept { return worker_.address(); }
   std::vector<std::string> transports() const { return context_.transports(); }
+  /// The UCP context, for registering memory with it (the C API's commuxCommRegister).
+  ucp_context_h ucpContext() const noexcept { return context_.get(); }
   /// What UCX was told about the job when the context was made.
   const ucx::JobHints& jobHints() const noexcept { return context_.hints(); }
 

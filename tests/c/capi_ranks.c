@@ -129,8 +129,11 @@ static size_t pick_count(void) {
   return kCounts[shared_random(sizeof(kCounts) / sizeof(kCounts[0]))];
 }
 
+static long g_checked = 0; /* elements checked: printed, so a run that checked nothing shows */
+
 static void check_value(const char* what, const TypeInfo* t, const void* buf, size_t i,
                         double want) {
+  ++g_checked;
   double got = get(buf, t->type, i);
   if (got != want) fail("%s %s: element %zu is %g, expected %g", what, t->name, i, got, want);
 }
@@ -313,7 +316,48 @@ static void test_refusals(commuxComm_t comm, int rank, int size) {
   commuxResult_t async;
   OK(commuxCommGetAsyncError(comm, &async));
   if (async != commuxSuccess) fail("unhealthy after refusals: %s", commuxGetLastError(NULL));
-  (void)rank;
+  /* A receive nobody answers runs out with its own code; messages still work after it. */
+  int32_t never = 0;
+  OK(commuxCommSetTimeout(comm, 300));
+  REFUSED(commuxRecv(&never, 1, commuxInt32, (rank + 1) % size, 777, comm, NULL, NULL),
+          commuxTimeout, "Timed out after 300 ms");
+  OK(commuxCommSetTimeout(comm, 60000));
+  int32_t out = rank, in = -1;
+  OK(commuxGroupStart());
+  OK(commuxSend(&out, 1, commuxInt32, (rank + 1) % size, 778, comm, NULL));
+  OK(commuxRecv(&in, 1, commuxInt32, (rank + size - 1) % size, 778, comm, NULL, NULL));
+  OK(commuxGroupEnd());
+  if (in != (rank + size - 1) % size) fail("message after a timeout: %d", in);
+}
+
+/* Memory commux allocates and memory registered with it, used by the other calls. */
+static void test_memory(commuxComm_t comm, int rank, int size) {
+  const size_t n = 1 << 18;
+  float* shared = NULL;
+  OK(commuxMemAlloc((void**)&shared, n * sizeof(float)));
+  for (size_t i = 0; i < n; ++i)
+    if (shared[i] != 0) fail("commuxMemAlloc's memory is not zeroed at %zu", i);
+  void* handle = NULL;
+  OK(commuxCommRegister(comm, shared, n * sizeof(float), &handle));
+  for (size_t i = 0; i < n; ++i) shared[i] = (float)(rank + 1);
+  OK(commuxAllReduce(shared, shared, n, commuxFloat32, commuxSum, comm, NULL));
+  for (size_t i = 0; i < n; i += 4099)
+    if (shared[i] != size * (size + 1) / 2.0f) fail("allreduce in registered memory: %g", shared[i]);
+  OK(commuxCommDeregister(comm, handle));
+  REFUSED(commuxCommDeregister(comm, handle), commuxInvalidArgument, "not a registration");
+  OK(commuxMemFree(shared));
+  REFUSED(commuxMemFree(shared), commuxInvalidArgument, "not returned by commuxMemAlloc");
+  float local;
+  REFUSED(commuxMemFree(&local), commuxInvalidArgument, "not returned by commuxMemAlloc");
+}
+
+/* The last rank dies; the others see it, destroy and init again with the same id; the
+ * harness starts a new process for the dead rank, which joins them; they work together. */
+static void rebuild_and_check(commuxComm_t comm, int rank, int size) {
+  float v = (float)(rank + 1);
+  OK(commuxAllReduce(&v, &v, 1, commuxFloat32, commuxSum, comm, NULL));
+  if (v != size * (size + 1) / 2.0f) fail("allreduce after the rebuild: %g", v);
+  OK(commuxBarrier(comm, NULL));
 }
 
 static commuxComm_t init(int mode, int rank, int size, const commuxUniqueId* id) {
@@ -352,9 +396,32 @@ static void test_death(commuxComm_t comm, int rank, int size) {
   }
 }
 
+static commuxComm_t init(int mode, int rank, int size, const commuxUniqueId* id);
+
+static void test_reconnect(commuxComm_t* comm, int rank, int size, const commuxUniqueId* id,
+                           int restarted) {
+  if (restarted) {
+    rebuild_and_check(*comm, rank, size);
+    return;
+  }
+  OK(commuxBarrier(*comm, NULL));
+  if (rank == size - 1) _exit(42); /* the harness restarts this rank */
+  commuxResult_t async = commuxSuccess;
+  for (int waited = 0; async == commuxSuccess; waited += 10) {
+    if (waited > 30000) fail("the death of rank %d was not seen in 30 s", size - 1);
+    OK(commuxCommGetAsyncError(*comm, &async));
+    usleep(10000);
+  }
+  OK(commuxCommDestroy(*comm));
+  *comm = init(0, rank, size, id);
+  OK(commuxCommSetTimeout(*comm, 60000));
+  rebuild_and_check(*comm, rank, size);
+}
+
 static int run_rank(int mode, int rank, int size, volatile char* shared) {
   g_rank = rank;
   commuxUniqueId id;
+  memset(&id, 0, sizeof(id));
   if (mode != 1) {
     if (rank == 0) {
       OK(commuxGetUniqueId(&id));
@@ -371,13 +438,17 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
   OK(commuxCommSetTimeout(comm, 60000));
   if (mode == 2) {
     test_death(comm, rank, size);
+  } else if (mode == 3 || mode == 4) {
+    test_reconnect(&comm, rank, size, &id, mode == 4);
   } else {
     test_messages(comm, rank, size);
     test_collectives(comm, rank, size, 12);
     test_refusals(comm, rank, size);
+    test_memory(comm, rank, size);
     OK(commuxBarrier(comm, NULL));
   }
   OK(commuxCommDestroy(comm));
+  if (rank == 0) printf("capi_ranks: rank 0 checked %ld collective results\n", g_checked);
   return 0;
 }
 
@@ -401,10 +472,14 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "--ranks")) ranks = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--seed")) g_seed = strtoul(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--deadline")) deadline = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--mode")) mode = !strcmp(argv[i + 1], "env") ? 1 : !strcmp(argv[i + 1], "death") ? 2 : 0;
+    else if (!strcmp(argv[i], "--mode"))
+      mode = !strcmp(argv[i + 1], "env")         ? 1
+             : !strcmp(argv[i + 1], "death")     ? 2
+             : !strcmp(argv[i + 1], "reconnect") ? 3
+                                                 : 0;
   }
   if (ranks < 1 || ranks > 32) fail("--ranks must be 1 .. 32");
-  if (mode == 2 && ranks < 2) fail("--mode death needs 2 ranks or more");
+  if ((mode == 2 || mode == 3) && ranks < 2) fail("--mode death and reconnect need 2 ranks or more");
   g_shared = g_seed;
   printf("capi_ranks: %d ranks, mode %d, seed %lu (replay with --seed %lu)\n", ranks, mode, g_seed, g_seed);
   fflush(stdout);
@@ -437,6 +512,12 @@ int main(int argc, char** argv) {
     int status;
     pid_t p = waitpid(-1, &status, WNOHANG);
     if (p > 0) {
+      if (mode == 3 && p == pids[ranks - 1] && WIFEXITED(status) && WEXITSTATUS(status) == 42) {
+        /* The rank that died on purpose: a new process takes its place. */
+        pids[ranks - 1] = fork();
+        if (pids[ranks - 1] == 0) exit(run_rank(4, ranks - 1, ranks, shared));
+        continue;
+      }
       --left;
       int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (!ok) {

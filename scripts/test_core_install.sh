@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# An install of the torch-free build, used as a user would: the C example built with
+# pkg-config, the C++ example with find_package(commux) (commux::core), each run as real
+# ranks meeting through COMMUX_BOOTSTRAP. Takes the build folder (default build/core-only,
+# made by scripts/test_core.sh). No torch or Python is involved.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build/core-only}
+work=$(mktemp -d /tmp/commux-install-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+clean_env=(env -i PATH=/usr/bin:/bin HOME="$HOME")
+
+"${clean_env[@]}" cmake --install "$build" --prefix "$work/prefix" >/dev/null
+pc=$(find "$work/prefix" -name commux.pc)
+[ -n "$pc" ] || { echo "no commux.pc in the install" >&2; exit 1; }
+linked=$(find "$work/prefix" -name '*.so*' -type f -exec ldd {} \;)
+if grep -E '^\s*lib(torch|c10|python)' <<<"$linked"; then
+  echo "the install links torch or Python" >&2
+  exit 1
+fi
+
+echo "== C, through pkg-config"
+"${clean_env[@]}" PKG_CONFIG_PATH="$(dirname "$pc")" sh -c \
+  'cc -std=c99 -Wall -Werror examples/c/allreduce.c $(pkg-config --cflags --libs commux) -o "$0"' \
+  "$work/allreduce"
+echo "== C++, through find_package(commux)"
+"${clean_env[@]}" cmake -S examples/cpp_core -B "$work/cpp" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+"${clean_env[@]}" cmake --build "$work/cpp" >/dev/null
+
+# Runs `ranks` copies of a program as one job; fails unless every rank succeeds in time.
+run_job() {
+  local ranks=$1 program=$2 port
+  port=$(( 20000 + RANDOM % 20000 ))
+  local pids=()
+  for ((r = 0; r < ranks; r++)); do
+    "${clean_env[@]}" COMMUX_BOOTSTRAP=127.0.0.1:$port COMMUX_SIZE=$ranks COMMUX_RANK=$r \
+      timeout 60 "$program" &
+    pids+=($!)
+  done
+  local status=0
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  return $status
+}
+run_job 2 "$work/allreduce"
+run_job 4 "$work/allreduce"
+run_job 3 "$work/cpp/neighbours"
+echo "the torch-free install works from C and C++"
