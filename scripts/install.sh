@@ -23,6 +23,9 @@ PY=${PYTHON:-python3}
 missing=()
 command -v cmake >/dev/null || missing+=(cmake)
 command -v g++ >/dev/null || missing+=(g++)
+command -v cc >/dev/null || missing+=(gcc)
+# The Rust crate's tests (bindings/rust): the machine's rustup toolchain, else Debian's.
+command -v cargo >/dev/null || [ -x "$HOME/.cargo/bin/cargo" ] || missing+=(cargo)
 command -v ccache >/dev/null || missing+=(ccache)
 [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
 # Debian's UCX (1.13) backs the test of the system-UCX build option.

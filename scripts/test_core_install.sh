@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # An install of the torch-free build, used as a user would: the C example built with
 # pkg-config, the C++ example with find_package(commux) (commux::core), each run as real
-# ranks meeting through COMMUX_BOOTSTRAP. Takes the build folder (default build/core-only,
-# made by scripts/test_core.sh). No torch or Python is involved.
+# ranks meeting through COMMUX_BOOTSTRAP; then the Rust crate (bindings/rust), built against
+# the install through pkg-config, with its real-rank tests of every CommBackend method.
+# Takes the build folder (default build/core-only, made by scripts/test_core.sh). No torch
+# or Python is involved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/core-only}
@@ -44,4 +46,11 @@ run_job() {
 run_job 2 "$work/allreduce"
 run_job 4 "$work/allreduce"
 run_job 3 "$work/cpp/neighbours"
-echo "the torch-free install works from C and C++"
+echo "== Rust: the crate's tests against the install (cargo test, offline)"
+cargo=$(command -v cargo || true)
+[ -n "$cargo" ] || cargo="$HOME/.cargo/bin/cargo"
+[ -x "$cargo" ] || { echo "no cargo: install Rust (Debian: apt-get install cargo)" >&2; exit 1; }
+"${clean_env[@]}" PATH="$(dirname "$cargo"):/usr/bin:/bin" PKG_CONFIG_PATH="$(dirname "$pc")" \
+  CARGO_TARGET_DIR="$PWD/build/rust-target" \
+  "$cargo" test --offline --quiet --manifest-path bindings/rust/Cargo.toml
+echo "the torch-free install works from C, C++ and Rust"

@@ -1,0 +1,334 @@
+//! The engines' communication trait, and commux's implementation of it.
+use std::os::raw::c_void;
+use std::ptr;
+use std::sync::{Mutex, RwLock};
+
+use crate::comm::{host_ptr, to_int};
+use crate::{check, ffi, Comm, DataType, Error, ReduceOp, Result, UniqueId};
+
+/// What an inference engine asks of its communication layer: raw host or device addresses
+/// as `u64` and sizes in bytes. Every rank calls the collectives in the same order.
+pub trait CommBackend: Send + Sync {
+    /// Sums `bytes` at `ptr` over all ranks, in place on every rank.
+    fn all_reduce(&self, ptr: u64, bytes: usize) -> Result<()>;
+    /// Each rank's `bytes` at `send_ptr` land, in rank order, in `recv_ptr` (world_size x
+    /// bytes) on every rank.
+    fn all_gather(&self, send_ptr: u64, recv_ptr: u64, bytes: usize) -> Result<()>;
+    /// The sum over ranks of `send_ptr` (world_size x bytes), of which this rank keeps its
+    /// block (`bytes`) in `recv_ptr`.
+    fn reduce_scatter(&self, send_ptr: u64, recv_ptr: u64, bytes: usize) -> Result<()>;
+    /// `bytes` at `ptr` on `root` replace those at `ptr` on every rank.
+    fn broadcast(&self, ptr: u64, bytes: usize, root: usize) -> Result<()>;
+    /// An idle non-root rank's wait for the 4 bytes of the next command from `root`: no
+    /// deadline, yet a transport failure (the root's death) ends it with an error.
+    fn recv_command_u32(&self, ptr: u64, root: usize) -> Result<()> {
+        if self.rank() == root {
+            return Err(Error::invalid("commux: recv_command_u32 is for ranks other than the root"));
+        }
+        self.broadcast(ptr, 4, root)
+    }
+    /// Returns once every rank has called it.
+    fn barrier(&self) -> Result<()>;
+    /// all_reduce, ordered after the work queued on `compute_stream`.
+    fn all_reduce_async(&self, ptr: u64, bytes: usize, compute_stream: u64) -> Result<()> {
+        let _ = compute_stream;
+        self.all_reduce(ptr, bytes)
+    }
+    /// Registers a buffer for later calls; the handle undoes it.
+    fn register_buffer(&self, _ptr: u64, _bytes: usize) -> Result<u64> {
+        Ok(0)
+    }
+    fn deregister_buffer(&self, _handle: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Memory the ranks' peers can reach directly; backends without it refuse.
+    fn symmetric_alloc(&self, _bytes: usize) -> Result<u64> {
+        Err(Error::new(ffi::UNSUPPORTED, "symmetric_alloc: not supported by this backend"))
+    }
+    fn symmetric_free(&self, _ptr: u64) -> Result<()> {
+        Err(Error::new(ffi::UNSUPPORTED, "symmetric_free: not supported by this backend"))
+    }
+    /// A fold kernel some backends need for their own reductions.
+    fn set_add_kernel(&self, _handle: u64) {}
+    /// `bytes` at `ptr` to `dest_rank`, matched in order by its `recv_from` from this rank.
+    fn send_to(&self, ptr: u64, bytes: usize, dest_rank: usize, stream: u64) -> Result<()>;
+    fn recv_from(&self, ptr: u64, bytes: usize, src_rank: usize, stream: u64) -> Result<()>;
+    /// Between these, this thread's send_to/recv_from are posted together.
+    fn group_start(&self) -> Result<()> {
+        Ok(())
+    }
+    fn group_end(&self) -> Result<()> {
+        Ok(())
+    }
+    /// False once a peer died or a collective failed.
+    fn is_healthy(&self) -> bool {
+        true
+    }
+    /// Every rank calls it after a failure (a restarted process makes its backend anew):
+    /// the old communicator is aborted and a new one made among them.
+    fn attempt_reconnect(&self) -> Result<()> {
+        Ok(())
+    }
+    fn rank(&self) -> usize;
+    fn world_size(&self) -> usize;
+}
+
+/// How a [`CommuxBackend`] makes its communicator, again at each reconnect.
+#[derive(Clone, Copy)]
+pub enum Recipe {
+    /// commuxCommInitFromEnv (COMMUX_RANK, COMMUX_SIZE, COMMUX_BOOTSTRAP, or a launcher's).
+    Environment,
+    /// commuxCommInitRank with a unique id.
+    Id { id: UniqueId, rank: usize, size: usize },
+}
+
+impl Recipe {
+    fn make(&self) -> Result<Comm> {
+        match self {
+            Recipe::Environment => Comm::from_env(),
+            Recipe::Id { id, rank, size } => Comm::init_rank(*size, id, *rank),
+        }
+    }
+}
+
+/// The tag of the trait's messages: it has none, and one tag keeps NCCL's order per peer.
+const MESSAGE_TAG: i32 = 0;
+
+/// [`CommBackend`] over commux. The collectives and messages of all threads go one at a
+/// time (the trait's users order them anyway), so a call's timeout is its own;
+/// `is_healthy`, `rank` and `world_size` never wait.
+pub struct CommuxBackend {
+    recipe: Recipe,
+    comm: RwLock<Comm>,
+    calls: Mutex<()>,
+    dtype: DataType,
+    timeout_ms: i64,
+    rank: usize,
+    size: usize,
+}
+
+impl CommuxBackend {
+    /// `dtype`: the element type all_reduce and reduce_scatter add (the engines' BF16, say).
+    /// `timeout_ms`: every call's limit but recv_command_u32's (0: none).
+    pub fn new(recipe: Recipe, dtype: DataType, timeout_ms: i64) -> Result<Self> {
+        let comm = recipe.make()?;
+        comm.set_timeout_ms(timeout_ms)?;
+        let (rank, size) = (comm.rank()?, comm.size()?);
+        Ok(CommuxBackend {
+            recipe,
+            comm: RwLock::new(comm),
+            calls: Mutex::new(()),
+            dtype,
+            timeout_ms,
+            rank,
+            size,
+        })
+    }
+
+    /// Runs `f` on the communicator, one call at a time.
+    fn call<T>(&self, f: impl FnOnce(ffi::commuxComm_t) -> Result<T>) -> Result<T> {
+        let _one = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let comm = self.comm.read().unwrap_or_else(|e| e.into_inner());
+        f(comm.raw())
+    }
+
+    fn check_root(&self, root: usize, what: &str) -> Result<()> {
+        if root >= self.size {
+            return Err(Error::invalid(format!(
+                "commux: {what}: root {root} is not a rank of {} ranks",
+                self.size
+            )));
+        }
+        Ok(())
+    }
+
+    fn host_only(stream: u64, what: &str) -> Result<()> {
+        if stream != 0 {
+            return Err(Error::new(
+                ffi::UNSUPPORTED,
+                format!("commux: {what}: stream {stream:#x}: this version moves host memory only (pass 0)"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn message(&self, send: bool, ptr: u64, bytes: usize, peer: usize, stream: u64) -> Result<()> {
+        let what = if send { "send_to" } else { "recv_from" };
+        Self::host_only(stream, what)?;
+        let buf = host_ptr(ptr, bytes, what)?;
+        let peer = to_int(peer, "peer")?;
+        self.call(|comm| {
+            // SAFETY: the caller owns `bytes` at `ptr` for the call (the trait's contract).
+            check(unsafe {
+                if send {
+                    ffi::commuxSend(buf, bytes, DataType::Uint8.raw(), peer, MESSAGE_TAG, comm, ptr::null_mut())
+                } else {
+                    ffi::commuxRecv(buf, bytes, DataType::Uint8.raw(), peer, MESSAGE_TAG, comm,
+                                    ptr::null_mut(), ptr::null_mut())
+                }
+            })
+        })
+    }
+}
+
+impl CommBackend for CommuxBackend {
+    fn all_reduce(&self, ptr: u64, bytes: usize) -> Result<()> {
+        let count = self.dtype.count(bytes, "all_reduce")?;
+        let buf = host_ptr(ptr, bytes, "all_reduce")?;
+        self.call(|comm| {
+            // SAFETY: in place on the caller's `bytes` at `ptr`.
+            check(unsafe {
+                ffi::commuxAllReduce(buf, buf, count, self.dtype.raw(), ReduceOp::Sum as i32, comm,
+                                     ptr::null_mut())
+            })
+        })
+    }
+
+    fn all_gather(&self, send_ptr: u64, recv_ptr: u64, bytes: usize) -> Result<()> {
+        let total = bytes.checked_mul(self.size).ok_or_else(|| Error::invalid("commux: all_gather: size overflows"))?;
+        let send = host_ptr(send_ptr, bytes, "all_gather")?;
+        let recv = host_ptr(recv_ptr, total, "all_gather")?;
+        self.call(|comm| {
+            // SAFETY: `bytes` at send, world_size x bytes at recv, the caller's.
+            check(unsafe {
+                ffi::commuxAllGather(send, recv, bytes, DataType::Uint8.raw(), comm, ptr::null_mut())
+            })
+        })
+    }
+
+    fn reduce_scatter(&self, send_ptr: u64, recv_ptr: u64, bytes: usize) -> Result<()> {
+        let count = self.dtype.count(bytes, "reduce_scatter")?;
+        let total = bytes.checked_mul(self.size).ok_or_else(|| Error::invalid("commux: reduce_scatter: size overflows"))?;
+        let send = host_ptr(send_ptr, total, "reduce_scatter")?;
+        let recv = host_ptr(recv_ptr, bytes, "reduce_scatter")?;
+        self.call(|comm| {
+            // SAFETY: world_size x bytes at send, `bytes` at recv, the caller's.
+            check(unsafe {
+                ffi::commuxReduceScatter(send, recv, count, self.dtype.raw(), ReduceOp::Sum as i32,
+                                         comm, ptr::null_mut())
+            })
+        })
+    }
+
+    fn broadcast(&self, ptr: u64, bytes: usize, root: usize) -> Result<()> {
+        self.check_root(root, "broadcast")?;
+        let buf = host_ptr(ptr, bytes, "broadcast")?;
+        let root = to_int(root, "root")?;
+        self.call(|comm| {
+            // SAFETY: in place on the caller's `bytes` at `ptr`.
+            check(unsafe {
+                ffi::commuxBroadcast(buf, buf, bytes, DataType::Uint8.raw(), root, comm, ptr::null_mut())
+            })
+        })
+    }
+
+    fn recv_command_u32(&self, ptr: u64, root: usize) -> Result<()> {
+        if self.rank == root {
+            return Err(Error::invalid("commux: recv_command_u32 is for ranks other than the root"));
+        }
+        self.check_root(root, "recv_command_u32")?;
+        let buf = host_ptr(ptr, 4, "recv_command_u32")?;
+        let root = to_int(root, "root")?;
+        self.call(|comm| {
+            // No deadline: the wait sleeps in the engine and ends with an error when the
+            // root (any member) dies or the communicator is aborted. The timeout is this
+            // call's alone: calls go one at a time.
+            // SAFETY: a live handle; 4 bytes at `ptr`, the caller's.
+            check(unsafe { ffi::commuxCommSetTimeout(comm, 0) })?;
+            let result = check(unsafe {
+                ffi::commuxBroadcast(buf, buf, 4, DataType::Uint8.raw(), root, comm, ptr::null_mut())
+            });
+            // SAFETY: a live handle.
+            let restored = check(unsafe { ffi::commuxCommSetTimeout(comm, self.timeout_ms) });
+            result.and(restored)
+        })
+    }
+
+    fn barrier(&self) -> Result<()> {
+        // SAFETY: a live handle.
+        self.call(|comm| check(unsafe { ffi::commuxBarrier(comm, ptr::null_mut()) }))
+    }
+
+    fn all_reduce_async(&self, ptr: u64, bytes: usize, compute_stream: u64) -> Result<()> {
+        Self::host_only(compute_stream, "all_reduce_async")?;
+        self.all_reduce(ptr, bytes)
+    }
+
+    fn register_buffer(&self, ptr: u64, bytes: usize) -> Result<u64> {
+        let buf = host_ptr(ptr, bytes, "register_buffer")?;
+        let comm = self.comm.read().unwrap_or_else(|e| e.into_inner());
+        let mut handle: *mut c_void = ptr::null_mut();
+        // SAFETY: a live handle and a valid out-pointer; the caller keeps the memory.
+        check(unsafe { ffi::commuxCommRegister(comm.raw(), buf, bytes, &mut handle) })?;
+        Ok(handle as usize as u64)
+    }
+
+    fn deregister_buffer(&self, handle: u64) -> Result<()> {
+        let comm = self.comm.read().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the library checks the handle against its registrations.
+        check(unsafe { ffi::commuxCommDeregister(comm.raw(), handle as usize as *mut c_void) })
+    }
+
+    fn symmetric_alloc(&self, bytes: usize) -> Result<u64> {
+        let mut memory: *mut c_void = ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        check(unsafe { ffi::commuxMemAlloc(&mut memory, bytes) })?;
+        Ok(memory as usize as u64)
+    }
+
+    fn symmetric_free(&self, ptr: u64) -> Result<()> {
+        // SAFETY: the library checks the pointer against its allocations.
+        check(unsafe { ffi::commuxMemFree(ptr as usize as *mut c_void) })
+    }
+
+    fn send_to(&self, ptr: u64, bytes: usize, dest_rank: usize, stream: u64) -> Result<()> {
+        self.message(true, ptr, bytes, dest_rank, stream)
+    }
+
+    fn recv_from(&self, ptr: u64, bytes: usize, src_rank: usize, stream: u64) -> Result<()> {
+        self.message(false, ptr, bytes, src_rank, stream)
+    }
+
+    fn group_start(&self) -> Result<()> {
+        // SAFETY: no arguments; per thread.
+        check(unsafe { ffi::commuxGroupStart() })
+    }
+
+    fn group_end(&self) -> Result<()> {
+        // SAFETY: no arguments; per thread.
+        check(unsafe { ffi::commuxGroupEnd() })
+    }
+
+    fn is_healthy(&self) -> bool {
+        match self.comm.try_read() {
+            Ok(comm) => comm.async_error().is_ok(),
+            Err(_) => false, // being rebuilt
+        }
+    }
+
+    fn attempt_reconnect(&self) -> Result<()> {
+        // Break any wait first (a recv_command_u32 may hold the call lock forever), then
+        // replace the communicator while no call uses it.
+        {
+            let comm = self.comm.read().unwrap_or_else(|e| e.into_inner());
+            let _ = comm.abort();
+        }
+        let _one = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let mut comm = self.comm.write().unwrap_or_else(|e| e.into_inner());
+        let fresh = self.recipe.make()?;
+        fresh.set_timeout_ms(self.timeout_ms)?;
+        if fresh.rank()? != self.rank || fresh.size()? != self.size {
+            return Err(Error::invalid("commux: attempt_reconnect: the new communicator has another rank or size"));
+        }
+        *comm = fresh; // the old one is destroyed here
+        Ok(())
+    }
+
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.size
+    }
+}
