@@ -12,9 +12,13 @@
 #                                             # fail its next all_reduce naming it, in seconds
 #   scripts/multihost_check.sh --job benchmarks/hierarchical.py   # another torchrun script
 #                                             # (a benchmark) on the same hosts
+#   scripts/multihost_check.sh --exec "build/x/capi_ranks --rank-from-env"   # no torchrun:
+#                                             # a program without torch, --nproc copies per
+#                                             # host, meeting through COMMUX_BOOTSTRAP (the
+#                                             # C API's init from the environment) on host 0
 #
 # Options: --hosts N (2..9), --nproc N (ranks per host, default 2), --timeout S (hard limit
-# per torchrun, default 240), --break, --kill, --keep-logs. Environment: PYTHON (interpreter, default
+# per torchrun, default 240), --break, --kill, --keep-logs, --exec COMMAND. Environment: PYTHON (interpreter, default
 # python3), MULTIHOST_BACKEND (default ucx; "gloo" checks the harness itself),
 # MULTIHOST_PG_TIMEOUT (seconds, init_process_group's timeout; default 60, 20 with --break).
 #
@@ -48,6 +52,7 @@ BREAK=0
 KILL=0
 KEEP_LOGS=0
 JOB=tests/python/multihost_job.py
+EXEC=""
 while [[ $# -gt 0 ]]; do
     case $1 in
         --hosts) HOSTS=$2; shift 2 ;;
@@ -61,6 +66,7 @@ while [[ $# -gt 0 ]]; do
         --keep-logs) KEEP_LOGS=1; shift ;;
         --job) JOB=$2; shift 2 ;;
         --job=*) JOB=${1#*=}; shift ;;
+        --exec) EXEC=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "multihost_check: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -207,8 +213,36 @@ if [[ $MULTIHOST_BACKEND == gloo ]]; then export GLOO_SOCKET_IFNAME=eth0; fi
 # Inside the host's network namespace, unshare makes the rest of the host; torchrun becomes
 # the PID namespace's init. --kill-child: if unshare dies (timeout, cleanup), the kernel
 # SIGKILLs torchrun, and with it every process of the host.
+# --exec: the host's ranks are copies of the program, each told its rank, the world's size
+# and where rank 0 serves the bootstrap store; a rank that succeeds says so as torchrun's
+# jobs do ("multihost ok rank R").
+if [[ -n $EXEC ]]; then
+    read -r -a EXEC_ARGS <<<"$EXEC"
+    LAUNCH=(sh -c '
+        host=$1 n=$2 world=$3 store=$4; shift 4
+        pids=""
+        for l in $(seq 0 $((n - 1))); do
+            r=$((host * n + l))
+            ( COMMUX_RANK=$r COMMUX_SIZE=$world COMMUX_BOOTSTRAP=$store "$@" \
+                && echo "multihost ok rank $r (exec)" ) &
+            pids="$pids $!"
+        done
+        rc=0
+        for p in $pids; do wait "$p" || rc=1; done
+        exit $rc' sh)
+fi
 start=$(date +%s)
 for ((i = 0; i < HOSTS; i++)); do
+    if [[ -n $EXEC ]]; then
+        JOB_COMMAND=("${LAUNCH[@]}" "$i" "$NPROC" "$WORLD" "$(host_ip 0):$((MASTER_PORT + 1))"
+                     "${EXEC_ARGS[@]}")
+    else
+        JOB_COMMAND=("$PY" -m torch.distributed.run
+            --nnodes="$HOSTS" --nproc-per-node="$NPROC" --node-rank="$i"
+            --rdzv-backend=static --master-addr="$(host_ip 0)" --master-port=$MASTER_PORT
+            --max-restarts=0 --monitor-interval=0.5
+            "$REPO/$JOB")
+    fi
     timeout --kill-after=10 "$TIMEOUT" \
         ip netns exec "$(host_ns "$i")" \
         unshare --uts --ipc --mount --pid --kill-child --mount-proc --propagation private \
@@ -218,12 +252,7 @@ for ((i = 0; i < HOSTS; i++)); do
             mount -t tmpfs -o size=512m,mode=1777 tmpfs /dev/shm
             mount --bind "$2" /etc/hosts
             shift 2
-            exec "$@"' sh "$i" "$WORK/hosts" \
-        "$PY" -m torch.distributed.run \
-            --nnodes="$HOSTS" --nproc-per-node="$NPROC" --node-rank="$i" \
-            --rdzv-backend=static --master-addr="$(host_ip 0)" --master-port=$MASTER_PORT \
-            --max-restarts=0 --monitor-interval=0.5 \
-            "$REPO/$JOB" \
+            exec "$@"' sh "$i" "$WORK/hosts" "${JOB_COMMAND[@]}" \
         >"$WORK/host$i.log" 2>&1 &
     LAUNCHER_PIDS+=($!)
 done

@@ -53,4 +53,21 @@ cargo=$(command -v cargo || true)
 "${clean_env[@]}" PATH="$(dirname "$cargo"):/usr/bin:/bin" PKG_CONFIG_PATH="$(dirname "$pc")" \
   CARGO_TARGET_DIR="$PWD/build/rust-target" \
   "$cargo" test --offline --quiet --manifest-path bindings/rust/Cargo.toml
+
+# Across two "hosts" (Linux namespaces, scripts/multihost_check.sh): the C test's every call
+# and the Rust crate's every method, 2 ranks per host, UCX over TCP between the hosts.
+if [ "$(id -u)" = 0 ] && ip netns list >/dev/null 2>&1; then
+  echo "== across two namespace hosts: C and Rust"
+  scripts/multihost_check.sh --hosts 2 --timeout 180 \
+    --exec "$PWD/$build/tests/c/commux_capi_ranks --rank-from-env"
+  ranks_test=$("${clean_env[@]}" PATH="$(dirname "$cargo"):/usr/bin:/bin" \
+    PKG_CONFIG_PATH="$(dirname "$pc")" CARGO_TARGET_DIR="$PWD/build/rust-target" \
+    "$cargo" test --offline --no-run --manifest-path bindings/rust/Cargo.toml 2>&1 |
+    sed -n 's/.*Executable tests\/ranks.rs (\(.*\))/\1/p')
+  [ -x "$ranks_test" ] || { echo "cannot find the Rust ranks test binary" >&2; exit 1; }
+  scripts/multihost_check.sh --hosts 2 --timeout 180 \
+    --exec "env COMMUX_RUST_TEST_RANK=1 $ranks_test every_method_at_2_ranks --exact --nocapture --test-threads=1"
+else
+  echo "== across namespace hosts: skipped (needs root and ip netns)"
+fi
 echo "the torch-free install works from C, C++ and Rust"

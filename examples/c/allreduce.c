@@ -39,7 +39,7 @@ int main(void) {
   CHECK(commuxWait(reqs[1], NULL));
   if (in != (rank + size - 1) % size) return fprintf(stderr, "rank %d got %d\n", rank, in), 1;
 
-  CHECK(commuxBarrier(comm, NULL)); /* nobody leaves while a peer still needs it */
+  CHECK(commuxCommFinalize(comm)); /* nobody leaves while a peer still needs it */
   CHECK(commuxCommDestroy(comm));
   printf("rank %d of %d: allreduce %g, ring ok\n", rank, size, want);
   return 0;

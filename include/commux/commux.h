@@ -142,9 +142,18 @@ commuxResult_t commuxCommInitRank(commuxComm_t* comm, int nranks, commuxUniqueId
  * COMMUX_BOOTSTRAP_SECRET (any text, the same on every rank) when set. */
 commuxResult_t commuxCommInitFromEnv(commuxComm_t* comm);
 
-/* Frees the communicator. Operations still in flight are cancelled first. Call it after
- * the last operation every peer needs from this rank has completed (a barrier), since a
- * rank that leaves looks dead to peers still talking to it. */
+/* The orderly end, collective: returns once every rank has called it, each after every
+ * operation it started on `comm` completed, so that no rank's exit or commuxCommDestroy
+ * fails a peer's last operation (a rank that leaves looks dead to a peer still finishing a
+ * collective with it; a barrier does not prevent that, since a rank leaves a barrier
+ * before its peers are done with it). It meets through the bootstrap store, not the
+ * transports; the process that serves the store also waits until every rank has left.
+ * Fails with commuxRemoteError when a member dies first, and with commuxTimeout after the
+ * communicator's timeout. */
+commuxResult_t commuxCommFinalize(commuxComm_t comm);
+
+/* Frees the communicator. Operations still in flight are cancelled first. To end a job,
+ * call commuxCommFinalize first (see there). */
 commuxResult_t commuxCommDestroy(commuxComm_t comm);
 
 /* Cancels every operation in flight on `comm` (they complete with commuxRemoteError) and

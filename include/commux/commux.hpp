@@ -180,6 +180,8 @@ class Comm {
     return async == commuxSuccess;
   }
   void abort() { detail::check(commuxCommAbort(comm_)); }
+  /// commuxCommFinalize: the orderly end, before the last rank leaves.
+  void finalize() { detail::check(commuxCommFinalize(comm_)); }
   commuxComm_t raw() const noexcept { return comm_; }
 
   template <typename T>

@@ -95,6 +95,16 @@ std::string Endpoint::str() const {
   return "(no address)";
 }
 
+std::uint16_t Endpoint::port() const noexcept {
+  if (address.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<const sockaddr_in*>(&address)->sin_port);
+  }
+  if (address.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&address)->sin6_port);
+  }
+  return 0;
+}
+
 Endpoint resolve(const std::string& host, std::uint16_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

@@ -55,6 +55,7 @@ struct Endpoint {
   sockaddr_storage address{};
   socklen_t length = 0;
   std::string str() const;  // "10.0.0.1:29500", "[::1]:29500"
+  std::uint16_t port() const noexcept;
 };
 
 /// `host` (a name or a literal address) and `port`, resolved; raises InvalidArgument when it

@@ -35,10 +35,7 @@ struct StoreServer::Connection {
 
 StoreServer::StoreServer(const Endpoint& at, const Secret& secret) : secret_(secret) {
   listener_ = listenAt(at);
-  const Endpoint bound = localEndpoint(listener_);
-  port_ = bound.address.ss_family == AF_INET
-              ? ntohs(reinterpret_cast<const sockaddr_in*>(&bound.address)->sin_port)
-              : ntohs(reinterpret_cast<const sockaddr_in6*>(&bound.address)->sin6_port);
+  port_ = localEndpoint(listener_).port();
   int pipeFds[2];
   COMMUX_CHECK(::pipe2(pipeFds, O_CLOEXEC | O_NONBLOCK) == 0, Runtime,
                "commux: pipe2 failed: ", std::strerror(errno));

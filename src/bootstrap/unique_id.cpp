@@ -33,12 +33,6 @@ std::vector<std::unique_ptr<StoreServer>>& servers() {
   return *list;
 }
 
-std::uint16_t portOf(const Endpoint& e) {
-  return e.address.ss_family == AF_INET
-             ? ntohs(reinterpret_cast<const sockaddr_in*>(&e.address)->sin_port)
-             : ntohs(reinterpret_cast<const sockaddr_in6*>(&e.address)->sin6_port);
-}
-
 }  // namespace
 
 void encode(const UniqueId& id, char (&out)[kUniqueIdBytes]) {
@@ -47,7 +41,7 @@ void encode(const UniqueId& id, char (&out)[kUniqueIdBytes]) {
   std::memcpy(out + 4, &kIdVersion, 2);
   const std::uint16_t family = id.store.address.ss_family == AF_INET6 ? 6 : 4;
   std::memcpy(out + 6, &family, 2);
-  const std::uint16_t port = htons(portOf(id.store));
+  const std::uint16_t port = htons(id.store.port());
   std::memcpy(out + 8, &port, 2);
   if (family == 4) {
     std::memcpy(out + kAddressAt,
@@ -121,9 +115,17 @@ UniqueId makeUniqueId(const std::string& address) {
   return id;
 }
 
+bool servesPort(std::uint16_t port) {
+  std::lock_guard<std::mutex> lock(serversMutex());
+  for (const auto& s : servers()) {
+    if (s->port() == port) return true;
+  }
+  return false;
+}
+
 void serveStore(const Endpoint& at, const Secret& secret) {
   std::lock_guard<std::mutex> lock(serversMutex());
-  const std::uint16_t port = portOf(at);
+  const std::uint16_t port = at.port();
   for (const auto& s : servers()) {
     if (s->port() == port) return;
   }

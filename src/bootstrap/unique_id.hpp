@@ -29,6 +29,8 @@ UniqueId makeUniqueId(const std::string& address);
 /// Serves a store at `at` (COMMUX_BOOTSTRAP's port on every address) until the process
 /// exits, unless this process already serves one on that port.
 void serveStore(const Endpoint& at, const Secret& secret);
+/// Whether this process serves a store on `port` (made by makeUniqueId or serveStore).
+bool servesPort(std::uint16_t port);
 /// 16 random bytes from the system.
 Secret randomSecret();
 

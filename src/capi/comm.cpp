@@ -3,6 +3,8 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "bootstrap/tcp_store.hpp"
 #include "bootstrap/unique_id.hpp"
@@ -27,6 +29,8 @@ commuxComm* makeComm(const bootstrap::Endpoint& store, const bootstrap::Secret& 
   const std::int64_t generation = joins->add(core::concat("joins/", rank), 1) - 1;
   auto kv = joins->withPrefix(core::concat("world/", generation, "/"));
   auto comm = std::make_unique<commuxComm>();
+  comm->store = kv;
+  comm->servesStore = bootstrap::servesPort(store.port());
   comm->engine = processEngine(static_cast<std::size_t>(size));
   comm->group = std::make_unique<group::Group>(std::move(kv), rank, size, comm->engine,
                                                /*setUpInBackground=*/true);
@@ -146,6 +150,42 @@ commuxResult_t commuxCommDestroy(commuxComm_t comm) {
   });
   delete comm;
   return result;
+}
+
+commuxResult_t commuxCommFinalize(commuxComm_t comm) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    c.group->checkUsable();
+    const int size = c.group->size();
+    const auto keys = [size](const char* what) {
+      std::vector<std::string> names;
+      for (int r = 0; r < size; ++r) names.push_back(core::concat("finalize/", what, "/", r));
+      return names;
+    };
+    // Through the store, not the transports: a rank that has said it is done may leave at
+    // once, and nothing of this exchange may then be owed to it.
+    const auto waitFor = [&](const std::vector<std::string>& names, const char* what) {
+      const auto limit = capi::timeoutOf(&c);
+      const auto deadline = std::chrono::steady_clock::now() + limit;
+      auto pause = std::chrono::milliseconds(1);
+      while (!c.store->check(names)) {
+        const group::Group::Status status = c.group->status();
+        COMMUX_CHECK(status.healthy, Backend, "commux: commuxCommFinalize: ", what,
+                     ": the communicator is unhealthy (", status.reason, ")");
+        COMMUX_CHECK(std::chrono::steady_clock::now() < deadline, Backend,
+                     "commux: commuxCommFinalize: ", what, ": Timed out after ", limit.count(),
+                     " ms");
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      }
+    };
+    const std::vector<std::uint8_t> mark{1};
+    c.store->set(core::concat("finalize/done/", c.group->rank()), mark);
+    waitFor(keys("done"), "waiting for every rank to finish");
+    c.store->set(core::concat("finalize/left/", c.group->rank()), mark);
+    // The store's process stays until every rank has read what it waited for.
+    if (c.servesStore) waitFor(keys("left"), "waiting for every rank to leave");
+  });
 }
 
 commuxResult_t commuxCommAbort(commuxComm_t comm) {

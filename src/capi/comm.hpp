@@ -15,10 +15,18 @@
 #include "group/group.hpp"
 #include "group/request.hpp"
 
+namespace commux::bootstrap {
+class TcpStore;
+}
+
 struct commuxComm {
   std::shared_ptr<commux::engine::Engine> engine;
   std::unique_ptr<commux::group::Group> group;
   std::atomic<std::int64_t> timeoutMs{30 * 60 * 1000};
+  /// The communicator's keys in the bootstrap store (its generation's prefix), for
+  /// commuxCommFinalize; and whether this process serves that store.
+  std::shared_ptr<commux::bootstrap::TcpStore> store;
+  bool servesStore = false;
 };
 
 struct commuxRequest {

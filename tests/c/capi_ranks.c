@@ -4,7 +4,10 @@
  * call with seeded sizes, roots and types, checking each result element by element. The
  * parent kills everything at the deadline: a hang fails the test, it never blocks CI.
  *
- *   capi_ranks --ranks N [--mode id|env|death] [--seed S] [--deadline SECONDS]
+ *   capi_ranks --ranks N [--mode id|env|death|reconnect] [--seed S] [--deadline SECONDS]
+ *   capi_ranks --rank-from-env [--seed S]   one rank of a job started by someone else
+ *                                          (COMMUX_RANK, COMMUX_SIZE, COMMUX_BOOTSTRAP; the
+ *                                          same seed on every rank): scripts/multihost_check.sh
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -379,6 +382,7 @@ static void test_death(commuxComm_t comm, int rank, int size) {
   OK(commuxBarrier(comm, NULL));
   if (rank == size - 1) _exit(0);
   if (rank == 0) {
+    /* An orderly end with a member gone fails at once, naming the trouble. */
     int32_t v = 0;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
@@ -393,6 +397,7 @@ static void test_death(commuxComm_t comm, int rank, int size) {
     commuxResult_t async;
     OK(commuxCommGetAsyncError(comm, &async));
     if (async != commuxRemoteError) fail("async error after a death: %s", commuxGetErrorString(async));
+    REFUSED(commuxCommFinalize(comm), commuxRemoteError, "unhealthy");
   }
 }
 
@@ -447,6 +452,7 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
     test_memory(comm, rank, size);
     OK(commuxBarrier(comm, NULL));
   }
+  if (mode != 2) OK(commuxCommFinalize(comm)); /* no rank leaves while a peer still needs it */
   OK(commuxCommDestroy(comm));
   if (rank == 0) printf("capi_ranks: rank 0 checked %ld collective results\n", g_checked);
   return 0;
@@ -466,8 +472,20 @@ static int free_port(void) {
 }
 
 int main(int argc, char** argv) {
-  int ranks = 2, mode = 0, deadline = 120;
+  int ranks = 2, mode = 0, deadline = 120, from_env = 0;
   g_seed = (unsigned long)time(NULL);
+  for (int i = 1; i < argc; ++i)
+    if (!strcmp(argv[i], "--rank-from-env")) from_env = 1;
+  if (from_env) {
+    g_seed = 42; /* every rank draws the same sizes and roots unless told another seed */
+    for (int i = 1; i + 1 < argc; ++i)
+      if (!strcmp(argv[i], "--seed")) g_seed = strtoul(argv[i + 1], NULL, 10);
+    g_shared = g_seed;
+    const char* r = getenv("COMMUX_RANK");
+    const char* n = getenv("COMMUX_SIZE");
+    if (!r || !n) fail("--rank-from-env needs COMMUX_RANK and COMMUX_SIZE");
+    return run_rank(1, atoi(r), atoi(n), NULL);
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--ranks")) ranks = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--seed")) g_seed = strtoul(argv[i + 1], NULL, 10);

@@ -132,6 +132,14 @@ impl CommuxBackend {
         f(comm.raw())
     }
 
+    /// The orderly end, every rank together, before the process exits: no rank leaves
+    /// while a peer still finishes an operation with it (the trait has no such call; an
+    /// engine's shutdown path calls this).
+    pub fn finalize(&self) -> Result<()> {
+        let _one = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        self.comm.read().unwrap_or_else(|e| e.into_inner()).finalize()
+    }
+
     fn check_root(&self, root: usize, what: &str) -> Result<()> {
         if root >= self.size {
             return Err(Error::invalid(format!(

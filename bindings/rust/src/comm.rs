@@ -146,6 +146,12 @@ impl Comm {
             Err(Error::last(async_error))
         }
     }
+    /// The orderly end (commuxCommFinalize): returns once every rank called it, so that no
+    /// rank's exit fails a peer's last operation.
+    pub fn finalize(&self) -> Result<()> {
+        // SAFETY: a live handle.
+        check(unsafe { ffi::commuxCommFinalize(self.raw) })
+    }
     /// Cancels what is in flight and refuses later calls; safe from any thread.
     pub fn abort(&self) -> Result<()> {
         // SAFETY: a live handle.

@@ -58,6 +58,7 @@ extern "C" {
         rank: c_int,
     ) -> commuxResult_t;
     pub fn commuxCommInitFromEnv(comm: *mut commuxComm_t) -> commuxResult_t;
+    pub fn commuxCommFinalize(comm: commuxComm_t) -> commuxResult_t;
     pub fn commuxCommDestroy(comm: commuxComm_t) -> commuxResult_t;
     pub fn commuxCommAbort(comm: commuxComm_t) -> commuxResult_t;
     pub fn commuxCommCount(comm: commuxComm_t, count: *mut c_int) -> commuxResult_t;

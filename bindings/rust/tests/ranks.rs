@@ -215,6 +215,7 @@ fn every_method() {
     assert_eq!(word[0], 0xC0FFEE);
     b.barrier().unwrap();
     assert!(b.is_healthy());
+    b.finalize().unwrap();
 }
 
 #[test]
@@ -271,7 +272,7 @@ fn recv_command_waits_idle_without_spinning() {
         assert!(cpu < 0.1 * wall, "waited {wall:.1} s and used {cpu:.2} s of CPU");
         println!("recv_command_u32: waited {wall:.1} s, {cpu:.2} s of CPU");
     }
-    b.barrier().unwrap();
+    b.finalize().unwrap();
 }
 
 #[test]
@@ -339,5 +340,5 @@ fn attempt_reconnect_after_a_peer_is_killed_and_restarted() {
     let mut v = [(rank + 1) as f32; 1000];
     b.all_reduce(addr_mut(&mut v), 4000).unwrap();
     assert!(v.iter().all(|x| *x == (size * (size + 1) / 2) as f32), "after the rebuild: {}", v[0]);
-    b.barrier().unwrap();
+    b.finalize().unwrap();
 }
