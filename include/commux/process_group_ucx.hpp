@@ -26,7 +26,6 @@ enum class ReduceOp : std::uint8_t;
 }  // namespace core
 namespace engine {
 class Engine;
-class BlockingTransfer;
 class Op;
 class Description;
 }  // namespace engine
@@ -267,9 +266,6 @@ class ProcessGroupUCX : public c10d::Backend {
   void checkStorageIdle(const char* op, const at::Tensor& tensor);
   /// Keeps `tensor`'s memory until the group is destroyed: peers may still write into it.
   void keepUntilDestroyed(at::Tensor tensor);
-  /// sendBlocking/recvBlocking's wait for a transfer posted on this thread, and its outcome.
-  void finishBlocking(engine::BlockingTransfer& transfer, bool isSend, int peer, int tag,
-                      std::size_t bytes);
   /// all_to_all_single between contiguous tensors, with no staging. `uniform`: every
   /// rank's blocks are known to be of one size, the same on all ranks (collectives::
   /// planAlltoall may then choose Bruck).

@@ -1,14 +1,15 @@
 // Tagged messages and their requests.
 #include "capi/comm.hpp"
 #include "core/error.hpp"
+#include "group/blocking_p2p.hpp"
 #include "group/point_to_point.hpp"
 
 namespace commux::capi {
 namespace {
 
-std::shared_ptr<group::Request> post(commuxComm& comm, bool sending, const void* buf,
-                                     std::size_t count, commuxDataType_t type, int peer, int tag,
-                                     void* stream, const char* what) {
+// A message's buffer, tag and peer, checked.
+core::Buffer checked(commuxComm& comm, bool sending, const void* buf, std::size_t count,
+                     commuxDataType_t type, int peer, int tag, void* stream, const char* what) {
   const core::Buffer buffer = hostBuffer(buf, count, type, stream, what);
   const int size = comm.group->size();
   COMMUX_CHECK(tag >= 0, InvalidArgument, "commux: ", what, ": tag ", tag,
@@ -16,6 +17,25 @@ std::shared_ptr<group::Request> post(commuxComm& comm, bool sending, const void*
   COMMUX_CHECK((peer >= 0 && peer < size) || (!sending && peer == COMMUX_ANY_SOURCE),
                InvalidArgument, "commux: ", what, ": peer ", peer, " is not a rank of this ",
                size, "-rank communicator", sending ? "" : " nor COMMUX_ANY_SOURCE");
+  return buffer;
+}
+
+// A blocking message on the caller's thread (group/blocking_p2p.hpp), outside a group;
+// false when that path declines (the caller takes the ordinary one).
+bool blocking(commuxComm& comm, bool sending, const void* buf, std::size_t count,
+              commuxDataType_t type, int peer, int tag, void* stream, const char* what) {
+  const core::Buffer buffer = checked(comm, sending, buf, count, type, peer, tag, stream, what);
+  if (inGroup(comm)) return false;
+  return sending ? group::sendBlocking(*comm.group, buffer.data, buffer.bytes(), peer, tag,
+                                       timeoutOf(&comm))
+                 : group::recvBlocking(*comm.group, buffer.data, buffer.bytes(), peer, tag,
+                                       timeoutOf(&comm));
+}
+
+std::shared_ptr<group::Request> post(commuxComm& comm, bool sending, const void* buf,
+                                     std::size_t count, commuxDataType_t type, int peer, int tag,
+                                     void* stream, const char* what) {
+  const core::Buffer buffer = checked(comm, sending, buf, count, type, peer, tag, stream, what);
   inGroup(comm);
   const auto timeout = timeoutOf(&comm);
   return sending ? group::send(*comm.group, buffer, peer, tag, timeout)
@@ -41,6 +61,7 @@ commuxResult_t commuxSend(const void* buf, size_t count, commuxDataType_t dataty
                           int tag, commuxComm_t comm, void* stream) {
   return guarded([&] {
     auto& c = capi::checkComm(comm);
+    if (capi::blocking(c, true, buf, count, datatype, peer, tag, stream, "commuxSend")) return;
     auto request = capi::post(c, true, buf, count, datatype, peer, tag, stream, "commuxSend");
     if (!capi::deferToGroup(c, request)) capi::waitFor(c, *request);
   });
@@ -50,6 +71,11 @@ commuxResult_t commuxRecv(void* buf, size_t count, commuxDataType_t datatype, in
                           commuxComm_t comm, void* stream, commuxStatus* status) {
   return guarded([&] {
     auto& c = capi::checkComm(comm);
+    if (peer != COMMUX_ANY_SOURCE &&
+        capi::blocking(c, false, buf, count, datatype, peer, tag, stream, "commuxRecv")) {
+      if (status != nullptr) *status = commuxStatus{peer, tag};
+      return;
+    }
     auto request = capi::post(c, false, buf, count, datatype, peer, tag, stream, "commuxRecv");
     if (capi::deferToGroup(c, request)) {
       // Inside a group the receive completes at commuxGroupEnd: its status is not known yet.
