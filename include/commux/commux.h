@@ -152,6 +152,13 @@ commuxResult_t commuxCommInitFromEnv(commuxComm_t* comm);
  * communicator's timeout. */
 commuxResult_t commuxCommFinalize(commuxComm_t comm);
 
+/* Collective over `comm`: ranks that pass the same `color` (>= 0) form a new communicator,
+ * ranked by `key`, then by their rank in `comm`; a rank that passes COMMUX_SPLIT_NOCOLOR
+ * takes part but gets NULL. The new communicator has `comm`'s timeout and meets through
+ * the same bootstrap store; it is independent of `comm` (destroy each on its own). */
+#define COMMUX_SPLIT_NOCOLOR (-1)
+commuxResult_t commuxCommSplit(commuxComm_t comm, int color, int key, commuxComm_t* newcomm);
+
 /* Frees the communicator. Operations still in flight are cancelled first. To end a job,
  * call commuxCommFinalize first (see there). */
 commuxResult_t commuxCommDestroy(commuxComm_t comm);

@@ -33,6 +33,7 @@ class TcpStore : public core::KeyValueStore {
   std::shared_ptr<core::KeyValueStore> clone() override;
   std::string location() const override;
 
+  const std::string& prefix() const noexcept { return prefix_; }
   /// The same server under another prefix (a new connection).
   std::shared_ptr<TcpStore> withPrefix(const std::string& prefix) const;
 

@@ -60,7 +60,15 @@ core::Buffer hostBuffer(const void* data, std::size_t count, commuxDataType_t ty
 }
 
 void waitFor(const commuxComm& comm, group::Request& request) {
-  request.wait(timeoutOf(&comm));
+  try {
+    request.wait(timeoutOf(&comm));
+  } catch (...) {
+    // A collective's timeout raises before its cancellation has run (Request::wait): the
+    // caller gets its buffers back when this returns, so wait (briefly) for the
+    // cancellation to end the operation first.
+    request.waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+    throw;
+  }
   if (auto error = request.error()) std::rethrow_exception(error);
 }
 

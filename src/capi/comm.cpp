@@ -1,4 +1,5 @@
 // Communicators: the unique id, the two inits, destroy, abort and what a handle reports.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "commux/options.hpp"
 #include "config/process_engine.hpp"
 #include "core/error.hpp"
+#include "group/collectives.hpp"
 
 namespace commux::capi {
 namespace {
@@ -150,6 +152,49 @@ commuxResult_t commuxCommDestroy(commuxComm_t comm) {
   });
   delete comm;
   return result;
+}
+
+commuxResult_t commuxCommSplit(commuxComm_t comm, int color, int key, commuxComm_t* newcomm) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    COMMUX_CHECK(newcomm != nullptr, InvalidArgument, "commux: commuxCommSplit: newcomm is NULL");
+    *newcomm = nullptr;
+    COMMUX_CHECK(color >= 0 || color == COMMUX_SPLIT_NOCOLOR, InvalidArgument,
+                 "commux: commuxCommSplit: color ", color,
+                 " is negative (COMMUX_SPLIT_NOCOLOR is the only negative color)");
+    const int size = c.group->size();
+    // Every rank's (color, key), in rank order: one allgather over the parent.
+    // Owned by the operation: a timed-out one may still be cancelling when this returns.
+    auto mine = std::make_shared<std::vector<std::int32_t>>(std::vector<std::int32_t>{color, key});
+    auto everyone = std::make_shared<std::vector<std::int32_t>>(2 * static_cast<std::size_t>(size));
+    auto request = group::allgather(
+        *c.group, core::bufferOf(mine->data(), 2, core::Dtype::Int32, mine),
+        core::bufferOf(everyone->data(), everyone->size(), core::Dtype::Int32, everyone),
+        capi::timeoutOf(&c));
+    capi::waitFor(c, *request);
+    const std::vector<std::int32_t>& all = *everyone;
+    const std::uint32_t split = c.splits++;
+    if (color == COMMUX_SPLIT_NOCOLOR) return;
+    std::vector<int> members;
+    for (int r = 0; r < size; ++r) {
+      if (all[2 * static_cast<std::size_t>(r)] == color) members.push_back(r);
+    }
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+      return all[2 * static_cast<std::size_t>(a) + 1] < all[2 * static_cast<std::size_t>(b) + 1];
+    });
+    const int newRank = static_cast<int>(
+        std::find(members.begin(), members.end(), c.group->rank()) - members.begin());
+    auto store = c.store->withPrefix(core::concat(c.store->prefix(), "split/", split, "/", color, "/"));
+    auto made = std::make_unique<commuxComm>();
+    made->engine = c.engine;
+    made->store = store;
+    made->servesStore = c.servesStore;
+    made->timeoutMs.store(c.timeoutMs.load());
+    made->group = std::make_unique<group::Group>(std::move(store), newRank,
+                                                 static_cast<int>(members.size()), c.engine,
+                                                 /*setUpInBackground=*/true);
+    *newcomm = made.release();
+  });
 }
 
 commuxResult_t commuxCommFinalize(commuxComm_t comm) {

@@ -27,6 +27,8 @@ struct commuxComm {
   /// commuxCommFinalize; and whether this process serves that store.
   std::shared_ptr<commux::bootstrap::TcpStore> store;
   bool servesStore = false;
+  /// commuxCommSplit calls so far: every rank counts them alike (it is collective).
+  std::uint32_t splits = 0;
 };
 
 struct commuxRequest {

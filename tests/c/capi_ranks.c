@@ -403,6 +403,39 @@ static void test_death(commuxComm_t comm, int rank, int size) {
 
 static commuxComm_t init(int mode, int rank, int size, const commuxUniqueId* id);
 
+/* Even and odd ranks in communicators of their own, ranked in reverse by key; rank 0 (with
+ * 3 ranks or more) takes no color and gets none. Each works alone, and the parent after. */
+static void test_split(commuxComm_t comm, int rank, int size) {
+  const int color = (rank == 0 && size >= 3) ? COMMUX_SPLIT_NOCOLOR : rank % 2;
+  commuxComm_t sub = (commuxComm_t)1;
+  OK(commuxCommSplit(comm, color, -rank, &sub));
+  if (color == COMMUX_SPLIT_NOCOLOR) {
+    if (sub != NULL) fail("split without a color gave a communicator");
+  } else {
+    int members[32], n = 0;
+    for (int r = 0; r < size; ++r)
+      if (r % 2 == color && !(r == 0 && size >= 3)) members[n++] = r;
+    int sub_rank = -1, sub_size = -1;
+    OK(commuxCommUserRank(sub, &sub_rank));
+    OK(commuxCommCount(sub, &sub_size));
+    /* key -rank: the highest old rank comes first */
+    int want = -1;
+    for (int i = 0; i < n; ++i)
+      if (members[n - 1 - i] == rank) want = i;
+    if (sub_size != n || sub_rank != want) fail("split: rank %d of %d, expected %d of %d", sub_rank, sub_size, want, n);
+    int32_t v = rank, sum = 0;
+    for (int i = 0; i < n; ++i) sum += members[i];
+    OK(commuxAllReduce(&v, &v, 1, commuxInt32, commuxSum, sub, NULL));
+    if (v != sum) fail("allreduce in the split communicator: %d, expected %d", v, sum);
+    OK(commuxCommFinalize(sub));
+    OK(commuxCommDestroy(sub));
+  }
+  REFUSED(commuxCommSplit(comm, -5, 0, &sub), commuxInvalidArgument, "negative");
+  int32_t one = 1;
+  OK(commuxAllReduce(&one, &one, 1, commuxInt32, commuxSum, comm, NULL));
+  if (one != size) fail("the parent after a split: %d", one);
+}
+
 static void test_reconnect(commuxComm_t* comm, int rank, int size, const commuxUniqueId* id,
                            int restarted) {
   if (restarted) {
@@ -450,6 +483,7 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
     test_collectives(comm, rank, size, 12);
     test_refusals(comm, rank, size);
     test_memory(comm, rank, size);
+    test_split(comm, rank, size);
     OK(commuxBarrier(comm, NULL));
   }
   if (mode != 2) OK(commuxCommFinalize(comm)); /* no rank leaves while a peer still needs it */
