@@ -2,8 +2,18 @@
 # lib/cmake/commux/commuxConfig.cmake (+ version file and exported targets), in a plain
 # `cmake --install` prefix and in the wheel (site-packages/commux, whose path
 # `python3 -m commux.info --cmake-prefix` prints).
+# The torch-free core and its C API (libcommux_core, commux::core) ship beside it, with the
+# pkg-config file that C, Fortran and Cargo builds read (lib/pkgconfig/commux.pc).
 include(CMakePackageConfigHelpers)
-install(TARGETS commux EXPORT commuxTargets LIBRARY DESTINATION lib INCLUDES DESTINATION include)
+install(TARGETS commux commux_core EXPORT commuxTargets LIBRARY DESTINATION lib
+        INCLUDES DESTINATION include)
+if(NOT SKBUILD)
+  set_property(TARGET commux_core APPEND PROPERTY INSTALL_RPATH "${COMMUX_UCX_LIB_DIR}")
+endif()
+set(_commux_pc_up "../..")
+set(CMAKE_INSTALL_LIBDIR lib)
+configure_file(cmake/commux.pc.in ${CMAKE_CURRENT_BINARY_DIR}/core/commux.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/core/commux.pc DESTINATION lib/pkgconfig)
 install(DIRECTORY include/commux DESTINATION include)
 install(EXPORT commuxTargets NAMESPACE commux:: DESTINATION lib/cmake/commux)
 set(COMMUX_CONFIG_CUDA ${_commux_cuda})

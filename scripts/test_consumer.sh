@@ -6,6 +6,8 @@
 #   2. FetchContent of this repository at HEAD (what is committed), which also installs
 #      commux into a plain prefix (build/commux-prefix) with `cmake --install`
 #   3. find_package(commux) on that plain prefix
+# and the C API shipped in the wheel: examples/c through its commux.pc, examples/cpp_core
+# through find_package(commux)'s commux::core, each on 2 and 3 ranks.
 # Run scripts/install.sh first. Every run has a hard time limit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,4 +69,16 @@ echo "== consumer 3: find_package(commux) in the plain prefix build/commux-prefi
 configure -B build/consumer-prefix -DCOMMUX_VIA=package -DCMAKE_PREFIX_PATH="$PWD/build/commux-prefix"
 cmake --build build/consumer-prefix
 run_both build/consumer-prefix
+echo "== consumer 4: the C API in the installed package ($prefix): pkg-config, commux::core"
+capi=$(mktemp -d)
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" sh -c \
+  'cc -std=c99 -Wall -Werror examples/c/allreduce.c $(pkg-config --cflags --libs commux) -o "$0"' \
+  "$capi/allreduce"
+cmake -S examples/cpp_core -B "$capi/cpp" "${generator[@]}" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$capi/cpp"
+for n in 2 3; do
+  scripts/run_ranks.sh "$n" "$capi/allreduce"
+  scripts/run_ranks.sh "$n" "$capi/cpp/neighbours"
+done
+rm -rf "$capi"
 echo "== consumers: all passed"

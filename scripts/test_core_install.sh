@@ -29,23 +29,9 @@ echo "== C++, through find_package(commux)"
 "${clean_env[@]}" cmake -S examples/cpp_core -B "$work/cpp" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 "${clean_env[@]}" cmake --build "$work/cpp" >/dev/null
 
-# Runs `ranks` copies of a program as one job; fails unless every rank succeeds in time.
-run_job() {
-  local ranks=$1 program=$2 port
-  port=$(( 20000 + RANDOM % 20000 ))
-  local pids=()
-  for ((r = 0; r < ranks; r++)); do
-    "${clean_env[@]}" COMMUX_BOOTSTRAP=127.0.0.1:$port COMMUX_SIZE=$ranks COMMUX_RANK=$r \
-      timeout 60 "$program" &
-    pids+=($!)
-  done
-  local status=0
-  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-  return $status
-}
-run_job 2 "$work/allreduce"
-run_job 4 "$work/allreduce"
-run_job 3 "$work/cpp/neighbours"
+"${clean_env[@]}" scripts/run_ranks.sh 2 "$work/allreduce"
+"${clean_env[@]}" scripts/run_ranks.sh 4 "$work/allreduce"
+"${clean_env[@]}" scripts/run_ranks.sh 3 "$work/cpp/neighbours"
 echo "== Rust: the crate's tests against the install (cargo test, offline)"
 cargo=$(command -v cargo || true)
 [ -n "$cargo" ] || cargo="$HOME/.cargo/bin/cargo"
