@@ -3,6 +3,10 @@
 # find_package(commux) reads, whose target is commux::core.
 include(CMakePackageConfigHelpers)
 include(GNUInstallDirs)
+# A versioned library (libcommux_core.so.0 and its links) in a system-style install; the
+# wheel has no symbolic links, so its copy stays unversioned (CommuxPackage.cmake).
+set_target_properties(commux_core PROPERTIES VERSION ${PROJECT_VERSION}
+                      SOVERSION ${PROJECT_VERSION_MAJOR})
 install(TARGETS commux_core EXPORT commuxCoreTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} INCLUDES DESTINATION include)
 install(FILES include/commux/commux.h include/commux/commux.hpp DESTINATION include/commux)
