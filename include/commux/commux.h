@@ -90,6 +90,7 @@ typedef enum {
 
 typedef struct commuxComm* commuxComm_t;
 typedef struct commuxRequest* commuxRequest_t;
+typedef struct commuxWin* commuxWin_t;
 
 /* Names the job's meeting point: where the bootstrap store of the rank that made it
  * listens, and a random secret that keeps other jobs out. Opaque; copy it as bytes. */
@@ -230,6 +231,36 @@ commuxResult_t commuxCommDeregister(commuxComm_t comm, void* handle);
 commuxResult_t commuxMemAlloc(void** ptr, size_t size);
 /* Frees what commuxMemAlloc returned; another pointer is refused with commuxInvalidArgument. */
 commuxResult_t commuxMemFree(void* ptr);
+
+/* ---- One-sided windows ------------------------------------------------------------- *
+ * Each rank exposes `bytes` of its memory; a put writes into a peer's window without the
+ * peer taking part, and a signal tells it the puts before it have landed: a wait for that
+ * signal returns only once they are in its memory. Puts and signals travel as UCX messages
+ * (a rank's own window takes a copy), so a waiting rank sleeps. Windows are made and freed
+ * collectively, in the same order on every rank; the calls on one window may come from any
+ * thread, but not while it is being freed. */
+
+/* Collective over `comm`: exposes [base, base + bytes) (host memory; NULL for 0 bytes). The
+ * memory must stay allocated until commuxWinFree returns. */
+commuxResult_t commuxWinCreate(commuxComm_t comm, void* base, size_t bytes, commuxWin_t* win);
+/* Writes `bytes` at `data` `offset` bytes into rank `target`'s window; returns once `data`
+ * may be reused. The target sees the data when a later signal from this rank reaches it
+ * (commuxWinWaitSignal) or after commuxWinFlush. A put that does not fit the target's
+ * window is refused with commuxInvalidArgument before anything moves. */
+commuxResult_t commuxWinPut(commuxWin_t win, const void* data, size_t bytes, int target,
+                            size_t offset);
+/* A put and a signal after it, in one message where the data is small. */
+commuxResult_t commuxWinPutSignal(commuxWin_t win, const void* data, size_t bytes, int target,
+                                  size_t offset);
+/* A signal to `target`, released there once every put this rank sent it before landed. */
+commuxResult_t commuxWinSignal(commuxWin_t win, int target);
+/* Waits (up to the communicator's timeout) for one signal from rank `source`. */
+commuxResult_t commuxWinWaitSignal(commuxWin_t win, int source);
+/* Returns once every put this rank sent `target` landed in its window. */
+commuxResult_t commuxWinFlush(commuxWin_t win, int target);
+/* Collective: returns once every rank freed the window, after every put into it landed;
+ * the handle is freed even when that fails (a dead rank). */
+commuxResult_t commuxWinFree(commuxWin_t win);
 
 /* ---- Collectives -------------------------------------------------------------------- *
  * Every rank of the communicator calls them in the same order with matching arguments.

@@ -27,8 +27,10 @@ struct commuxComm {
   /// commuxCommFinalize; and whether this process serves that store.
   std::shared_ptr<commux::bootstrap::TcpStore> store;
   bool servesStore = false;
-  /// commuxCommSplit calls so far: every rank counts them alike (it is collective).
+  /// commuxCommSplit and commuxWinCreate calls so far: every rank counts them alike (they
+  /// are collective).
   std::uint32_t splits = 0;
+  std::uint64_t windows = 0;
 };
 
 struct commuxRequest {

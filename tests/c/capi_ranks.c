@@ -403,6 +403,46 @@ static void test_death(commuxComm_t comm, int rank, int size) {
 
 static commuxComm_t init(int mode, int rank, int size, const commuxUniqueId* id);
 
+/* Windows: every rank puts a block into every window (its own too) and signals; each waits
+ * for every signal and finds every block. Then a large put with its signal to the next rank,
+ * a flush, refusals, and the collective free. Window sizes differ per rank. */
+static void test_windows(commuxComm_t comm, int rank, int size) {
+  const size_t elements = 4096 + (size_t)rank * 16, block = 16, big = 3000; /* 12000 B: past the 8 KiB that travel eagerly */
+  float* mem = calloc(elements, sizeof(float));
+  commuxWin_t win = NULL;
+  OK(commuxWinCreate(comm, mem, elements * sizeof(float), &win));
+  float mine[16];
+  for (size_t i = 0; i < block; ++i) mine[i] = (float)(rank * 100 + i);
+  for (int t = 0; t < size; ++t) {
+    OK(commuxWinPut(win, mine, sizeof(mine), t, (size_t)rank * sizeof(mine)));
+    OK(commuxWinSignal(win, t));
+  }
+  for (int s = 0; s < size; ++s) OK(commuxWinWaitSignal(win, s));
+  for (int s = 0; s < size; ++s)
+    for (size_t i = 0; i < block; ++i)
+      if (mem[(size_t)s * block + i] != (float)(s * 100 + i)) fail("window: block of rank %d, element %zu is %g", s, i, mem[(size_t)s * block + i]);
+  /* A put past the eager size, with its signal, to the next rank; and one to the previous
+   * rank followed by a flush. */
+  const int next = (rank + 1) % size, before = (rank + size - 1) % size;
+  float* large = malloc(big * sizeof(float));
+  for (size_t i = 0; i < big; ++i) large[i] = (float)(rank + 0.5 * (double)i);
+  const size_t at = 64 * sizeof(float);
+  OK(commuxWinPutSignal(win, large, big * sizeof(float), next, at));
+  OK(commuxWinWaitSignal(win, before));
+  for (size_t i = 0; i < big; ++i)
+    if (mem[64 + i] != (float)(before + 0.5 * (double)i)) fail("window: large put element %zu is %g", i, mem[64 + i]);
+  OK(commuxWinFlush(win, before));
+  /* Refusals: past the target's window (its size differs from this one's), a bad rank. */
+  REFUSED(commuxWinPut(win, mine, sizeof(mine), next, (4096 + (size_t)next * 16) * sizeof(float) - 8),
+          commuxInvalidArgument, "do not fit");
+  REFUSED(commuxWinSignal(win, size), commuxInvalidArgument, "is not a rank");
+  REFUSED(commuxWinPut(win, NULL, 8, next, 0), commuxInvalidArgument, "NULL");
+  OK(commuxBarrier(comm, NULL)); /* every rank done reading before anyone frees */
+  OK(commuxWinFree(win));
+  free(large);
+  free(mem);
+}
+
 /* Even and odd ranks in communicators of their own, ranked in reverse by key; rank 0 (with
  * 3 ranks or more) takes no color and gets none. Each works alone, and the parent after. */
 static void test_split(commuxComm_t comm, int rank, int size) {
@@ -484,6 +524,7 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
     test_refusals(comm, rank, size);
     test_memory(comm, rank, size);
     test_split(comm, rank, size);
+    test_windows(comm, rank, size);
     OK(commuxBarrier(comm, NULL));
   }
   if (mode != 2) OK(commuxCommFinalize(comm)); /* no rank leaves while a peer still needs it */
