@@ -25,6 +25,19 @@ int main() try {
     std::fprintf(stderr, "rank %d: halo %g %g\n", rank, cells[0], cells[99]);
     return 1;
   }
+  // The same swap one-sided: each rank puts its edge cell into its right neighbour's
+  // window and signals; the wait returns once the cell is there.
+  std::vector<double> inbox(1, -1.0);
+  {
+    commux::Window window(comm, inbox.data(), sizeof(double));
+    window.putSignal(&cells[98], sizeof(double), right, 0);
+    window.waitSignal(left);
+    window.free();
+  }
+  if (inbox[0] != left) {
+    std::fprintf(stderr, "rank %d: window got %g\n", rank, inbox[0]);
+    return 1;
+  }
   std::vector<double> top{static_cast<double>(rank)};
   comm.allReduce(top, commux::ReduceOp::Max);
   comm.finalize();  // nobody leaves while a peer still needs it

@@ -268,4 +268,32 @@ class Comm {
   commuxComm_t comm_ = nullptr;
 };
 
+/// A one-sided window (commuxWinCreate): this rank's [base, base + bytes) exposed to the
+/// group's puts. Destroying it frees it collectively (cannot raise: call free() to see an
+/// error); the memory must outlive it.
+class Window {
+ public:
+  Window(Comm& comm, void* base, std::size_t bytes) {
+    detail::check(commuxWinCreate(comm.raw(), base, bytes, &win_));
+  }
+  Window(const Window&) = delete;
+  Window& operator=(const Window&) = delete;
+  ~Window() {
+    if (win_) commuxWinFree(win_);
+  }
+  void put(const void* data, std::size_t bytes, int target, std::size_t offset) {
+    detail::check(commuxWinPut(win_, data, bytes, target, offset));
+  }
+  void putSignal(const void* data, std::size_t bytes, int target, std::size_t offset) {
+    detail::check(commuxWinPutSignal(win_, data, bytes, target, offset));
+  }
+  void signal(int target) { detail::check(commuxWinSignal(win_, target)); }
+  void waitSignal(int source) { detail::check(commuxWinWaitSignal(win_, source)); }
+  void flush(int target) { detail::check(commuxWinFlush(win_, target)); }
+  void free() { detail::check(commuxWinFree(std::exchange(win_, nullptr))); }
+
+ private:
+  commuxWin_t win_ = nullptr;
+};
+
 }  // namespace commux
