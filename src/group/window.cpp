@@ -50,6 +50,15 @@ std::shared_ptr<Request> makeRequest(Group& group, Request::Kind kind, engine::D
   return request;
 }
 
+// A Request for `peer` and the Op `makeOp` builds for it, launched on the group.
+template <typename MakeOp>
+std::shared_ptr<Request> launched(Group& group, Request::Kind kind, engine::Description what,
+                                  int peer, std::chrono::milliseconds timeout, MakeOp&& makeOp) {
+  auto request = makeRequest(group, kind, std::move(what), peer, timeout);
+  group.launch(request, makeOp(*request), std::nullopt);
+  return request;
+}
+
 }  // namespace
 
 Window::Window(Group& group, void* base, std::size_t bytes, std::uint64_t index)
@@ -179,40 +188,38 @@ std::shared_ptr<Request> Window::put(const void* data, std::size_t bytes, int ta
 std::shared_ptr<Request> Window::signal(int target, std::chrono::milliseconds timeout) {
   const Peer& to = peer("window signal", target);
   group_.checkUsable();
-  auto request = makeRequest(group_, Request::Kind::Send,
-                             engine::Description::p2p("window signal", "to", target, 0, 0, 0),
-                             target, timeout);
-  group_.launch(request, std::make_shared<engine::WindowSignalOp>(
-                             to.route, static_cast<std::uint32_t>(group_.rank()), request->parts(),
-                             request->completer()),
-                std::nullopt);
-  return request;
+  const auto source = static_cast<std::uint32_t>(group_.rank());
+  return launched(group_, Request::Kind::Send,
+                  engine::Description::p2p("window signal", "to", target, 0, 0, 0), target,
+                  timeout, [&](Request& r) {
+                    return std::make_shared<engine::WindowSignalOp>(to.route, source, r.parts(),
+                                                                    r.completer());
+                  });
 }
 
 std::shared_ptr<Request> Window::waitSignal(int source, std::chrono::milliseconds timeout) {
   peer("window wait_signal", source);
   group_.checkUsable();
-  auto request = makeRequest(group_, Request::Kind::Recv,
-                             engine::Description::p2p("window wait_signal", "from", source, 0, 0, 0),
-                             source, timeout);
-  group_.launch(request, std::make_shared<engine::WaitSignalOp>(inbox_, source, request->parts(),
-                                                                request->completer()),
-                std::nullopt);
-  return request;
+  return launched(group_, Request::Kind::Recv,
+                  engine::Description::p2p("window wait_signal", "from", source, 0, 0, 0), source,
+                  timeout, [&](Request& r) {
+                    return std::make_shared<engine::WaitSignalOp>(inbox_, source, r.parts(),
+                                                                  r.completer());
+                  });
 }
 
 std::shared_ptr<Request> Window::flush(int target, std::chrono::milliseconds timeout) {
   const Peer& to = peer("window flush", target);
   group_.checkUsable();
-  auto request = makeRequest(group_, Request::Kind::Send,
-                             engine::Description::p2p("window flush", "to", target, 0, 0, 0),
-                             target, timeout);
-  group_.launch(request, std::make_shared<engine::WindowGetOp>(
-                             to.route, static_cast<std::uint32_t>(group_.rank()),
-                             static_cast<std::uint32_t>(target), context_, nullptr, 0,
-                             std::nullopt, 0, nullptr, request->parts(), request->completer()),
-                std::nullopt);
-  return request;
+  const auto source = static_cast<std::uint32_t>(group_.rank());
+  // A get of 0 bytes: answered once the puts this rank sent before it landed.
+  return launched(group_, Request::Kind::Send,
+                  engine::Description::p2p("window flush", "to", target, 0, 0, 0), target,
+                  timeout, [&](Request& r) {
+                    return std::make_shared<engine::WindowGetOp>(
+                        to.route, source, static_cast<std::uint32_t>(target), context_, nullptr,
+                        0, std::nullopt, 0, nullptr, r.parts(), r.completer());
+                  });
 }
 
 void Window::close(std::chrono::milliseconds timeout) {
