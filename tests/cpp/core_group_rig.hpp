@@ -9,6 +9,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "directory_store.hpp"
 #include "engine/engine.hpp"
@@ -48,23 +49,35 @@ struct Member {
             /*setUpInBackground=*/true)) {}
 };
 
-// Every rank sends a byte to the next and receives one from the one before: a rank leaves
-// only once the one before it is done with what came earlier. A member that exits while
-// another still finishes a collective fails that collective (its death is seen, and the
-// collective cannot tell whether it still needed it); a message it sent is still received.
+// No rank leaves before every rank got here: each tells rank 0 it is done, and leaves once
+// rank 0 has heard from all and said so. (A ring is not enough: a rank leaves once the one
+// before it is done, while the one after it may still be working, and a member that exits
+// then fails what that one still does with it, its health check included.) A message a
+// leaving rank sent is still received.
 inline void leaveTogether(group::Group& g, int tag = 999) {
-  const int next = (g.rank() + 1) % g.size();
-  const int before = (g.rank() + g.size() - 1) % g.size();
-  auto in = std::make_shared<std::uint8_t>(0);
-  auto out = std::make_shared<std::uint8_t>(1);
-  auto received = group::recv(g, core::bufferOf(in.get(), 1, core::Dtype::UInt8, in), before, tag,
-                              std::chrono::seconds(30));
-  auto sent = group::send(g, core::bufferOf(out.get(), 1, core::Dtype::UInt8, out), next, tag,
-                          std::chrono::seconds(30));
-  for (auto* request : {sent.get(), received.get()}) {
-    request->wait(request->timeout());
-    if (auto error = request->error()) std::rethrow_exception(error);
+  auto token = std::make_shared<std::uint8_t>(1);
+  const auto view = core::bufferOf(token.get(), 1, core::Dtype::UInt8, token);
+  const auto finish = [](group::Request& request) {
+    request.wait(request.timeout());
+    if (auto error = request.error()) std::rethrow_exception(error);
+  };
+  if (g.rank() == 0) {
+    for (int r = 1; r < g.size(); ++r) {
+      auto in = std::make_shared<std::uint8_t>(0);
+      finish(*group::recv(g, core::bufferOf(in.get(), 1, core::Dtype::UInt8, in), r, tag,
+                          std::chrono::seconds(30)));
+    }
+    std::vector<std::shared_ptr<group::Request>> sent;
+    for (int r = 1; r < g.size(); ++r) {
+      sent.push_back(group::send(g, view, r, tag + 1, std::chrono::seconds(30)));
+    }
+    for (auto& request : sent) finish(*request);
+    return;
   }
+  finish(*group::send(g, view, 0, tag, std::chrono::seconds(30)));
+  auto go = std::make_shared<std::uint8_t>(0);
+  finish(*group::recv(g, core::bufferOf(go.get(), 1, core::Dtype::UInt8, go), 0, tag + 1,
+                      std::chrono::seconds(30)));
 }
 
 }  // namespace commux::testing
