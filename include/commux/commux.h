@@ -187,7 +187,9 @@ commuxResult_t commuxSend(const void* buf, size_t count, commuxDataType_t dataty
                           int tag, commuxComm_t comm, void* stream);
 /* Receives the next message with `tag` from `peer` (or COMMUX_ANY_SOURCE) into `buf`; the
  * message must be exactly `count` elements of `datatype` (a longer one is an error).
- * `status` may be NULL. */
+ * `status` may be NULL. Between commuxGroupStart and commuxGroupEnd the receive completes at
+ * commuxGroupEnd, and `status` is written at the call with `peer` and `tag` as given: use
+ * commuxIrecv to learn an any-source sender there. */
 commuxResult_t commuxRecv(void* buf, size_t count, commuxDataType_t datatype, int peer, int tag,
                           commuxComm_t comm, void* stream, commuxStatus* status);
 
