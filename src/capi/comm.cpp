@@ -209,7 +209,7 @@ commuxResult_t commuxCommFinalize(commuxComm_t comm) {
     };
     // Through the store, not the transports: a rank that has said it is done may leave at
     // once, and nothing of this exchange may then be owed to it.
-    const auto waitFor = [&](const std::vector<std::string>& names, const char* what) {
+    const auto waitForKeys = [&](const std::vector<std::string>& names, const char* what) {
       const auto limit = capi::timeoutOf(&c);
       const auto deadline = std::chrono::steady_clock::now() + limit;
       auto pause = std::chrono::milliseconds(1);
@@ -226,10 +226,10 @@ commuxResult_t commuxCommFinalize(commuxComm_t comm) {
     };
     const std::vector<std::uint8_t> mark{1};
     c.store->set(core::concat("finalize/done/", c.group->rank()), mark);
-    waitFor(keys("done"), "waiting for every rank to finish");
+    waitForKeys(keys("done"), "waiting for every rank to finish");
     c.store->set(core::concat("finalize/left/", c.group->rank()), mark);
     // The store's process stays until every rank has read what it waited for.
-    if (c.servesStore) waitFor(keys("left"), "waiting for every rank to leave");
+    if (c.servesStore) waitForKeys(keys("left"), "waiting for every rank to leave");
   });
 }
 

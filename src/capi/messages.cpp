@@ -22,9 +22,7 @@ core::Buffer checked(commuxComm& comm, bool sending, const void* buf, std::size_
 
 // A blocking message on the caller's thread (group/blocking_p2p.hpp), outside a group;
 // false when that path declines (the caller takes the ordinary one).
-bool blocking(commuxComm& comm, bool sending, const void* buf, std::size_t count,
-              commuxDataType_t type, int peer, int tag, void* stream, const char* what) {
-  const core::Buffer buffer = checked(comm, sending, buf, count, type, peer, tag, stream, what);
+bool blocking(commuxComm& comm, bool sending, const core::Buffer& buffer, int peer, int tag) {
   if (inGroup(comm)) return false;
   return sending ? group::sendBlocking(*comm.group, buffer.data, buffer.bytes(), peer, tag,
                                        timeoutOf(&comm))
@@ -32,10 +30,9 @@ bool blocking(commuxComm& comm, bool sending, const void* buf, std::size_t count
                                        timeoutOf(&comm));
 }
 
-std::shared_ptr<group::Request> post(commuxComm& comm, bool sending, const void* buf,
-                                     std::size_t count, commuxDataType_t type, int peer, int tag,
-                                     void* stream, const char* what) {
-  const core::Buffer buffer = checked(comm, sending, buf, count, type, peer, tag, stream, what);
+// The ordinary path: the message as a Request the group tracks (the caller waits, or not).
+std::shared_ptr<group::Request> post(commuxComm& comm, bool sending, const core::Buffer& buffer,
+                                     int peer, int tag) {
   inGroup(comm);
   const auto timeout = timeoutOf(&comm);
   return sending ? group::send(*comm.group, buffer, peer, tag, timeout)
@@ -61,8 +58,9 @@ commuxResult_t commuxSend(const void* buf, size_t count, commuxDataType_t dataty
                           int tag, commuxComm_t comm, void* stream) {
   return guarded([&] {
     auto& c = capi::checkComm(comm);
-    if (capi::blocking(c, true, buf, count, datatype, peer, tag, stream, "commuxSend")) return;
-    auto request = capi::post(c, true, buf, count, datatype, peer, tag, stream, "commuxSend");
+    const auto buffer = capi::checked(c, true, buf, count, datatype, peer, tag, stream, "commuxSend");
+    if (capi::blocking(c, true, buffer, peer, tag)) return;
+    auto request = capi::post(c, true, buffer, peer, tag);
     if (!capi::deferToGroup(c, request)) capi::waitFor(c, *request);
   });
 }
@@ -71,12 +69,12 @@ commuxResult_t commuxRecv(void* buf, size_t count, commuxDataType_t datatype, in
                           commuxComm_t comm, void* stream, commuxStatus* status) {
   return guarded([&] {
     auto& c = capi::checkComm(comm);
-    if (peer != COMMUX_ANY_SOURCE &&
-        capi::blocking(c, false, buf, count, datatype, peer, tag, stream, "commuxRecv")) {
+    const auto buffer = capi::checked(c, false, buf, count, datatype, peer, tag, stream, "commuxRecv");
+    if (peer != COMMUX_ANY_SOURCE && capi::blocking(c, false, buffer, peer, tag)) {
       if (status != nullptr) *status = commuxStatus{peer, tag};
       return;
     }
-    auto request = capi::post(c, false, buf, count, datatype, peer, tag, stream, "commuxRecv");
+    auto request = capi::post(c, false, buffer, peer, tag);
     if (capi::deferToGroup(c, request)) {
       // Inside a group the receive completes at commuxGroupEnd: its status is not known yet.
       if (status != nullptr) *status = commuxStatus{peer, tag};
@@ -92,7 +90,9 @@ commuxResult_t commuxIsend(const void* buf, size_t count, commuxDataType_t datat
   return guarded([&] {
     auto& c = capi::checkComm(comm);
     COMMUX_CHECK(request != nullptr, InvalidArgument, "commux: commuxIsend: request is NULL");
-    auto r = capi::post(c, true, buf, count, datatype, peer, tag, stream, "commuxIsend");
+    auto r = capi::post(
+        c, true, capi::checked(c, true, buf, count, datatype, peer, tag, stream, "commuxIsend"),
+        peer, tag);
     *request = new commuxRequest{&c, std::move(r), tag};
   });
 }
@@ -102,7 +102,9 @@ commuxResult_t commuxIrecv(void* buf, size_t count, commuxDataType_t datatype, i
   return guarded([&] {
     auto& c = capi::checkComm(comm);
     COMMUX_CHECK(request != nullptr, InvalidArgument, "commux: commuxIrecv: request is NULL");
-    auto r = capi::post(c, false, buf, count, datatype, peer, tag, stream, "commuxIrecv");
+    auto r = capi::post(
+        c, false, capi::checked(c, false, buf, count, datatype, peer, tag, stream, "commuxIrecv"),
+        peer, tag);
     *request = new commuxRequest{&c, std::move(r), tag};
   });
 }

@@ -13,10 +13,15 @@ struct commuxWin {
 namespace commux::capi {
 namespace {
 
-commuxWin& checkWin(commuxWin_t win, const char* what) {
-  COMMUX_CHECK(win != nullptr && win->window != nullptr, InvalidArgument, "commux: ", what,
-               ": the window is NULL");
-  return *win;
+// Starts an operation on the window (`start` gets the window and the communicator's
+// timeout and returns its Request) and waits for it.
+template <typename Start>
+commuxResult_t onWindow(commuxWin_t win, const char* what, Start&& start) {
+  return guarded([&] {
+    COMMUX_CHECK(win != nullptr && win->window != nullptr, InvalidArgument, "commux: ", what,
+                 ": the window is NULL");
+    waitFor(*win->comm, *start(*win->window, timeoutOf(win->comm)));
+  });
 }
 
 }  // namespace
@@ -42,41 +47,32 @@ commuxResult_t commuxWinCreate(commuxComm_t comm, void* base, size_t bytes, comm
 
 commuxResult_t commuxWinPut(commuxWin_t win, const void* data, size_t bytes, int target,
                             size_t offset) {
-  return guarded([&] {
-    auto& w = capi::checkWin(win, "commuxWinPut");
-    auto request = w.window->put(data, bytes, target, offset, false, capi::timeoutOf(w.comm));
-    capi::waitFor(*w.comm, *request);
+  return capi::onWindow(win, "commuxWinPut", [&](group::Window& w, auto timeout) {
+    return w.put(data, bytes, target, offset, false, timeout);
   });
 }
 
 commuxResult_t commuxWinPutSignal(commuxWin_t win, const void* data, size_t bytes, int target,
                                   size_t offset) {
-  return guarded([&] {
-    auto& w = capi::checkWin(win, "commuxWinPutSignal");
-    auto request = w.window->put(data, bytes, target, offset, true, capi::timeoutOf(w.comm));
-    capi::waitFor(*w.comm, *request);
+  return capi::onWindow(win, "commuxWinPutSignal", [&](group::Window& w, auto timeout) {
+    return w.put(data, bytes, target, offset, true, timeout);
   });
 }
 
 commuxResult_t commuxWinSignal(commuxWin_t win, int target) {
-  return guarded([&] {
-    auto& w = capi::checkWin(win, "commuxWinSignal");
-    capi::waitFor(*w.comm, *w.window->signal(target, capi::timeoutOf(w.comm)));
-  });
+  return capi::onWindow(win, "commuxWinSignal",
+                        [&](group::Window& w, auto timeout) { return w.signal(target, timeout); });
 }
 
 commuxResult_t commuxWinWaitSignal(commuxWin_t win, int source) {
-  return guarded([&] {
-    auto& w = capi::checkWin(win, "commuxWinWaitSignal");
-    capi::waitFor(*w.comm, *w.window->waitSignal(source, capi::timeoutOf(w.comm)));
+  return capi::onWindow(win, "commuxWinWaitSignal", [&](group::Window& w, auto timeout) {
+    return w.waitSignal(source, timeout);
   });
 }
 
 commuxResult_t commuxWinFlush(commuxWin_t win, int target) {
-  return guarded([&] {
-    auto& w = capi::checkWin(win, "commuxWinFlush");
-    capi::waitFor(*w.comm, *w.window->flush(target, capi::timeoutOf(w.comm)));
-  });
+  return capi::onWindow(win, "commuxWinFlush",
+                        [&](group::Window& w, auto timeout) { return w.flush(target, timeout); });
 }
 
 commuxResult_t commuxWinFree(commuxWin_t win) {

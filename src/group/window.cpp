@@ -161,28 +161,29 @@ std::shared_ptr<Request> Window::put(const void* data, std::size_t bytes, int ta
   COMMUX_CHECK(offset <= to.bytes && bytes <= to.bytes - offset, InvalidArgument, "commux: ", what,
                ": ", bytes, " bytes at offset ", offset, " do not fit rank ", target,
                "'s window of ", to.bytes, " bytes");
-  auto request = makeRequest(group_, Request::Kind::Send,
-                             engine::Description::p2p(what, "to", target, 0, bytes, 1), target,
-                             timeout);
   const auto source = static_cast<std::uint32_t>(group_.rank());
+  auto description = engine::Description::p2p(what, "to", target, 0, bytes, 1);
   if (target == group_.rank()) {
-    // This rank's own window: a copy now, and the signal (if any) through the inbox.
+    // This rank's own window: a copy now; a signal (if any) still goes through the inbox.
     if (bytes != 0) std::memmove(base_ + offset, data, bytes);
     if (!signal) {
+      auto request =
+          makeRequest(group_, Request::Kind::Send, std::move(description), target, timeout);
       request->completer()(nullptr, -1);  // done here: nothing travels
       return request;
     }
-    group_.launch(request, std::make_shared<engine::WindowSignalOp>(
-                               to.route, source, request->parts(), request->completer()),
-                  std::nullopt);
-    return request;
+    return launched(group_, Request::Kind::Send, std::move(description), target, timeout,
+                    [&](Request& r) {
+                      return std::make_shared<engine::WindowSignalOp>(to.route, source, r.parts(),
+                                                                      r.completer());
+                    });
   }
-  group_.launch(request,
-                std::make_shared<engine::WindowPutOp>(to.route, source, data, bytes, std::nullopt,
-                                                      offset, nullptr, signal, request->parts(),
-                                                      request->completer()),
-                std::nullopt);
-  return request;
+  return launched(group_, Request::Kind::Send, std::move(description), target, timeout,
+                  [&](Request& r) {
+                    return std::make_shared<engine::WindowPutOp>(to.route, source, data, bytes,
+                                                                 std::nullopt, offset, nullptr,
+                                                                 signal, r.parts(), r.completer());
+                  });
 }
 
 std::shared_ptr<Request> Window::signal(int target, std::chrono::milliseconds timeout) {
