@@ -82,6 +82,10 @@ bootstrap::Secret secretOf(const std::string& text) {
 commuxComm& checkComm(commuxComm_t comm) {
   COMMUX_CHECK(comm != nullptr && comm->group != nullptr, InvalidArgument,
                "commux: the communicator is NULL");
+  // The header's promise: an aborted communicator refuses every call but destroy as a
+  // misuse (the core says Backend, as torch's users expect).
+  COMMUX_CHECK(comm->group->state() != group::Group::State::Aborted, Runtime,
+               "commux: the communicator was aborted (commuxCommAbort); destroy it");
   return *comm;
 }
 

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -496,6 +497,40 @@ static void test_reconnect(commuxComm_t* comm, int rank, int size, const commuxU
   rebuild_and_check(*comm, rank, size);
 }
 
+/* commuxCommAbort from another thread ends a receive that nothing would answer, and every
+ * later call but destroy is refused. Each rank on its own communicator's receive from
+ * itself, so the ranks do not depend on each other. */
+typedef struct {
+  commuxComm_t comm;
+  int rank;
+  commuxResult_t result;
+} Blocked;
+
+static void* receive_forever(void* arg) {
+  Blocked* b = (Blocked*)arg;
+  int32_t never = 0;
+  b->result = commuxRecv(&never, 1, commuxInt32, b->rank, 5151, b->comm, NULL, NULL);
+  return NULL;
+}
+
+static void test_abort(commuxComm_t comm, int rank) {
+  OK(commuxCommSetTimeout(comm, 0)); /* no deadline: only the abort can end the receive */
+  Blocked b = {comm, rank, commuxSuccess};
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, receive_forever, &b) != 0) fail("pthread_create failed");
+  usleep(300000);
+  struct timespec a, z;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  OK(commuxCommAbort(comm));
+  pthread_join(thread, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &z);
+  const double took = (z.tv_sec - a.tv_sec) + (z.tv_nsec - a.tv_nsec) / 1e9;
+  if (b.result != commuxRemoteError) fail("an aborted receive returned %s", commuxGetErrorString(b.result));
+  if (took > 5) fail("the abort took %.1f s to end the receive", took);
+  int32_t x = 1;
+  REFUSED(commuxSend(&x, 1, commuxInt32, rank, 1, comm, NULL), commuxInvalidUsage, "abort");
+}
+
 static int run_rank(int mode, int rank, int size, volatile char* shared) {
   g_rank = rank;
   commuxUniqueId id;
@@ -516,6 +551,8 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
   OK(commuxCommSetTimeout(comm, 60000));
   if (mode == 2) {
     test_death(comm, rank, size);
+  } else if (mode == 5) {
+    test_abort(comm, rank);
   } else if (mode == 3 || mode == 4) {
     test_reconnect(&comm, rank, size, &id, mode == 4);
   } else {
@@ -527,7 +564,7 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
     test_windows(comm, rank, size);
     OK(commuxBarrier(comm, NULL));
   }
-  if (mode != 2) OK(commuxCommFinalize(comm)); /* no rank leaves while a peer still needs it */
+  if (mode != 2 && mode != 5) OK(commuxCommFinalize(comm)); /* no rank leaves while a peer still needs it */
   OK(commuxCommDestroy(comm));
   if (rank == 0) printf("capi_ranks: rank 0 checked %ld collective results\n", g_checked);
   return 0;
@@ -569,6 +606,7 @@ int main(int argc, char** argv) {
       mode = !strcmp(argv[i + 1], "env")         ? 1
              : !strcmp(argv[i + 1], "death")     ? 2
              : !strcmp(argv[i + 1], "reconnect") ? 3
+             : !strcmp(argv[i + 1], "abort")     ? 5
                                                  : 0;
   }
   if (ranks < 1 || ranks > 32) fail("--ranks must be 1 .. 32");
