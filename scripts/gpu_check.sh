@@ -87,6 +87,33 @@ stage "CUDA tests"
 COMMUX_TEST_TIMEOUT_MAX=${COMMUX_TEST_TIMEOUT_MAX:-60} timeout "${COMMUX_GPU_TESTS_S:-200}" \
   "$PY" -m pytest tests/python/test_cuda.py -v -rs -p no:cacheprovider --durations=0 || status=1
 
+stage "the C API on device memory (libcommux_core without torch, commux's own fold kernels)"
+# Its own build and time limit: a toolkit this machine lacks skips it, and nothing here can
+# stop the stages around it.
+NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [ -z "$NVCC" ]; then
+  echo "SKIPPED: no nvcc on this machine"
+else
+  core_build=build/gpu-core
+  UCX_ROOT=$("$PY" -c "import libucx, os; print(os.path.dirname(libucx.__file__))")
+  cuda_home=$(dirname "$(dirname "$NVCC")")
+  if timeout "${COMMUX_GPU_CORE_BUILD_S:-150}" bash -c "
+      cmake -S . -B $core_build -DCOMMUX_WITH_TORCH=OFF -DCOMMUX_CORE_CUDA=ON \
+        -DCMAKE_CUDA_COMPILER=$NVCC -DCMAKE_BUILD_TYPE=Release -DUCX_ROOT=$UCX_ROOT >/dev/null &&
+      cmake --build $core_build --target commux_core -j$(nproc) >/dev/null &&
+      cc -std=c99 -O1 -Wall -o $core_build/capi_cuda tests/c/capi_cuda.c -Iinclude \
+        -I$cuda_home/include -L$core_build -lcommux_core -L$cuda_home/lib64 -lcudart \
+        -Wl,-rpath,$PWD/$core_build -Wl,-rpath,$cuda_home/lib64"; then
+    for mode in refusals device; do
+      timeout "${COMMUX_GPU_CORE_TEST_S:-120}" "$core_build/capi_cuda" --mode $mode --ranks 2 \
+        --deadline 100 || status=1
+    done
+  else
+    echo "FAILED: the torch-free build with CUDA"
+    status=1
+  fi
+fi
+
 stage "CUDA benchmark"
 timeout "${COMMUX_GPU_BENCH_S:-75}" "$PY" benchmarks/cuda_bench.py --out "$OUT" --max-bytes 64M --iters 10 || status=1
 

@@ -24,8 +24,14 @@ configure() {  # build folder, then CMake options
     -DCOMMUX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 }
 
+# With a CUDA compiler (the machine's toolkit is not on the clean PATH) the library gets its
+# CUDA device path, compiled here and run by scripts/gpu_check.sh on a GPU; its refusals and
+# every host path run here, in that build.
+nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+cuda_options=()
+[ -n "$nvcc" ] && cuda_options=(-DCMAKE_CUDA_COMPILER="$nvcc")
 build=build/core-only
-configure "$build"
+configure "$build" "${cuda_options[@]}"
 "${clean_env[@]}" cmake --build "$build" -j2
 "$PY" scripts/check_core_includes.py
 "${clean_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 200
@@ -37,7 +43,7 @@ scripts/test_core_install.sh "$build"
 for kind in address thread; do
   dir=build/core-only-$kind
   echo "== the core's engine tests under the $kind sanitizer ($dir)"
-  configure "$dir" -DCOMMUX_SANITIZE="$kind"
+  configure "$dir" -DCOMMUX_SANITIZE="$kind" -DCOMMUX_CORE_CUDA=OFF
   "${clean_env[@]}" cmake --build "$dir" -j2 --target commux_core_tests commux_step_tests commux_capi_ranks
   "${clean_env[@]}" ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -10,9 +10,19 @@
  *   in words (the rank, the sizes, the peer that died). Arguments are checked before a
  *   byte moves: a call refused with commuxInvalidArgument changed nothing, and the
  *   communicator stays usable.
- * - Memory: this version moves host memory only: every buffer must be host memory, and
- *   `stream` must be NULL (a non-NULL stream is refused with commuxUnsupported). CUDA
- *   device memory on a stream is the next version's.
+ * - Memory and streams: with `stream` NULL every buffer is host memory. With a stream (a
+ *   cudaStream_t: cudaStreamLegacy for the default stream) every buffer of the call is CUDA
+ *   device (or managed) memory on one GPU: the operation starts once the stream has run the
+ *   work queued on it before the call, its own copies go on that stream, and the call
+ *   returns once its result is in place in that stream's order (work queued on the stream
+ *   afterwards sees it; other streams must wait for this one). Device memory never goes
+ *   through the host's shared memory; the folds run on the GPU, in commux's own kernels,
+ *   with the same results as the host's. Messages, allreduce, reduce, broadcast,
+ *   allgather and reduce-scatter take device memory; all-to-all, gather and scatter, the
+ *   windows and commuxCommRegister take host memory only (commuxUnsupported). A build
+ *   of libcommux_core without CUDA refuses a stream with commuxUnsupported; a device
+ *   pointer passed with a NULL stream, or a host pointer with one, is refused with
+ *   commuxInvalidArgument.
  * - Blocking: the calls without an I prefix return once this rank's part is done (its
  *   buffers may be reused and hold their results). Their wait sleeps instead of spinning
  *   after a short while. Between commuxGroupStart and commuxGroupEnd they only post their

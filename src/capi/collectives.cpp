@@ -7,14 +7,14 @@
 #include "capi/comm.hpp"
 #include "core/error.hpp"
 #include "group/collectives.hpp"
+#include "group/device_memory.hpp"
 
 namespace commux::capi {
 namespace {
 
 void checkRoot(const commuxComm& comm, int root, const char* what) {
-  COMMUX_CHECK(root >= 0 && root < comm.group->size(), InvalidArgument, "commux: ", what,
-               ": root ", root, " is not a rank of this ", comm.group->size(),
-               "-rank communicator");
+  COMMUX_CHECK(root >= 0 && root < comm.group->size(), InvalidArgument, "commux: ", what, ": root ",
+               root, " is not a rank of this ", comm.group->size(), "-rank communicator");
 }
 
 // count x the group's size, the length of a buffer of one block per rank; raises
@@ -30,8 +30,8 @@ std::size_t perRank(const commuxComm& comm, std::size_t count, const char* what)
 // caller's pointer there is never read.
 core::Buffer rootOnly(const commuxComm& comm, int root, const void* data, std::size_t count,
                       commuxDataType_t type, void* stream, const char* what) {
-  return comm.group->rank() == root ? hostBuffer(data, count, type, stream, what)
-                                    : hostBuffer(nullptr, 0, type, stream, what);
+  return comm.group->rank() == root ? callBuffer(data, count, type, stream, what)
+                                    : callBuffer(nullptr, 0, type, stream, what);
 }
 
 // Waits for a collective, or leaves it to commuxGroupEnd.
@@ -39,14 +39,18 @@ void finish(commuxComm& comm, std::shared_ptr<group::Request> request) {
   if (!deferToGroup(comm, request)) waitFor(comm, *request);
 }
 
-// recv = send before an in-place collective (no copy when they are the same memory).
-void copyIn(const core::Buffer& send, const core::Buffer& recv, const char* what) {
+// recv = send before an in-place collective (no copy when they are the same memory); on a
+// GPU queued on the call's stream, which the collective then waits for.
+void copyIn(const core::Buffer& send, const core::Buffer& recv, void* stream, const char* what) {
   if (send.data == recv.data || send.bytes() == 0) return;
+  COMMUX_CHECK(send.memory == recv.memory && send.device == recv.device, InvalidArgument,
+               "commux: ", what, ": sendbuf is in ", group::describeMemory(send),
+               " and recvbuf in ", group::describeMemory(recv), "; they must be in one");
   const char* s = send.bytePointer();
   const char* r = recv.bytePointer();
   COMMUX_CHECK(s + send.bytes() <= r || r + recv.bytes() <= s, InvalidArgument, "commux: ", what,
                ": sendbuf and recvbuf overlap without being equal");
-  std::memcpy(recv.data, send.data, send.bytes());
+  group::copyBytes(recv.data, send.data, send.bytes(), recv, streamOf(recv, stream));
 }
 
 // Inside commuxGroupStart/End: the copy of sendbuf must happen before the batch is posted,
@@ -66,14 +70,15 @@ commuxResult_t commuxAllReduce(const void* sendbuf, void* recvbuf, size_t count,
   return guarded([&] {
     auto& c = capi::checkComm(comm);
     const char* what = "commuxAllReduce";
-    auto send = capi::hostBuffer(sendbuf, count, datatype, stream, what);
-    auto recv = capi::hostBuffer(recvbuf, count, datatype, stream, what);
+    auto send = capi::callBuffer(sendbuf, count, datatype, stream, what);
+    auto recv = capi::callBuffer(recvbuf, count, datatype, stream, what);
     const auto reduceOp = capi::reduceOpOf(op, what);
     COMMUX_CHECK(core::reduces(recv.dtype, reduceOp), InvalidArgument, "commux: ", what, ": ",
                  core::nameOf(reduceOp), " is not defined on ", core::nameOf(recv.dtype));
-    capi::copyIn(send, recv, what);
+    capi::copyIn(send, recv, stream, what);
     capi::inGroup(c);
-    capi::finish(c, group::allreduce(*c.group, recv, reduceOp, capi::timeoutOf(&c)));
+    capi::finish(c, group::allreduce(*c.group, recv, reduceOp, capi::timeoutOf(&c),
+                                     capi::streamOf(recv, stream)));
   });
 }
 
@@ -85,16 +90,17 @@ commuxResult_t commuxReduce(const void* sendbuf, void* recvbuf, size_t count,
     const char* what = "commuxReduce";
     capi::checkRoot(c, root, what);
     const auto reduceOp = capi::reduceOpOf(op, what);
-    auto send = capi::hostBuffer(sendbuf, count, datatype, stream, what);
+    auto send = capi::callBuffer(sendbuf, count, datatype, stream, what);
     COMMUX_CHECK(core::reduces(send.dtype, reduceOp), InvalidArgument, "commux: ", what, ": ",
                  core::nameOf(reduceOp), " is not defined on ", core::nameOf(send.dtype));
     core::Buffer buffer = send;
     if (c.group->rank() == root) {
-      buffer = capi::hostBuffer(recvbuf, count, datatype, stream, what);
-      capi::copyIn(send, buffer, what);
+      buffer = capi::callBuffer(recvbuf, count, datatype, stream, what);
+      capi::copyIn(send, buffer, stream, what);
     }
     capi::inGroup(c);
-    capi::finish(c, group::reduce(*c.group, buffer, reduceOp, root, capi::timeoutOf(&c)));
+    capi::finish(c, group::reduce(*c.group, buffer, reduceOp, root, capi::timeoutOf(&c),
+                                  capi::streamOf(buffer, stream)));
   });
 }
 
@@ -105,12 +111,13 @@ commuxResult_t commuxBroadcast(const void* sendbuf, void* recvbuf, size_t count,
     auto& c = capi::checkComm(comm);
     const char* what = "commuxBroadcast";
     capi::checkRoot(c, root, what);
-    auto recv = capi::hostBuffer(recvbuf, count, datatype, stream, what);
+    auto recv = capi::callBuffer(recvbuf, count, datatype, stream, what);
     if (c.group->rank() == root) {
-      capi::copyIn(capi::hostBuffer(sendbuf, count, datatype, stream, what), recv, what);
+      capi::copyIn(capi::callBuffer(sendbuf, count, datatype, stream, what), recv, stream, what);
     }
     capi::inGroup(c);
-    capi::finish(c, group::broadcast(*c.group, recv, root, capi::timeoutOf(&c)));
+    capi::finish(c, group::broadcast(*c.group, recv, root, capi::timeoutOf(&c),
+                                     capi::streamOf(recv, stream)));
   });
 }
 
@@ -120,25 +127,27 @@ commuxResult_t commuxAllGather(const void* sendbuf, void* recvbuf, size_t sendco
     auto& c = capi::checkComm(comm);
     const char* what = "commuxAllGather";
     const std::size_t all = capi::perRank(c, sendcount, what);
-    auto send = capi::hostBuffer(sendbuf, sendcount, datatype, stream, what);
-    auto recv = capi::hostBuffer(recvbuf, all, datatype, stream, what);
+    auto send = capi::callBuffer(sendbuf, sendcount, datatype, stream, what);
+    auto recv = capi::callBuffer(recvbuf, all, datatype, stream, what);
     capi::inGroup(c);
-    capi::finish(c, group::allgather(*c.group, send, recv, capi::timeoutOf(&c)));
+    capi::finish(c, group::allgather(*c.group, send, recv, capi::timeoutOf(&c),
+                                     capi::streamOf(recv, stream)));
   });
 }
 
 commuxResult_t commuxReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
-                                   commuxDataType_t datatype, commuxRedOp_t op,
-                                   commuxComm_t comm, void* stream) {
+                                   commuxDataType_t datatype, commuxRedOp_t op, commuxComm_t comm,
+                                   void* stream) {
   return guarded([&] {
     auto& c = capi::checkComm(comm);
     const char* what = "commuxReduceScatter";
     const std::size_t all = capi::perRank(c, recvcount, what);
     const auto reduceOp = capi::reduceOpOf(op, what);
-    auto send = capi::hostBuffer(sendbuf, all, datatype, stream, what);
-    auto recv = capi::hostBuffer(recvbuf, recvcount, datatype, stream, what);
+    auto send = capi::callBuffer(sendbuf, all, datatype, stream, what);
+    auto recv = capi::callBuffer(recvbuf, recvcount, datatype, stream, what);
     capi::inGroup(c);
-    capi::finish(c, group::reduceScatter(*c.group, send, recv, reduceOp, capi::timeoutOf(&c)));
+    capi::finish(c, group::reduceScatter(*c.group, send, recv, reduceOp, capi::timeoutOf(&c),
+                                         capi::streamOf(send, stream)));
   });
 }
 
@@ -148,8 +157,8 @@ commuxResult_t commuxAllToAll(const void* sendbuf, void* recvbuf, size_t count,
     auto& c = capi::checkComm(comm);
     const char* what = "commuxAllToAll";
     const std::size_t all = capi::perRank(c, count, what);
-    auto send = capi::hostBuffer(sendbuf, all, datatype, stream, what);
-    auto recv = capi::hostBuffer(recvbuf, all, datatype, stream, what);
+    auto send = capi::callBuffer(sendbuf, all, datatype, stream, what);
+    auto recv = capi::callBuffer(recvbuf, all, datatype, stream, what);
     capi::inGroup(c);
     capi::finish(c, group::alltoall(*c.group, send, recv, {}, {}, capi::timeoutOf(&c)));
   });
@@ -161,8 +170,8 @@ commuxResult_t commuxAllToAllv(const void* sendbuf, const size_t* sendcounts, vo
   return guarded([&] {
     auto& c = capi::checkComm(comm);
     const char* what = "commuxAllToAllv";
-    COMMUX_CHECK(sendcounts != nullptr && recvcounts != nullptr, InvalidArgument, "commux: ",
-                 what, ": sendcounts and recvcounts must not be NULL");
+    COMMUX_CHECK(sendcounts != nullptr && recvcounts != nullptr, InvalidArgument, "commux: ", what,
+                 ": sendcounts and recvcounts must not be NULL");
     const auto size = static_cast<std::size_t>(c.group->size());
     std::vector<std::size_t> sends(sendcounts, sendcounts + size);
     std::vector<std::size_t> recvs(recvcounts, recvcounts + size);
@@ -174,8 +183,8 @@ commuxResult_t commuxAllToAllv(const void* sendbuf, const size_t* sendcounts, vo
       sendTotal += sends[i];
       recvTotal += recvs[i];
     }
-    auto send = capi::hostBuffer(sendbuf, sendTotal, datatype, stream, what);
-    auto recv = capi::hostBuffer(recvbuf, recvTotal, datatype, stream, what);
+    auto send = capi::callBuffer(sendbuf, sendTotal, datatype, stream, what);
+    auto recv = capi::callBuffer(recvbuf, recvTotal, datatype, stream, what);
     capi::inGroup(c);
     capi::finish(c, group::alltoall(*c.group, send, recv, std::move(sends), std::move(recvs),
                                     capi::timeoutOf(&c)));
@@ -188,9 +197,9 @@ commuxResult_t commuxGather(const void* sendbuf, void* recvbuf, size_t sendcount
     auto& c = capi::checkComm(comm);
     const char* what = "commuxGather";
     capi::checkRoot(c, root, what);
-    auto send = capi::hostBuffer(sendbuf, sendcount, datatype, stream, what);
-    auto recv = capi::rootOnly(c, root, recvbuf, capi::perRank(c, sendcount, what), datatype,
-                               stream, what);
+    auto send = capi::callBuffer(sendbuf, sendcount, datatype, stream, what);
+    auto recv =
+        capi::rootOnly(c, root, recvbuf, capi::perRank(c, sendcount, what), datatype, stream, what);
     capi::inGroup(c);
     capi::finish(c, group::gather(*c.group, send, recv, root, capi::timeoutOf(&c)));
   });
@@ -202,9 +211,9 @@ commuxResult_t commuxScatter(const void* sendbuf, void* recvbuf, size_t recvcoun
     auto& c = capi::checkComm(comm);
     const char* what = "commuxScatter";
     capi::checkRoot(c, root, what);
-    auto recv = capi::hostBuffer(recvbuf, recvcount, datatype, stream, what);
-    auto send = capi::rootOnly(c, root, sendbuf, capi::perRank(c, recvcount, what), datatype,
-                               stream, what);
+    auto recv = capi::callBuffer(recvbuf, recvcount, datatype, stream, what);
+    auto send =
+        capi::rootOnly(c, root, sendbuf, capi::perRank(c, recvcount, what), datatype, stream, what);
     capi::inGroup(c);
     capi::finish(c, group::scatter(*c.group, send, recv, root, capi::timeoutOf(&c)));
   });

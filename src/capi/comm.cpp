@@ -104,7 +104,8 @@ extern "C" {
 
 commuxResult_t commuxGetUniqueId(commuxUniqueId* uniqueId) {
   return guarded([&] {
-    COMMUX_CHECK(uniqueId != nullptr, InvalidArgument, "commux: commuxGetUniqueId: uniqueId is NULL");
+    COMMUX_CHECK(uniqueId != nullptr, InvalidArgument,
+                 "commux: commuxGetUniqueId: uniqueId is NULL");
     bootstrap::encode(bootstrap::makeUniqueId(Config::get().bootstrapAddress), uniqueId->internal);
   });
 }
@@ -128,20 +129,24 @@ commuxResult_t commuxCommInitFromEnv(commuxComm_t* comm) {
     std::string rankFrom = "COMMUX_RANK", sizeFrom = "COMMUX_SIZE";
     long rank = config.rank;
     long size = config.size;
-    if (rank < 0) rank = capi::firstSet({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, rankFrom);
-    if (size < 0) size = capi::firstSet({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, sizeFrom);
+    if (rank < 0)
+      rank = capi::firstSet({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, rankFrom);
+    if (size < 0)
+      size = capi::firstSet({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"},
+                            sizeFrom);
     COMMUX_CHECK(rank >= 0, InvalidArgument,
                  "commux: commuxCommInitFromEnv: no rank in the environment (set COMMUX_RANK, "
                  "or run under torchrun, mpirun or srun)");
     COMMUX_CHECK(size >= 1 && size <= static_cast<long>(wire::kMaxRanks), InvalidArgument,
                  "commux: commuxCommInitFromEnv: no usable size in the environment (", sizeFrom,
                  " = ", size, "; set COMMUX_SIZE)");
-    COMMUX_CHECK(rank < size, InvalidArgument, "commux: commuxCommInitFromEnv: rank ", rank,
-                 " (", rankFrom, ") is not below the size ", size, " (", sizeFrom, ")");
+    COMMUX_CHECK(rank < size, InvalidArgument, "commux: commuxCommInitFromEnv: rank ", rank, " (",
+                 rankFrom, ") is not below the size ", size, " (", sizeFrom, ")");
     COMMUX_CHECK(!config.bootstrap.empty(), InvalidArgument,
                  "commux: commuxCommInitFromEnv: set COMMUX_BOOTSTRAP=host:port, where rank 0 "
                  "serves the job's bootstrap store");
-    const bootstrap::Endpoint store = bootstrap::parseHostPort(config.bootstrap, "COMMUX_BOOTSTRAP");
+    const bootstrap::Endpoint store =
+        bootstrap::parseHostPort(config.bootstrap, "COMMUX_BOOTSTRAP");
     const bootstrap::Secret secret = capi::secretOf(config.bootstrapSecret);
     if (rank == 0) bootstrap::serveStore(store, secret);
     *comm = capi::makeComm(store, secret, static_cast<int>(size), static_cast<int>(rank));
@@ -188,7 +193,8 @@ commuxResult_t commuxCommSplit(commuxComm_t comm, int color, int key, commuxComm
     });
     const int newRank = static_cast<int>(
         std::find(members.begin(), members.end(), c.group->rank()) - members.begin());
-    auto store = c.store->withPrefix(core::concat(c.store->prefix(), "split/", split, "/", color, "/"));
+    auto store =
+        c.store->withPrefix(core::concat(c.store->prefix(), "split/", split, "/", color, "/"));
     auto made = std::make_unique<commuxComm>();
     made->engine = c.engine;
     made->store = store;
@@ -217,10 +223,20 @@ commuxResult_t commuxCommFinalize(commuxComm_t comm) {
       const auto limit = capi::timeoutOf(&c);
       const auto deadline = std::chrono::steady_clock::now() + limit;
       auto pause = std::chrono::milliseconds(1);
+      // A rank that said it left may be gone before this rank looks again: its death is
+      // no failure (once this rank's look at the keys raced with it, and finalize failed).
+      const auto allDeadLeft = [&](const group::Group::Status& status) {
+        if (status.deadRanks.empty()) return false;
+        for (const int r : status.deadRanks) {
+          if (!c.store->check({core::concat("finalize/left/", r)})) return false;
+        }
+        return true;
+      };
       while (!c.store->check(names)) {
         const group::Group::Status status = c.group->status();
-        COMMUX_CHECK(status.healthy, Backend, "commux: commuxCommFinalize: ", what,
-                     ": the communicator is unhealthy (", status.reason, ")");
+        COMMUX_CHECK(status.healthy || allDeadLeft(status), Backend,
+                     "commux: commuxCommFinalize: ", what, ": the communicator is unhealthy (",
+                     status.reason, ")");
         COMMUX_CHECK(std::chrono::steady_clock::now() < deadline, Backend,
                      "commux: commuxCommFinalize: ", what, ": Timed out after ", limit.count(),
                      " ms");

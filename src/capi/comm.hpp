@@ -5,10 +5,12 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "commux/commux.h"
 #include "core/buffer.hpp"
+#include "core/stream.hpp"
 #include "core/kv_store.hpp"
 #include "core/reduce.hpp"
 #include "engine/engine.hpp"
@@ -55,11 +57,14 @@ commuxResult_t translateCurrent() noexcept;
 std::chrono::milliseconds timeoutOf(const commuxComm* comm);
 /// Raises InvalidArgument for a null or destroyed handle.
 commuxComm& checkComm(commuxComm_t comm);
-/// A Buffer over the caller's host memory; raises InvalidArgument for a bad type, a null
-/// pointer with a nonzero count, or a count whose bytes overflow; Unsupported for a
-/// non-null stream.
-core::Buffer hostBuffer(const void* data, std::size_t count, commuxDataType_t type,
+/// A Buffer over the caller's memory: host memory with a NULL `stream`, device memory with
+/// one (a cudaStream_t). Raises InvalidArgument for a bad type, a null pointer with a
+/// nonzero count, a count whose bytes overflow, host memory with a stream or device memory
+/// without one; Unsupported for a stream in a build without the CUDA device path.
+core::Buffer callBuffer(const void* data, std::size_t count, commuxDataType_t type,
                         void* stream, const char* what);
+/// The stream a call on `buffer` is ordered after: empty for host memory.
+std::optional<core::Stream> streamOf(const core::Buffer& buffer, void* stream);
 core::Dtype dtypeOf(commuxDataType_t type, const char* what);
 core::ReduceOp reduceOpOf(commuxRedOp_t op, const char* what);
 /// Waits for `request` (the communicator's timeout), raising its error.

@@ -10,20 +10,21 @@ namespace {
 // A message's buffer, tag and peer, checked.
 core::Buffer checked(commuxComm& comm, bool sending, const void* buf, std::size_t count,
                      commuxDataType_t type, int peer, int tag, void* stream, const char* what) {
-  const core::Buffer buffer = hostBuffer(buf, count, type, stream, what);
+  const core::Buffer buffer = callBuffer(buf, count, type, stream, what);
   const int size = comm.group->size();
   COMMUX_CHECK(tag >= 0, InvalidArgument, "commux: ", what, ": tag ", tag,
                " is negative (tags are 0 .. COMMUX_TAG_MAX)");
   COMMUX_CHECK((peer >= 0 && peer < size) || (!sending && peer == COMMUX_ANY_SOURCE),
-               InvalidArgument, "commux: ", what, ": peer ", peer, " is not a rank of this ",
-               size, "-rank communicator", sending ? "" : " nor COMMUX_ANY_SOURCE");
+               InvalidArgument, "commux: ", what, ": peer ", peer, " is not a rank of this ", size,
+               "-rank communicator", sending ? "" : " nor COMMUX_ANY_SOURCE");
   return buffer;
 }
 
 // A blocking message on the caller's thread (group/blocking_p2p.hpp), outside a group;
 // false when that path declines (the caller takes the ordinary one).
+// Host memory only: a device buffer waits for its stream.
 bool blocking(commuxComm& comm, bool sending, const core::Buffer& buffer, int peer, int tag) {
-  if (inGroup(comm)) return false;
+  if (buffer.memory != core::MemoryType::Host || inGroup(comm)) return false;
   return sending ? group::sendBlocking(*comm.group, buffer.data, buffer.bytes(), peer, tag,
                                        timeoutOf(&comm))
                  : group::recvBlocking(*comm.group, buffer.data, buffer.bytes(), peer, tag,
@@ -31,13 +32,16 @@ bool blocking(commuxComm& comm, bool sending, const core::Buffer& buffer, int pe
 }
 
 // The ordinary path: the message as a Request the group tracks (the caller waits, or not).
+// A device buffer's message starts once `stream` has run what is queued on it now.
 std::shared_ptr<group::Request> post(commuxComm& comm, bool sending, const core::Buffer& buffer,
-                                     int peer, int tag) {
+                                     int peer, int tag, void* stream) {
   inGroup(comm);
   const auto timeout = timeoutOf(&comm);
-  return sending ? group::send(*comm.group, buffer, peer, tag, timeout)
-                 : group::recv(*comm.group, buffer, peer == COMMUX_ANY_SOURCE ? group::kAnySource : peer,
-                               tag, timeout);
+  const auto after = streamOf(buffer, stream);
+  return sending ? group::send(*comm.group, buffer, peer, tag, timeout, after)
+                 : group::recv(*comm.group, buffer,
+                               peer == COMMUX_ANY_SOURCE ? group::kAnySource : peer, tag, timeout,
+                               after);
 }
 
 void fill(commuxStatus* status, const group::Request& request, int tag) {
@@ -58,9 +62,10 @@ commuxResult_t commuxSend(const void* buf, size_t count, commuxDataType_t dataty
                           int tag, commuxComm_t comm, void* stream) {
   return guarded([&] {
     auto& c = capi::checkComm(comm);
-    const auto buffer = capi::checked(c, true, buf, count, datatype, peer, tag, stream, "commuxSend");
+    const auto buffer =
+        capi::checked(c, true, buf, count, datatype, peer, tag, stream, "commuxSend");
     if (capi::blocking(c, true, buffer, peer, tag)) return;
-    auto request = capi::post(c, true, buffer, peer, tag);
+    auto request = capi::post(c, true, buffer, peer, tag, stream);
     if (!capi::deferToGroup(c, request)) capi::waitFor(c, *request);
   });
 }
@@ -69,12 +74,13 @@ commuxResult_t commuxRecv(void* buf, size_t count, commuxDataType_t datatype, in
                           commuxComm_t comm, void* stream, commuxStatus* status) {
   return guarded([&] {
     auto& c = capi::checkComm(comm);
-    const auto buffer = capi::checked(c, false, buf, count, datatype, peer, tag, stream, "commuxRecv");
+    const auto buffer =
+        capi::checked(c, false, buf, count, datatype, peer, tag, stream, "commuxRecv");
     if (peer != COMMUX_ANY_SOURCE && capi::blocking(c, false, buffer, peer, tag)) {
       if (status != nullptr) *status = commuxStatus{peer, tag};
       return;
     }
-    auto request = capi::post(c, false, buffer, peer, tag);
+    auto request = capi::post(c, false, buffer, peer, tag, stream);
     if (capi::deferToGroup(c, request)) {
       // Inside a group the receive completes at commuxGroupEnd: its status is not known yet.
       if (status != nullptr) *status = commuxStatus{peer, tag};
@@ -92,7 +98,7 @@ commuxResult_t commuxIsend(const void* buf, size_t count, commuxDataType_t datat
     COMMUX_CHECK(request != nullptr, InvalidArgument, "commux: commuxIsend: request is NULL");
     auto r = capi::post(
         c, true, capi::checked(c, true, buf, count, datatype, peer, tag, stream, "commuxIsend"),
-        peer, tag);
+        peer, tag, stream);
     *request = new commuxRequest{&c, std::move(r), tag};
   });
 }
@@ -104,7 +110,7 @@ commuxResult_t commuxIrecv(void* buf, size_t count, commuxDataType_t datatype, i
     COMMUX_CHECK(request != nullptr, InvalidArgument, "commux: commuxIrecv: request is NULL");
     auto r = capi::post(
         c, false, capi::checked(c, false, buf, count, datatype, peer, tag, stream, "commuxIrecv"),
-        peer, tag);
+        peer, tag, stream);
     *request = new commuxRequest{&c, std::move(r), tag};
   });
 }

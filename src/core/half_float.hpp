@@ -5,21 +5,36 @@
 #include <cstdint>
 #include <cstring>
 
+// Also compiled into commux's CUDA fold kernels (cuda/device_fold.cu), which round alike.
+#ifdef __CUDACC__
+#define COMMUX_HOST_DEVICE __host__ __device__
+#else
+#define COMMUX_HOST_DEVICE
+#endif
+
 namespace commux::core {
 
-inline std::uint32_t bitsOf(float f) noexcept {
+COMMUX_HOST_DEVICE inline std::uint32_t bitsOf(float f) noexcept {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+#endif
 }
 
-inline float floatOf(std::uint32_t u) noexcept {
+COMMUX_HOST_DEVICE inline float floatOf(std::uint32_t u) noexcept {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
 
-inline float halfToFloat(std::uint16_t h) noexcept {
+COMMUX_HOST_DEVICE inline float halfToFloat(std::uint16_t h) noexcept {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu;
   const std::uint32_t mantissa = h & 0x3ffu;
@@ -32,7 +47,7 @@ inline float halfToFloat(std::uint16_t h) noexcept {
   return floatOf(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
-inline std::uint16_t floatToHalf(float f) noexcept {
+COMMUX_HOST_DEVICE inline std::uint16_t floatToHalf(float f) noexcept {
   const std::uint32_t x = bitsOf(f);
   const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
   const std::uint32_t magnitude = x & 0x7fffffffu;
@@ -56,11 +71,11 @@ inline std::uint16_t floatToHalf(float f) noexcept {
   return static_cast<std::uint16_t>(sign | roundShifted(rebased, 13));
 }
 
-inline float bfloat16ToFloat(std::uint16_t b) noexcept {
+COMMUX_HOST_DEVICE inline float bfloat16ToFloat(std::uint16_t b) noexcept {
   return floatOf(static_cast<std::uint32_t>(b) << 16);
 }
 
-inline std::uint16_t floatToBfloat16(float f) noexcept {
+COMMUX_HOST_DEVICE inline std::uint16_t floatToBfloat16(float f) noexcept {
   const std::uint32_t x = bitsOf(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;  // NaN, as c10::BFloat16 makes it
   const std::uint32_t roundingBias = 0x7fffu + ((x >> 16) & 1u);

@@ -11,8 +11,11 @@
 #include "commux/options.hpp"
 #include "core/error.hpp"
 #include "core/group_health.hpp"
+#include "cuda/device_ops.hpp"
 #include "engine/engine.hpp"
 #include "group/collective_check.hpp"
+#include "group/device_memory.hpp"
+#include "group/device_schedule_op.hpp"
 #include "group/group.hpp"
 #include "group/hierarchical.hpp"
 #include "group/peer_table.hpp"
@@ -73,10 +76,10 @@ using collectives::Path;
 void checkBuffer(const char* what, const char* role, const core::Buffer& buffer) {
   COMMUX_CHECK(buffer.present(), InvalidArgument, "commux: ", what, ": the ", role,
                " is missing (its element size is 0)");
-  COMMUX_CHECK(buffer.memory == core::MemoryType::Host, InvalidArgument, "commux: ", what, ": the ",
-               role,
-               " is in device memory; the core's collectives take host memory (device "
-               "buffers go through the torch adapter for now)");
+  COMMUX_CHECK(buffer.memory == core::MemoryType::Host || cuda::deviceOpsCompiled(), Unsupported,
+               "commux: ", what, ": the ", role,
+               " is in device memory, and this build of the core has no CUDA device support "
+               "(build libcommux_core with a CUDA toolkit)");
   COMMUX_CHECK(
       buffer.dtype == core::Dtype::Opaque || buffer.elementSize == core::sizeOf(buffer.dtype),
       InvalidArgument, "commux: ", what, ": the ", role, " says its elements are ",
@@ -84,6 +87,23 @@ void checkBuffer(const char* what, const char* role, const core::Buffer& buffer)
       core::nameOf(buffer.dtype), " has ", core::sizeOf(buffer.dtype));
   COMMUX_CHECK(buffer.data != nullptr || buffer.count == 0, InvalidArgument, "commux: ", what,
                ": the ", role, " holds ", buffer.count, " elements at a null address");
+}
+
+/// The collectives that stage through host memory (gather, scatter, all-to-all) take no
+/// device memory yet.
+void checkHost(const char* what, const char* role, const core::Buffer& buffer) {
+  COMMUX_CHECK(buffer.memory == core::MemoryType::Host, Unsupported, "commux: ", what, ": the ",
+               role, " is in device memory; ", what,
+               " takes host memory in this version (allreduce, reduce, broadcast, allgather, "
+               "reduce_scatter and messages take device memory)");
+}
+
+/// The buffers of one call live in one kind of memory, on one GPU.
+void checkSameMemory(const char* what, const core::Buffer& a, const core::Buffer& b) {
+  if (!a.present() || !b.present() || (a.count == 0 && b.count == 0)) return;
+  COMMUX_CHECK(a.memory == b.memory && a.device == b.device, InvalidArgument, "commux: ", what,
+               ": its buffers are in different memories (", describeMemory(a), " and ",
+               describeMemory(b), "); they must be in one");
 }
 
 void checkReduction(const char* what, const core::Buffer& buffer, core::ReduceOp op) {
@@ -141,9 +161,11 @@ struct Where {
   std::shared_ptr<shm::Channel> channel;
 };
 
-Where where(Group& group, Collective collective, const char* what, std::size_t bytes) {
+/// `device`: the buffers are in device memory, which never goes through shared memory.
+Where where(Group& group, Collective collective, const char* what, std::size_t bytes,
+            bool device = false) {
   Where w{};
-  const auto route = group.route(collective, what, /*cpu=*/true, bytes, w.channel);
+  const auto route = group.route(collective, what, /*cpu=*/!device, bytes, w.channel);
   w.path = route.path;
   w.schedule = route.schedule;
   return w;
@@ -225,7 +247,8 @@ std::shared_ptr<Request> onSchedule(Group& group, collectives::Plan plan, core::
                                     std::string detail, const core::Buffer& shown,
                                     std::chrono::milliseconds timeout,
                                     std::function<void()> finalize = nullptr,
-                                    core::Buffer sendBuffer = {}) {
+                                    core::Buffer sendBuffer = {},
+                                    const std::optional<core::Stream>& stream = std::nullopt) {
   const std::uint32_t sequence = group.nextSequence();
   auto description = describe(name, std::move(detail), shown, plan.algorithm, sequence);
   // Every member's record before the schedule's peers': all of them in one store request.
@@ -236,6 +259,13 @@ std::shared_ptr<Request> onSchedule(Group& group, collectives::Plan plan, core::
   setup.sendBuffer = std::move(sendBuffer);
   if (finalize) setup.finalize = std::move(finalize);
   auto r = request(group, std::move(description), timeout);
+  if (setup.work.memory == core::MemoryType::Cuda) {
+    launchCollective(
+        group, r,
+        std::make_shared<DeviceScheduleOp>(std::move(setup), *stream, r->parts(), r->completer()),
+        stream);
+    return r;
+  }
   launchCollective(
       group, r, std::make_shared<engine::ScheduleOp>(std::move(setup), r->parts(), r->completer()));
   return r;
@@ -244,12 +274,15 @@ std::shared_ptr<Request> onSchedule(Group& group, collectives::Plan plan, core::
 }  // namespace
 
 std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
-                                   std::chrono::milliseconds timeout) {
+                                   std::chrono::milliseconds timeout,
+                                   const std::optional<core::Stream>& after) {
   group.checkUsable();
   group.joinSetUp();
   checkBuffer("allreduce", "buffer", buffer);
   checkReduction("allreduce", buffer, op);
-  const Where w = where(group, Collective::Allreduce, "allreduce", buffer.bytes());
+  const auto stream = streamFor(buffer, after);
+  const Where w =
+      where(group, Collective::Allreduce, "allreduce", buffer.bytes(), stream.has_value());
   checkCall(group, w, Collective::Allreduce, buffer, op, static_cast<std::int64_t>(buffer.count),
             timeout);
   if (w.path != Path::Schedule) {
@@ -257,21 +290,24 @@ std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, cor
     job.buffer = buffer;
     return shared(group, w, std::move(job), "allreduce", core::nameOf(op), buffer, timeout);
   }
-  auto plan = collectives::planAllreduce(group.rank(), group.size(), buffer.count,
-                                         buffer.elementSize, thresholds(false, w.schedule));
+  auto plan =
+      collectives::planAllreduce(group.rank(), group.size(), buffer.count, buffer.elementSize,
+                                 thresholds(stream.has_value(), w.schedule));
   return onSchedule(group, std::move(plan), buffer, op, "allreduce", core::nameOf(op), buffer,
-                    timeout);
+                    timeout, nullptr, {}, stream);
 }
 
 std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
-                                int root, std::chrono::milliseconds timeout) {
+                                int root, std::chrono::milliseconds timeout,
+                                const std::optional<core::Stream>& after) {
   group.checkUsable();
   group.joinSetUp();
   checkBuffer("reduce", "buffer", buffer);
   checkReduction("reduce", buffer, op);
   checkRoot("reduce", group, root);
   const std::string detail = std::string(core::nameOf(op)) + " to rank " + std::to_string(root);
-  const Where w = where(group, Collective::Reduce, "reduce", buffer.bytes());
+  const auto stream = streamFor(buffer, after);
+  const Where w = where(group, Collective::Reduce, "reduce", buffer.bytes(), stream.has_value());
   checkCall(group, w, Collective::Reduce, buffer, op, static_cast<std::int64_t>(buffer.count),
             timeout);
   if (w.path != Path::Schedule) {
@@ -282,22 +318,27 @@ std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::
         w.path == Path::Hierarchical && group.rank() != root ? core::hostCopyOf(buffer) : buffer;
     return shared(group, w, std::move(job), "reduce", detail, buffer, timeout);
   }
-  auto plan = collectives::planReduce(group.rank(), group.size(), root, buffer.count,
-                                      buffer.elementSize, thresholds(false, w.schedule));
+  auto plan =
+      collectives::planReduce(group.rank(), group.size(), root, buffer.count, buffer.elementSize,
+                              thresholds(stream.has_value(), w.schedule));
   // A schedule folds into its work buffer on every rank on the way: a non-root's must be
   // its own.
-  core::Buffer work = group.rank() == root ? buffer : core::hostCopyOf(buffer);
-  return onSchedule(group, std::move(plan), std::move(work), op, "reduce", detail, buffer, timeout);
+  core::Buffer work = group.rank() == root ? buffer : copyOf(buffer, stream);
+  return onSchedule(group, std::move(plan), std::move(work), op, "reduce", detail, buffer, timeout,
+                    nullptr, {}, stream);
 }
 
 std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int root,
-                                   std::chrono::milliseconds timeout) {
+                                   std::chrono::milliseconds timeout,
+                                   const std::optional<core::Stream>& after) {
   group.checkUsable();
   group.joinSetUp();
   checkBuffer("broadcast", "buffer", buffer);
   checkRoot("broadcast", group, root);
   const std::string detail = "from rank " + std::to_string(root);
-  const Where w = where(group, Collective::Broadcast, "broadcast", buffer.bytes());
+  const auto stream = streamFor(buffer, after);
+  const Where w =
+      where(group, Collective::Broadcast, "broadcast", buffer.bytes(), stream.has_value());
   checkCall(group, w, Collective::Broadcast, buffer, std::nullopt,
             static_cast<std::int64_t>(buffer.count), timeout);
   if (w.path != Path::Schedule) {
@@ -305,18 +346,21 @@ std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int
     job.buffer = buffer;
     return shared(group, w, std::move(job), "broadcast", detail, buffer, timeout);
   }
-  auto plan = collectives::planBroadcast(group.rank(), group.size(), root, buffer.count,
-                                         buffer.elementSize, thresholds(false, w.schedule));
+  auto plan =
+      collectives::planBroadcast(group.rank(), group.size(), root, buffer.count, buffer.elementSize,
+                                 thresholds(stream.has_value(), w.schedule));
   return onSchedule(group, std::move(plan), buffer, std::nullopt, "broadcast", detail, buffer,
-                    timeout);
+                    timeout, nullptr, {}, stream);
 }
 
 std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
-                                   const core::Buffer& output, std::chrono::milliseconds timeout) {
+                                   const core::Buffer& output, std::chrono::milliseconds timeout,
+                                   const std::optional<core::Stream>& after) {
   group.checkUsable();
   group.joinSetUp();
   checkBuffer("allgather", "input buffer", input);
   checkBuffer("allgather", "output buffer", output);
+  checkSameMemory("allgather", input, output);
   const std::size_t n = input.count;
   const auto size = static_cast<std::size_t>(group.size());
   checkBlocks("allgather", output, "the output", input, "the input", size);
@@ -326,7 +370,9 @@ std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
                "block of it (elements ",
                n * static_cast<std::size_t>(group.rank()), " to ",
                n * static_cast<std::size_t>(group.rank() + 1), ")");
-  const Where w = where(group, Collective::Allgather, "allgather", output.bytes());
+  const auto stream = streamFor(output, after);
+  const Where w =
+      where(group, Collective::Allgather, "allgather", output.bytes(), stream.has_value());
   checkCall(group, w, Collective::Allgather, input, std::nullopt, static_cast<std::int64_t>(n),
             timeout);
   if (w.path != Path::Schedule) {
@@ -336,20 +382,24 @@ std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
     return shared(group, w, std::move(job), "allgather", "", input, timeout);
   }
   // Planned before the output is written: a forced schedule may be refused.
-  auto plan = collectives::planAllgather(group.rank(), group.size(),
-                                         collectives::equalBlocks(n, group.size()),
-                                         output.elementSize, thresholds(false, w.schedule));
-  if (input.data != own.data && n != 0) std::memcpy(own.data, input.data, input.bytes());
-  return onSchedule(group, std::move(plan), output, std::nullopt, "allgather", "", input, timeout);
+  auto plan = collectives::planAllgather(
+      group.rank(), group.size(), collectives::equalBlocks(n, group.size()), output.elementSize,
+      thresholds(stream.has_value(), w.schedule));
+  if (input.data != own.data && n != 0)
+    copyBytes(own.data, input.data, input.bytes(), input, stream);
+  return onSchedule(group, std::move(plan), output, std::nullopt, "allgather", "", input, timeout,
+                    nullptr, {}, stream);
 }
 
 std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
                                        const core::Buffer& output, core::ReduceOp op,
-                                       std::chrono::milliseconds timeout) {
+                                       std::chrono::milliseconds timeout,
+                                       const std::optional<core::Stream>& after) {
   group.checkUsable();
   group.joinSetUp();
   checkBuffer("reduce_scatter", "input buffer", input);
   checkBuffer("reduce_scatter", "output buffer", output);
+  checkSameMemory("reduce_scatter", input, output);
   checkReduction("reduce_scatter", input, op);
   const std::size_t n = output.count;
   const auto size = static_cast<std::size_t>(group.size());
@@ -357,7 +407,9 @@ std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
   COMMUX_CHECK(!overlap(input, output), InvalidArgument,
                "commux: reduce_scatter: the output overlaps the input, which must keep its "
                "values");
-  const Where w = where(group, Collective::ReduceScatter, "reduce_scatter", input.bytes());
+  const auto stream = streamFor(input, after);
+  const Where w =
+      where(group, Collective::ReduceScatter, "reduce_scatter", input.bytes(), stream.has_value());
   checkCall(group, w, Collective::ReduceScatter, output, op, static_cast<std::int64_t>(n), timeout);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::ReduceScatter, 0, op);
@@ -365,16 +417,16 @@ std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
     job.output = output;
     return shared(group, w, std::move(job), "reduce_scatter", core::nameOf(op), output, timeout);
   }
-  auto plan = collectives::planReduceScatter(group.rank(), group.size(),
-                                             collectives::equalBlocks(n, group.size()),
-                                             input.elementSize, thresholds(false, w.schedule));
+  auto plan = collectives::planReduceScatter(
+      group.rank(), group.size(), collectives::equalBlocks(n, group.size()), input.elementSize,
+      thresholds(stream.has_value(), w.schedule));
   // The schedule folds into its work buffer: the input must stay as it is.
-  core::Buffer work = core::hostCopyOf(input);
+  core::Buffer work = copyOf(input, stream);
   const core::Buffer mine = core::slice(work, n * static_cast<std::size_t>(group.rank()), n);
-  return onSchedule(group, std::move(plan), work, op, "reduce_scatter", core::nameOf(op), output,
-                    timeout, [mine, output] {
-                      if (output.bytes() != 0) std::memcpy(output.data, mine.data, output.bytes());
-                    });
+  return onSchedule(
+      group, std::move(plan), work, op, "reduce_scatter", core::nameOf(op), output, timeout,
+      [mine, output, stream] { copyBytes(output.data, mine.data, output.bytes(), output, stream); },
+      {}, stream);
 }
 
 std::shared_ptr<Request> barrier(Group& group, std::chrono::milliseconds timeout) {
@@ -397,12 +449,14 @@ std::shared_ptr<Request> gather(Group& group, const core::Buffer& input, const c
   group.checkUsable();
   group.joinSetUp();
   checkBuffer("gather", "input buffer", input);
+  checkHost("gather", "input buffer", input);
   checkRoot("gather", group, root);
   const bool isRoot = group.rank() == root;
   const std::size_t n = input.count;
   const auto size = static_cast<std::size_t>(group.size());
   if (isRoot) {
     checkBuffer("gather", "output buffer", output);
+    checkHost("gather", "output buffer", output);
     checkBlocks("gather", output, "the root's output", input, "the input", size);
     COMMUX_CHECK(!overlap(input, output), InvalidArgument,
                  "commux: gather: the root's output overlaps its input");
@@ -445,12 +499,14 @@ std::shared_ptr<Request> scatter(Group& group, const core::Buffer& input,
   group.checkUsable();
   group.joinSetUp();
   checkBuffer("scatter", "output buffer", output);
+  checkHost("scatter", "output buffer", output);
   checkRoot("scatter", group, root);
   const bool isRoot = group.rank() == root;
   const std::size_t n = output.count;
   const auto size = static_cast<std::size_t>(group.size());
   if (isRoot) {
     checkBuffer("scatter", "input buffer", input);
+    checkHost("scatter", "input buffer", input);
     checkBlocks("scatter", input, "the root's input", output, "the output", size);
     COMMUX_CHECK(!overlap(input, output), InvalidArgument,
                  "commux: scatter: the root's output overlaps its input");
@@ -492,6 +548,8 @@ std::shared_ptr<Request> alltoall(Group& group, const core::Buffer& input,
   group.joinSetUp();
   checkBuffer("alltoall", "input buffer", input);
   checkBuffer("alltoall", "output buffer", output);
+  checkHost("alltoall", "input buffer", input);
+  checkHost("alltoall", "output buffer", output);
   checkSameType("alltoall", input, output);
   const int rank = group.rank();
   const auto size = static_cast<std::size_t>(group.size());

@@ -33,24 +33,35 @@ namespace commux::group {
 
 class Group;
 
+/// Host or device memory (allreduce, reduce, broadcast, allgather, reduce_scatter; device
+/// memory where the build has the device operations, cuda/device_ops.hpp): a device
+/// collective starts once `after` (the legacy default stream when empty) has run what is
+/// queued on it now, its own copies go on that stream, and its result is there in that
+/// stream's order. Device memory never takes the shared-memory channel.
+///
 /// Reduces `buffer` with `op` across the group, in place on every rank.
 std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
-                                   std::chrono::milliseconds timeout);
+                                   std::chrono::milliseconds timeout,
+                                   const std::optional<core::Stream>& after = std::nullopt);
 /// Rank `root`'s `buffer` ends with the reduction; the others' buffers keep their values.
 std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
-                                int root, std::chrono::milliseconds timeout);
+                                int root, std::chrono::milliseconds timeout,
+                                const std::optional<core::Stream>& after = std::nullopt);
 /// Every rank's `buffer` ends with rank `root`'s.
 std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int root,
-                                   std::chrono::milliseconds timeout);
+                                   std::chrono::milliseconds timeout,
+                                   const std::optional<core::Stream>& after = std::nullopt);
 /// `output` (size x input's elements, input's type) ends with every rank's `input`, in rank
 /// order. `input` may be this rank's own block of `output`.
 std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,
-                                   const core::Buffer& output, std::chrono::milliseconds timeout);
+                                   const core::Buffer& output, std::chrono::milliseconds timeout,
+                                   const std::optional<core::Stream>& after = std::nullopt);
 /// `output` ends with block `rank` (output's elements each) of the reduction with `op` of
 /// every rank's `input` (size x output's elements); `input` keeps its values.
 std::shared_ptr<Request> reduceScatter(Group& group, const core::Buffer& input,
                                        const core::Buffer& output, core::ReduceOp op,
-                                       std::chrono::milliseconds timeout);
+                                       std::chrono::milliseconds timeout,
+                                       const std::optional<core::Stream>& after = std::nullopt);
 /// Rank `root`'s `output` (size x input's elements) ends with every rank's `input`, in rank
 /// order; `output` is read only on the root.
 std::shared_ptr<Request> gather(Group& group, const core::Buffer& input, const core::Buffer& output,

@@ -305,8 +305,16 @@ static void test_refusals(commuxComm_t comm, int rank, int size) {
   REFUSED(commuxSend(x, 4, commuxFloat32, 0, -2, comm, NULL), commuxInvalidArgument, "negative");
   REFUSED(commuxRecv(NULL, 4, commuxFloat32, 0, 1, comm, NULL, NULL), commuxInvalidArgument,
           "NULL");
-  REFUSED(commuxAllReduce(x, x, 4, commuxFloat32, commuxSum, comm, &dummy_stream),
-          commuxUnsupported, "stream");
+  /* A stream with host memory: refused as host memory where the build has the CUDA device
+   * path, as a stream where it has none. */
+  {
+    commuxResult_t r = commuxAllReduce(x, x, 4, commuxFloat32, commuxSum, comm, &dummy_stream);
+    const char* says = r == commuxInvalidArgument ? "is host memory" : "stream";
+    if (r != commuxInvalidArgument && r != commuxUnsupported)
+      fail("a stream with host memory returned %s", commuxGetErrorString(r));
+    if (strstr(commuxGetLastError(NULL), says) == NULL)
+      fail("a stream with host memory: '%s' does not say '%s'", commuxGetLastError(NULL), says);
+  }
   REFUSED(commuxAllReduce(x, x + 1, 3, commuxFloat32, commuxSum, comm, NULL),
           commuxInvalidArgument, "overlap");
   REFUSED(commuxAllGather(x, x, SIZE_MAX / 2, commuxFloat32, comm, NULL), commuxInvalidArgument,

@@ -1,6 +1,7 @@
 //! The engines' communication trait, and commux's implementation of it.
 use std::os::raw::c_void;
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use crate::comm::{host_ptr, to_int};
@@ -105,6 +106,7 @@ pub struct CommuxBackend {
     timeout_ms: i64,
     rank: usize,
     size: usize,
+    stream: AtomicU64,
 }
 
 impl CommuxBackend {
@@ -122,7 +124,22 @@ impl CommuxBackend {
             timeout_ms,
             rank,
             size,
+            stream: AtomicU64::new(0),
         })
+    }
+
+    /// The CUDA stream (a `cudaStream_t`) on which the calls that name none (all_reduce,
+    /// all_gather, reduce_scatter, broadcast, and those given stream 0) run, their pointers
+    /// then in device memory; 0, the default: host memory. Needs a libcommux_core built with
+    /// CUDA (else those calls fail with UNSUPPORTED).
+    pub fn use_stream(&self, stream: u64) {
+        self.stream.store(stream, Ordering::Relaxed);
+    }
+
+    /// `given`, or when 0 the stream of [`use_stream`](Self::use_stream), as the C API takes it.
+    fn stream_for(&self, given: u64) -> *mut c_void {
+        let stream = if given != 0 { given } else { self.stream.load(Ordering::Relaxed) };
+        stream as usize as *mut c_void
     }
 
     /// Runs `f` on the communicator, one call at a time.
@@ -150,29 +167,32 @@ impl CommuxBackend {
         Ok(())
     }
 
-    fn host_only(stream: u64, what: &str) -> Result<()> {
-        if stream != 0 {
-            return Err(Error::new(
-                ffi::UNSUPPORTED,
-                format!("commux: {what}: stream {stream:#x}: this version moves host memory only (pass 0)"),
-            ));
-        }
-        Ok(())
+    /// all_reduce on `stream` (0: the backend's, see use_stream).
+    fn all_reduce_on(&self, ptr: u64, bytes: usize, stream: u64) -> Result<()> {
+        let count = self.dtype.count(bytes, "all_reduce")?;
+        let buf = host_ptr(ptr, bytes, "all_reduce")?;
+        let stream = self.stream_for(stream);
+        self.call(|comm| {
+            // SAFETY: in place on the caller's `bytes` at `ptr`.
+            check(unsafe {
+                ffi::commuxAllReduce(buf, buf, count, self.dtype.raw(), ReduceOp::Sum as i32, comm, stream)
+            })
+        })
     }
 
     fn message(&self, send: bool, ptr: u64, bytes: usize, peer: usize, stream: u64) -> Result<()> {
         let what = if send { "send_to" } else { "recv_from" };
-        Self::host_only(stream, what)?;
         let buf = host_ptr(ptr, bytes, what)?;
         let peer = to_int(peer, "peer")?;
+        let stream = self.stream_for(stream);
         self.call(|comm| {
             // SAFETY: the caller owns `bytes` at `ptr` for the call (the trait's contract).
             check(unsafe {
                 if send {
-                    ffi::commuxSend(buf, bytes, DataType::Uint8.raw(), peer, MESSAGE_TAG, comm, ptr::null_mut())
+                    ffi::commuxSend(buf, bytes, DataType::Uint8.raw(), peer, MESSAGE_TAG, comm, stream)
                 } else {
-                    ffi::commuxRecv(buf, bytes, DataType::Uint8.raw(), peer, MESSAGE_TAG, comm,
-                                    ptr::null_mut(), ptr::null_mut())
+                    ffi::commuxRecv(buf, bytes, DataType::Uint8.raw(), peer, MESSAGE_TAG, comm, stream,
+                                    ptr::null_mut())
                 }
             })
         })
@@ -181,15 +201,7 @@ impl CommuxBackend {
 
 impl CommBackend for CommuxBackend {
     fn all_reduce(&self, ptr: u64, bytes: usize) -> Result<()> {
-        let count = self.dtype.count(bytes, "all_reduce")?;
-        let buf = host_ptr(ptr, bytes, "all_reduce")?;
-        self.call(|comm| {
-            // SAFETY: in place on the caller's `bytes` at `ptr`.
-            check(unsafe {
-                ffi::commuxAllReduce(buf, buf, count, self.dtype.raw(), ReduceOp::Sum as i32, comm,
-                                     ptr::null_mut())
-            })
-        })
+        self.all_reduce_on(ptr, bytes, 0)
     }
 
     fn all_gather(&self, send_ptr: u64, recv_ptr: u64, bytes: usize) -> Result<()> {
@@ -199,7 +211,7 @@ impl CommBackend for CommuxBackend {
         self.call(|comm| {
             // SAFETY: `bytes` at send, world_size x bytes at recv, the caller's.
             check(unsafe {
-                ffi::commuxAllGather(send, recv, bytes, DataType::Uint8.raw(), comm, ptr::null_mut())
+                ffi::commuxAllGather(send, recv, bytes, DataType::Uint8.raw(), comm, self.stream_for(0))
             })
         })
     }
@@ -213,7 +225,7 @@ impl CommBackend for CommuxBackend {
             // SAFETY: world_size x bytes at send, `bytes` at recv, the caller's.
             check(unsafe {
                 ffi::commuxReduceScatter(send, recv, count, self.dtype.raw(), ReduceOp::Sum as i32,
-                                         comm, ptr::null_mut())
+                                         comm, self.stream_for(0))
             })
         })
     }
@@ -225,7 +237,7 @@ impl CommBackend for CommuxBackend {
         self.call(|comm| {
             // SAFETY: in place on the caller's `bytes` at `ptr`.
             check(unsafe {
-                ffi::commuxBroadcast(buf, buf, bytes, DataType::Uint8.raw(), root, comm, ptr::null_mut())
+                ffi::commuxBroadcast(buf, buf, bytes, DataType::Uint8.raw(), root, comm, self.stream_for(0))
             })
         })
     }
@@ -258,8 +270,7 @@ impl CommBackend for CommuxBackend {
     }
 
     fn all_reduce_async(&self, ptr: u64, bytes: usize, compute_stream: u64) -> Result<()> {
-        Self::host_only(compute_stream, "all_reduce_async")?;
-        self.all_reduce(ptr, bytes)
+        self.all_reduce_on(ptr, bytes, compute_stream)
     }
 
     fn register_buffer(&self, ptr: u64, bytes: usize) -> Result<u64> {
