@@ -5,8 +5,9 @@
 //!
 //! Element types: the trait moves bytes, but its `all_reduce` and `reduce_scatter` add
 //! elements, so a [`CommuxBackend`] is told which type they are ([`DataType`]) when it is
-//! made. Pointers are host memory; a non-zero CUDA stream is refused (this version of
-//! commux moves host memory only).
+//! made. Pointers are host memory with stream 0; with a CUDA stream (a call's own, or the
+//! backend's from [`CommuxBackend::use_stream`]) they are device memory, which needs a
+//! libcommux_core built with CUDA.
 
 pub mod ffi;
 
