@@ -7,7 +7,8 @@
 # lifetimes), the binary wheel in a virtualenv without a compiler, and the
 # multi-process Python tests (pytest, real UCX on localhost). Extra arguments go to pytest.
 # COMMUX_SANITIZERS=0 skips the sanitizer builds and COMMUX_PACKAGING=0 the consumer and
-# wheel checks (a quicker local run; CI runs everything).
+# wheel checks (a quicker local run); COMMUX_LONG_TESTS=1 adds the Python tests marked long,
+# which CI leaves out (docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each stage's start, in minutes from the top: where CI's time goes (docs/testing.md).
@@ -37,4 +38,7 @@ if [ "${COMMUX_PACKAGING:-1}" != 0 ]; then
   scripts/test_wheel.sh
 fi
 stage "Python tests"
-exec "$PY" -m pytest tests/python -q "$@"
+# The long ones (a second full build against the system's UCX) run with COMMUX_LONG_TESTS=1.
+long=(-m "not long")
+[ "${COMMUX_LONG_TESTS:-0}" = 1 ] && long=()
+exec "$PY" -m pytest tests/python -q "${long[@]}" "$@"

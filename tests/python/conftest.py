@@ -37,6 +37,10 @@ def pytest_configure(config):
         "markers",
         "upstream: runs tests of PyTorch's own distributed suite (deselect with -m 'not upstream')",
     )
+    config.addinivalue_line(
+        "markers",
+        "long: minutes of building or waiting; scripts/test.sh leaves them to COMMUX_LONG_TESTS=1",
+    )
     config.addinivalue_line("markers", "timeout(seconds): pytest-timeout limit")
 
 

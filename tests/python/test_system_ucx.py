@@ -29,6 +29,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.long  # a second full build of libcommux (2-5 min on 2 cores)
 def test_build_and_run_against_system_ucx(tmp_path):
     build = REPO / "build" / "system-ucx"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
