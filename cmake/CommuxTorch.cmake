@@ -34,12 +34,28 @@ if(COMMUX_TORCH_CUDA)
 else()
   set(COMMUX_TORCH_HAS_CUDA OFF)
 endif()
+# Backend virtuals newer torch declares (supported: 2.5 and later), found in its header so
+# that the overrides build against every version in between.
+set(_commux_torch_features "")
+foreach(_dir IN LISTS _torch_include_dirs)
+  set(_backend_hpp "${_dir}/torch/csrc/distributed/c10d/Backend.hpp")
+  if(EXISTS "${_backend_hpp}")
+    file(READ "${_backend_hpp}" _backend_text)
+    if(_backend_text MATCHES "supportsShrinking")
+      list(APPEND _commux_torch_features COMMUX_TORCH_HAS_SHRINK)
+    endif()
+    if(_backend_text MATCHES "gather_single\\(")
+      list(APPEND _commux_torch_features COMMUX_TORCH_HAS_GATHER_SINGLE)
+    endif()
+    break()
+  endif()
+endforeach()
 message(STATUS "commux: torch ${COMMUX_TORCH_VERSION} (CUDA '${COMMUX_TORCH_CUDA}', cxx11 abi ${_torch_cxx11_abi}) at ${COMMUX_TORCH_LIB_DIR}")
 
 # GLOBAL: a parent project (FetchContent) links commux::commux, which needs it.
 add_library(commux::torch INTERFACE IMPORTED GLOBAL)
 set_target_properties(commux::torch PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${_torch_include_dirs}"
-  INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${_torch_cxx11_abi}"
+  INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${_torch_cxx11_abi};${_commux_torch_features}"
   INTERFACE_LINK_LIBRARIES
     "${COMMUX_TORCH_LIB_DIR}/libtorch.so;${COMMUX_TORCH_LIB_DIR}/libtorch_cpu.so;${COMMUX_TORCH_LIB_DIR}/libc10.so")

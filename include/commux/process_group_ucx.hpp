@@ -87,6 +87,18 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts);
+#ifdef COMMUX_TORCH_HAS_SHRINK
+  bool supportsShrinking() const override { return true; }
+  /// The group of every rank but `ranksToExclude` (torch's shrink_group), numbered in the
+  /// old order, for the survivors of a failure: only they call it, every one with the same
+  /// ranks and in the same order among their shrinks. It meets over this group's store,
+  /// under a prefix of its own, on the process's UCX worker (no new port), with a
+  /// shared-memory channel of its own (the old one may hold a dead rank's half-finished
+  /// steps). Flag 1 (torch's SHRINK_ABORT) first aborts what is in flight in this group.
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
+      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
+#endif
   /// The group's options (backend name, timeout), which torch's split_group hands to split().
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions();
   /// Cancels every operation in flight; later calls raise.
@@ -155,6 +167,13 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> gather(
       std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
       const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+#ifdef COMMUX_TORCH_HAS_GATHER_SINGLE
+  /// gather into one flat buffer on the root (world size x the input's elements; torch's
+  /// gather_single and gather_into_tensor).
+  c10::intrusive_ptr<c10d::Work> gather_single(
+      at::Tensor& outputBuffer, at::Tensor& inputBuffer,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+#endif
   c10::intrusive_ptr<c10d::Work> scatter(
       std::vector<at::Tensor>& outputTensors, std::vector<std::vector<at::Tensor>>& inputTensors,
       const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
@@ -286,6 +305,7 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
   std::atomic<std::uint64_t> windows_{0};  // windows made so far (collectively, in order)
+  std::atomic<std::uint64_t> shrinks_{0};  // groups shrunk from this one, in order
   // Guards coalesced_ and keptAlive_.
   std::mutex trackMutex_;
   // Memory of windows released without every peer's agreement (keepUntilDestroyed): freed

@@ -12,6 +12,35 @@
 
 namespace commux {
 
+#ifdef COMMUX_TORCH_HAS_GATHER_SINGLE
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather_single(at::Tensor& outputBuffer,
+                                                              at::Tensor& inputBuffer,
+                                                              const c10d::GatherOptions& opts) {
+  const int root = static_cast<int>(opts.rootRank);
+  checkPeer("gather_single", "root", root, size_);
+  TORCH_CHECK_VALUE(inputBuffer.defined(), "commux: gather_single: the input is undefined");
+  std::vector<at::Tensor> inputs{inputBuffer};
+  std::vector<std::vector<at::Tensor>> outputs;
+  if (rank_ == root) {
+    const int64_t n = inputBuffer.numel();
+    TORCH_CHECK_VALUE(outputBuffer.defined() && outputBuffer.is_contiguous(),
+                      "commux: gather_single: the root's output must be a contiguous tensor");
+    TORCH_CHECK_VALUE(outputBuffer.scalar_type() == inputBuffer.scalar_type() &&
+                          outputBuffer.numel() == n * size_,
+                      "commux: gather_single: the root's output holds ", outputBuffer.numel(),
+                      " elements of ", outputBuffer.scalar_type(), "; it must hold the world size (",
+                      size_, ") x the input's ", n, " elements of ", inputBuffer.scalar_type());
+    // The root's blocks, in rank order, as gather's list of outputs: views, no copies.
+    const at::Tensor flat = outputBuffer.view({-1});
+    outputs.emplace_back();
+    for (int r = 0; r < size_; ++r) {
+      outputs[0].push_back(flat.narrow(0, n * r, n).view(inputBuffer.sizes()));
+    }
+  }
+  return gather(outputs, inputs, opts);
+}
+#endif
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
     std::vector<std::vector<at::Tensor>>& outputTensors, std::vector<at::Tensor>& inputTensors,
     const c10d::GatherOptions& opts) {

@@ -1,8 +1,10 @@
 // ProcessGroupUCX: the group's life beyond single operations: coalescing windows,
-// splitting off subgroups, abort and shutdown.
+// splitting off subgroups, shrinking to the survivors of a failure, abort and shutdown.
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
+#include <string>
 
 #include "c10d/coalesced_work.hpp"
 #include "c10d/staging.hpp"
@@ -67,6 +69,45 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupUCX::split(
                                               static_cast<int>(ranks.size()), timeout,
                                               group_->setsUpInBackground());
 }
+
+#ifdef COMMUX_TORCH_HAS_SHRINK
+c10::intrusive_ptr<c10d::Backend> ProcessGroupUCX::shrink(
+    const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+    const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) {
+  constexpr int kShrinkAbort = 0x01;  // torch's SHRINK_ABORT
+  TORCH_CHECK_VALUE((shrinkFlags & ~kShrinkAbort) == 0, "commux: shrink: flags ", shrinkFlags,
+                    " are not SHRINK_DEFAULT (0) or SHRINK_ABORT (1)");
+  std::vector<bool> excluded(static_cast<std::size_t>(size_), false);
+  for (const int64_t r : ranksToExclude) {
+    TORCH_CHECK_VALUE(r >= 0 && r < size_, "commux: shrink: rank ", r,
+                      " is not a rank of this group of ", size_);
+    TORCH_CHECK_VALUE(!excluded[static_cast<std::size_t>(r)], "commux: shrink: rank ", r,
+                      " is excluded twice");
+    excluded[static_cast<std::size_t>(r)] = true;
+  }
+  TORCH_CHECK_VALUE(!excluded[static_cast<std::size_t>(rank_)], "commux: shrink: this rank (",
+                    rank_, ") is among the excluded; only the survivors call shrink");
+  std::vector<int> survivors;
+  for (int r = 0; r < size_; ++r) {
+    if (!excluded[static_cast<std::size_t>(r)]) survivors.push_back(r);
+  }
+  // Its own operations in flight would wait for the excluded ranks; SHRINK_ABORT ends them.
+  // The group itself stays as it is otherwise (torch destroys it after this call).
+  if ((shrinkFlags & kShrinkAbort) != 0) group_->abort();
+  const auto timeout =
+      optsOverride && optsOverride->timeout.count() > 0 ? optsOverride->timeout : timeout_;
+  // The k-th shrink of this group on every survivor meets under the same prefix; the
+  // excluded ranks never write there, and a later shrink of the shrunk group nests its own.
+  const std::uint64_t k = shrinks_.fetch_add(1);
+  std::string prefix = "commux/shrink/" + std::to_string(k) + "/";
+  for (const int r : survivors) prefix += std::to_string(r) + ",";
+  auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
+  const auto me = std::find(survivors.begin(), survivors.end(), rank_);
+  return c10::make_intrusive<ProcessGroupUCX>(store, static_cast<int>(me - survivors.begin()),
+                                              static_cast<int>(survivors.size()), timeout,
+                                              group_->setsUpInBackground());
+}
+#endif
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupUCX::getBackendOptions() {
   return c10::make_intrusive<c10d::Backend::Options>(getBackendName(), timeout_);
