@@ -9,22 +9,9 @@
 #include <string>
 
 #include "cuda/cuda_support.hpp"
+#include "cuda/host_function.hpp"
 
 namespace commux::cuda {
-namespace {
-
-void runReady(void* arg) {
-  std::unique_ptr<std::function<void()>> ready(static_cast<std::function<void()>*>(arg));
-  try {
-    (*ready)();
-  } catch (...) {
-    // Nothing can be reported from a driver thread; the engine fails the operation when
-    // it shuts down, and a wait on it times out.
-  }
-}
-
-}  // namespace
-
 bool compiled() { return true; }
 
 int deviceCount() {
@@ -38,17 +25,8 @@ int deviceCount() {
 
 void whenStreamReaches(const core::Stream& stream, std::function<void()> ready) {
   const DeviceScope onDevice(stream.device);
-  // A host function on the stream runs when the stream reaches it: the operation starts
-  // after the kernels that produce its inputs, without blocking the caller.
-  auto* arg = new std::function<void()>(std::move(ready));
-  const cudaError_t rc = cudaLaunchHostFunc(
-      reinterpret_cast<cudaStream_t>(static_cast<std::intptr_t>(stream.id)), runReady, arg);
-  if (rc != cudaSuccess) {
-    delete arg;
-    throw std::runtime_error(std::string("commux: cannot order the operation after its CUDA "
-                                         "stream (cudaLaunchHostFunc: ") +
-                             cudaGetErrorString(rc) + ")");
-  }
+  detail::launchReady(reinterpret_cast<cudaStream_t>(static_cast<std::intptr_t>(stream.id)),
+                      std::move(ready));
 }
 
 void setDevice(int device) {

@@ -12,43 +12,19 @@
 #include <string>
 
 #include "cuda/cuda_support.hpp"
+#include "cuda/host_function.hpp"
 
 namespace commux::cuda {
-namespace {
-
-void runReady(void* arg) {
-  std::unique_ptr<std::function<void()>> ready(static_cast<std::function<void()>*>(arg));
-  try {
-    (*ready)();
-  } catch (...) {
-    // Nothing can be reported from a driver thread; the engine fails the operation when
-    // it shuts down, and a wait on it times out.
-  }
-}
-
-}  // namespace
-
 bool compiled() { return true; }
 
 int deviceCount() { return static_cast<int>(c10::cuda::device_count()); }
 
 void whenStreamReaches(const core::Stream& coreStream, std::function<void()> ready) {
-  const auto stream = c10::Stream::unpack3(coreStream.id,
-                                           static_cast<c10::DeviceIndex>(coreStream.device),
-                                           c10::DeviceType::CUDA);
+  const auto stream = c10::Stream::unpack3(
+      coreStream.id, static_cast<c10::DeviceIndex>(coreStream.device), c10::DeviceType::CUDA);
   const c10::cuda::CUDAStream cudaStream(stream);
   const c10::cuda::CUDAGuard device(stream.device_index());
-  // A host function on the stream runs when the stream reaches it: the operation starts
-  // after the kernels that produce its inputs, with no device-wide synchronisation and
-  // without blocking the caller (a recorded event would need polling instead).
-  auto* arg = new std::function<void()>(std::move(ready));
-  const cudaError_t rc = cudaLaunchHostFunc(cudaStream.stream(), runReady, arg);
-  if (rc != cudaSuccess) {
-    delete arg;
-    throw std::runtime_error(std::string("commux: cannot order the operation after its CUDA "
-                                         "stream (cudaLaunchHostFunc: ") +
-                             cudaGetErrorString(rc) + ")");
-  }
+  detail::launchReady(cudaStream.stream(), std::move(ready));
 }
 
 void setDevice(int device) {
@@ -61,8 +37,8 @@ void setDevice(int device) {
 DeviceScope::DeviceScope(const std::optional<int>& device) {
   if (!device) return;
   previous_ = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
-                  ->exchangeDevice(c10::Device(c10::DeviceType::CUDA,
-                                               static_cast<c10::DeviceIndex>(*device)))
+                  ->exchangeDevice(
+                      c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(*device)))
                   .index();
 }
 
