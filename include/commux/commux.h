@@ -170,6 +170,23 @@ commuxResult_t commuxCommFinalize(commuxComm_t comm);
 #define COMMUX_SPLIT_NOCOLOR (-1)
 commuxResult_t commuxCommSplit(commuxComm_t comm, int color, int key, commuxComm_t* newcomm);
 
+/* For the survivors of a failure: a new communicator of every rank of `comm` but the
+ * `excludeCount` ranks in `excludeRanks`, numbered in `comm`'s order. Only the survivors
+ * call it, all with the same ranks and in the same order among their shrinks of `comm`; it
+ * needs nothing of the excluded ranks (dead or not), only the bootstrap store, which lives
+ * in the process of the rank that served it (rank 0 of a unique id): that rank cannot be
+ * excluded unless the store is served elsewhere (COMMUX_BOOTSTRAP). COMMUX_SHRINK_ABORT
+ * first aborts `comm` (what it has in flight here ends with an error; it then refuses every
+ * call but destroy). The
+ * new communicator has `comm`'s timeout; destroy each on its own. Errors:
+ * commuxInvalidArgument for an excluded rank out of range or twice, this rank excluded, or
+ * every rank excluded; commuxSystemError or commuxTimeout when the store cannot be reached
+ * or the survivors do not all come. */
+#define COMMUX_SHRINK_DEFAULT 0
+#define COMMUX_SHRINK_ABORT 1
+commuxResult_t commuxCommShrink(commuxComm_t comm, const int* excludeRanks, int excludeCount,
+                                int flags, commuxComm_t* newcomm);
+
 /* Frees the communicator. Operations still in flight are cancelled first. To end a job,
  * call commuxCommFinalize first (see there). */
 commuxResult_t commuxCommDestroy(commuxComm_t comm);

@@ -207,6 +207,58 @@ commuxResult_t commuxCommSplit(commuxComm_t comm, int color, int key, commuxComm
   });
 }
 
+commuxResult_t commuxCommShrink(commuxComm_t comm, const int* excludeRanks, int excludeCount,
+                                int flags, commuxComm_t* newcomm) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    const char* what = "commuxCommShrink";
+    COMMUX_CHECK(newcomm != nullptr, InvalidArgument, "commux: ", what, ": newcomm is NULL");
+    *newcomm = nullptr;
+    COMMUX_CHECK((flags & ~COMMUX_SHRINK_ABORT) == 0, InvalidArgument, "commux: ", what, ": flags ",
+                 flags, " are not COMMUX_SHRINK_DEFAULT or COMMUX_SHRINK_ABORT");
+    const int size = c.group->size();
+    COMMUX_CHECK(excludeCount >= 0 && (excludeCount == 0 || excludeRanks != nullptr),
+                 InvalidArgument, "commux: ", what, ": ", excludeCount, " ranks to exclude at ",
+                 excludeRanks == nullptr ? "NULL" : "an array");
+    std::vector<bool> excluded(static_cast<std::size_t>(size), false);
+    for (int i = 0; i < excludeCount; ++i) {
+      const int r = excludeRanks[i];
+      COMMUX_CHECK(r >= 0 && r < size, InvalidArgument, "commux: ", what, ": rank ", r,
+                   " is not a rank of this ", size, "-rank communicator");
+      COMMUX_CHECK(!excluded[static_cast<std::size_t>(r)], InvalidArgument, "commux: ", what,
+                   ": rank ", r, " is excluded twice");
+      excluded[static_cast<std::size_t>(r)] = true;
+    }
+    const int rank = c.group->rank();
+    COMMUX_CHECK(!excluded[static_cast<std::size_t>(rank)], InvalidArgument, "commux: ", what,
+                 ": this rank (", rank, ") is excluded; only the survivors call it");
+    std::vector<int> survivors;
+    std::string names;
+    for (int r = 0; r < size; ++r) {
+      if (excluded[static_cast<std::size_t>(r)]) continue;
+      survivors.push_back(r);
+      names += core::concat(r, ",");
+    }
+    if ((flags & COMMUX_SHRINK_ABORT) != 0) c.group->abort();
+    // The k-th shrink of `comm` on every survivor meets under one prefix, which also names
+    // the survivors: two different shrinks never share a key.
+    const std::uint32_t k = c.shrinks++;
+    auto store =
+        c.store->withPrefix(core::concat(c.store->prefix(), "shrink/", k, "/", names, "/"));
+    const int newRank =
+        static_cast<int>(std::find(survivors.begin(), survivors.end(), rank) - survivors.begin());
+    auto made = std::make_unique<commuxComm>();
+    made->engine = c.engine;
+    made->store = store;
+    made->servesStore = c.servesStore;
+    made->timeoutMs.store(c.timeoutMs.load());
+    made->group = std::make_unique<group::Group>(std::move(store), newRank,
+                                                 static_cast<int>(survivors.size()), c.engine,
+                                                 /*setUpInBackground=*/true);
+    *newcomm = made.release();
+  });
+}
+
 commuxResult_t commuxCommFinalize(commuxComm_t comm) {
   return guarded([&] {
     auto& c = capi::checkComm(comm);

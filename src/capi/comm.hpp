@@ -32,6 +32,7 @@ struct commuxComm {
   /// commuxCommSplit and commuxWinCreate calls so far: every rank counts them alike (they
   /// are collective).
   std::uint32_t splits = 0;
+  std::uint32_t shrinks = 0;
   std::uint64_t windows = 0;
 };
 

@@ -4,7 +4,7 @@
  * call with seeded sizes, roots and types, checking each result element by element. The
  * parent kills everything at the deadline: a hang fails the test, it never blocks CI.
  *
- *   capi_ranks --ranks N [--mode id|env|death|reconnect] [--seed S] [--deadline SECONDS]
+ *   capi_ranks --ranks N [--mode id|env|death|reconnect|abort|shrink] [--seed S] [--deadline S]
  *   capi_ranks --rank-from-env [--seed S]   one rank of a job started by someone else
  *                                          (COMMUX_RANK, COMMUX_SIZE, COMMUX_BOOTSTRAP; the
  *                                          same seed on every rank): scripts/multihost_check.sh
@@ -397,6 +397,43 @@ static void test_reconnect(commuxComm_t* comm, int rank, int size, const commuxU
   rebuild_and_check(*comm, rank, size);
 }
 
+/* The survivors of a death shrink the communicator and go on: refusals first (nothing
+ * changes), then the last rank dies and the others make a communicator without it, on which
+ * every collective and message runs. */
+static void test_shrink(commuxComm_t comm, int rank, int size) {
+  commuxComm_t small = NULL;
+  int bad[2] = {rank, 0};
+  REFUSED(commuxCommShrink(comm, bad, 1, COMMUX_SHRINK_DEFAULT, &small), commuxInvalidArgument,
+          "only the survivors");
+  bad[0] = size;
+  REFUSED(commuxCommShrink(comm, bad, 1, COMMUX_SHRINK_DEFAULT, &small), commuxInvalidArgument,
+          "is not a rank");
+  bad[0] = 0;
+  REFUSED(commuxCommShrink(comm, bad, 2, COMMUX_SHRINK_DEFAULT, &small), commuxInvalidArgument,
+          "twice");
+  bad[0] = size - 1;
+  REFUSED(commuxCommShrink(comm, bad, 1, 7, &small), commuxInvalidArgument, "flags");
+  if (small != NULL) fail("a refused shrink returned a communicator");
+  OK(commuxBarrier(comm, NULL));
+  if (rank == size - 1) _exit(0); /* gone without a word */
+  commuxResult_t async = commuxSuccess;
+  for (int waited = 0; async == commuxSuccess; waited += 10) {
+    if (waited > 30000) fail("the death of rank %d was not seen in 30 s", size - 1);
+    OK(commuxCommGetAsyncError(comm, &async));
+    usleep(10000);
+  }
+  const int victim = size - 1;
+  OK(commuxCommShrink(comm, &victim, 1, COMMUX_SHRINK_DEFAULT, &small));
+  int n = 0, r = -1;
+  OK(commuxCommCount(small, &n));
+  OK(commuxCommUserRank(small, &r));
+  if (n != size - 1 || r != rank) fail("the shrunk communicator: rank %d of %d", r, n);
+  test_messages(small, rank, size - 1);
+  test_collectives(small, rank, size - 1, 6);
+  OK(commuxCommFinalize(small));
+  OK(commuxCommDestroy(small));
+}
+
 /* commuxCommAbort from another thread ends a receive that nothing would answer, and every
  * later call but destroy is refused. Each rank on its own communicator's receive from
  * itself, so the ranks do not depend on each other. */
@@ -453,6 +490,8 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
     test_death(comm, rank, size);
   } else if (mode == 5) {
     test_abort(comm, rank);
+  } else if (mode == 6) {
+    test_shrink(comm, rank, size);
   } else if (mode == 3 || mode == 4) {
     test_reconnect(&comm, rank, size, &id, mode == 4);
   } else {
@@ -464,7 +503,7 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
     test_windows(comm, rank, size);
     OK(commuxBarrier(comm, NULL));
   }
-  if (mode != 2 && mode != 5) OK(commuxCommFinalize(comm)); /* no rank leaves while a peer still needs it */
+  if (mode != 2 && mode != 5 && mode != 6) OK(commuxCommFinalize(comm)); /* no rank leaves while a peer still needs it */
   OK(commuxCommDestroy(comm));
   if (rank == 0) printf("capi_ranks: rank 0 checked %ld collective results\n", g_checked);
   return 0;
@@ -507,10 +546,12 @@ int main(int argc, char** argv) {
              : !strcmp(argv[i + 1], "death")     ? 2
              : !strcmp(argv[i + 1], "reconnect") ? 3
              : !strcmp(argv[i + 1], "abort")     ? 5
+             : !strcmp(argv[i + 1], "shrink")    ? 6
                                                  : 0;
   }
   if (ranks < 1 || ranks > 32) fail("--ranks must be 1 .. 32");
   if ((mode == 2 || mode == 3) && ranks < 2) fail("--mode death and reconnect need 2 ranks or more");
+  if (mode == 6 && ranks < 3) fail("--mode shrink needs 3 ranks or more");
   g_shared = g_seed;
   printf("capi_ranks: %d ranks, mode %d, seed %lu (replay with --seed %lu)\n", ranks, mode, g_seed, g_seed);
   fflush(stdout);

@@ -173,12 +173,13 @@ TEST(CoreGroup, ADeathFailsWhatWaitsOnItRefusesSendsToItAndTheOthersGoOn) {
   EXPECT_EQ(problems, "");
 }
 
-TEST(CoreGroup, ASharedMemoryCollectiveTheLaneRanAwaitsNobody) {
-  // A peer that finished the collective and then died must not fail it on this rank while
-  // its completion waits to be picked up (a death notice fails only what awaits the dead).
+TEST(CoreGroup, ASharedMemoryCollectiveIsLeftToItsChannelAtADeath) {
+  // A peer that finished the collective and then died must not fail it on this rank from
+  // outside (a death notice fails only what awaits the dead); the channel itself fails what
+  // the death keeps from finishing.
   shm::ChannelOp op(std::weak_ptr<shm::Channel>(), shm::Job{}, nullptr,
                     engine::Description("barrier"), [](std::exception_ptr, int) {});
-  EXPECT_TRUE(op.awaits(2));
+  EXPECT_FALSE(op.awaits(2));
   op.markRan();
   EXPECT_FALSE(op.awaits(2));
 }
