@@ -214,6 +214,7 @@ def _abort_from_thread(rank, world_size, how):
 
     dist.all_reduce(torch.ones(1))
     group = dist.group.WORLD
+    store = dist.distributed_c10d._get_default_store()  # torch's abort forgets the group
 
     def abort():
         time.sleep(0.5)
@@ -233,6 +234,10 @@ def _abort_from_thread(rank, world_size, how):
         raise AssertionError("a receive on an aborted group completed")
     t.join()
     took = time.monotonic() - start - 0.5
+    # Neither rank leaves before both receives raised: a peer that exits first fails the
+    # other's receive with its death instead of the abort (once, under a CPU hog).
+    store.set(f"aborted/{rank}", "1")
+    store.wait([f"aborted/{r}" for r in range(world_size)])
     assert took < 1.0, f"the blocked receive took {took:.2f} s to raise after abort"
     if how == "group":
         # torch's _abort_process_group also forgets the group; the backend's abort keeps
