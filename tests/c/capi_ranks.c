@@ -509,21 +509,27 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
   return 0;
 }
 
-static int free_port(void) {
+/* A port for the bootstrap store, kept reserved: the socket stays bound (SO_REUSEADDR, not
+ * listening) until the job ends, so the kernel hands it to nobody else (as an outgoing
+ * connection's port, say) while rank 0's store, which also sets SO_REUSEADDR, listens on it.
+ * A port that was only free a moment ago was once taken in between (CI, under ASan). */
+static int reserve_port(int* held) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
   struct sockaddr_in a;
   memset(&a, 0, sizeof(a));
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(a);
-  if (bind(s, (struct sockaddr*)&a, sizeof(a)) != 0 || getsockname(s, (struct sockaddr*)&a, &len) != 0)
+  if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      bind(s, (struct sockaddr*)&a, sizeof(a)) != 0 || getsockname(s, (struct sockaddr*)&a, &len) != 0)
     fail("no free port: %s", strerror(errno));
-  close(s);
+  *held = s;
   return ntohs(a.sin_port);
 }
 
 int main(int argc, char** argv) {
-  int ranks = 2, mode = 0, deadline = 120, from_env = 0;
+  int ranks = 2, mode = 0, deadline = 120, from_env = 0, held_port = -1;
   g_seed = (unsigned long)time(NULL);
   for (int i = 1; i < argc; ++i)
     if (!strcmp(argv[i], "--rank-from-env")) from_env = 1;
@@ -559,7 +565,7 @@ int main(int argc, char** argv) {
   if (shared == MAP_FAILED) fail("mmap: %s", strerror(errno));
   if (mode == 1) {
     char where[64];
-    snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
+    snprintf(where, sizeof(where), "127.0.0.1:%d", reserve_port(&held_port));
     setenv("COMMUX_BOOTSTRAP", where, 1);
     setenv("COMMUX_BOOTSTRAP_SECRET", "capi-test", 1);
     char n[16];
@@ -570,6 +576,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < ranks; ++r) {
     pids[r] = fork();
     if (pids[r] == 0) {
+      if (held_port >= 0) close(held_port);
       if (mode == 1) {
         char v[16];
         snprintf(v, sizeof(v), "%d", r);
@@ -606,6 +613,7 @@ int main(int argc, char** argv) {
     }
     usleep(10000);
   }
+  if (held_port >= 0) close(held_port);
   printf("capi_ranks: %s\n", failed ? "FAILED" : "passed");
   return failed;
 }

@@ -1,7 +1,6 @@
 //! Real ranks: each test starts its ranks as copies of this test binary (running only that
 //! test, with COMMUX_RANK/COMMUX_SIZE/COMMUX_BOOTSTRAP set) and fails unless every rank
 //! succeeds before its deadline; a rank that hangs is killed, it never blocks the run.
-use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -32,8 +31,69 @@ fn spawn_rank(test: &str, rank: usize, size: usize, port: u16, restarted: bool) 
 
 /// Runs `size` ranks of `test`. `dies`: a rank that ends by a signal on purpose, started
 /// again once when `restart` (the replacement must succeed).
+/// A port for the bootstrap store, kept reserved while it lives: the socket stays bound
+/// (SO_REUSEADDR, not listening), so the kernel hands the port to nobody else while rank 0's
+/// store (SO_REUSEADDR too) listens on it. A port only free a moment ago can be taken in
+/// between (the C test's once was, in CI).
+struct ReservedPort {
+    fd: i32,
+    port: u16,
+}
+
+#[repr(C)]
+struct SockaddrIn {
+    family: u16,
+    port: u16,
+    addr: u32,
+    zero: [u8; 8],
+}
+
+extern "C" {
+    fn socket(domain: i32, kind: i32, protocol: i32) -> i32;
+    fn setsockopt(fd: i32, level: i32, name: i32, value: *const i32, len: u32) -> i32;
+    fn bind(fd: i32, addr: *const SockaddrIn, len: u32) -> i32;
+    fn getsockname(fd: i32, addr: *mut SockaddrIn, len: *mut u32) -> i32;
+    fn close(fd: i32) -> i32;
+}
+
+impl ReservedPort {
+    fn new() -> Self {
+        const AF_INET: i32 = 2;
+        const SOCK_STREAM: i32 = 1;
+        const SOCK_CLOEXEC: i32 = 0o2000000; // the ranks this test starts do not inherit it
+        const SOL_SOCKET: i32 = 1;
+        const SO_REUSEADDR: i32 = 2;
+        let len = std::mem::size_of::<SockaddrIn>() as u32;
+        let mut addr = SockaddrIn { family: AF_INET as u16, port: 0, addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(), zero: [0; 8] };
+        // SAFETY: plain socket calls on a socket this function owns, with valid pointers.
+        unsafe {
+            let fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            assert!(fd >= 0, "socket() failed");
+            let one = 1i32;
+            let mut got = len;
+            assert!(
+                setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, 4) == 0
+                    && bind(fd, &addr, len) == 0
+                    && getsockname(fd, &mut addr, &mut got) == 0,
+                "cannot reserve a port"
+            );
+            ReservedPort { fd, port: u16::from_be(addr.port) }
+        }
+    }
+}
+
+impl Drop for ReservedPort {
+    fn drop(&mut self) {
+        // SAFETY: the socket this value owns.
+        unsafe {
+            close(self.fd);
+        }
+    }
+}
+
 fn run_job(test: &str, size: usize, deadline: Duration, dies: Option<usize>, restart: bool) {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let reserved = ReservedPort::new();
+    let port = reserved.port;
     let mut children: Vec<Option<Child>> =
         (0..size).map(|r| Some(spawn_rank(test, r, size, port, false))).collect();
     let start = Instant::now();
