@@ -39,6 +39,20 @@ commuxComm* makeComm(const bootstrap::Endpoint& store, const bootstrap::Secret& 
   return comm.release();
 }
 
+// A communicator made from `parent` (split, shrink): its engine, store server and timeout,
+// meeting under `prefix` of the parent's store.
+commuxComm* childComm(const commuxComm& parent, const std::string& prefix, int rank, int size) {
+  auto store = parent.store->withPrefix(core::concat(parent.store->prefix(), prefix));
+  auto made = std::make_unique<commuxComm>();
+  made->engine = parent.engine;
+  made->store = store;
+  made->servesStore = parent.servesStore;
+  made->timeoutMs.store(parent.timeoutMs.load());
+  made->group = std::make_unique<group::Group>(std::move(store), rank, size, parent.engine,
+                                               /*setUpInBackground=*/true);
+  return made.release();
+}
+
 void checkRankAndSize(int size, int rank, const char* what) {
   COMMUX_CHECK(size >= 1, InvalidArgument, "commux: ", what, ": nranks must be at least 1, not ",
                size);
@@ -193,17 +207,8 @@ commuxResult_t commuxCommSplit(commuxComm_t comm, int color, int key, commuxComm
     });
     const int newRank = static_cast<int>(
         std::find(members.begin(), members.end(), c.group->rank()) - members.begin());
-    auto store =
-        c.store->withPrefix(core::concat(c.store->prefix(), "split/", split, "/", color, "/"));
-    auto made = std::make_unique<commuxComm>();
-    made->engine = c.engine;
-    made->store = store;
-    made->servesStore = c.servesStore;
-    made->timeoutMs.store(c.timeoutMs.load());
-    made->group = std::make_unique<group::Group>(std::move(store), newRank,
-                                                 static_cast<int>(members.size()), c.engine,
-                                                 /*setUpInBackground=*/true);
-    *newcomm = made.release();
+    *newcomm = capi::childComm(c, core::concat("split/", split, "/", color, "/"), newRank,
+                               static_cast<int>(members.size()));
   });
 }
 
@@ -243,19 +248,10 @@ commuxResult_t commuxCommShrink(commuxComm_t comm, const int* excludeRanks, int 
     // The k-th shrink of `comm` on every survivor meets under one prefix, which also names
     // the survivors: two different shrinks never share a key.
     const std::uint32_t k = c.shrinks++;
-    auto store =
-        c.store->withPrefix(core::concat(c.store->prefix(), "shrink/", k, "/", names, "/"));
     const int newRank =
         static_cast<int>(std::find(survivors.begin(), survivors.end(), rank) - survivors.begin());
-    auto made = std::make_unique<commuxComm>();
-    made->engine = c.engine;
-    made->store = store;
-    made->servesStore = c.servesStore;
-    made->timeoutMs.store(c.timeoutMs.load());
-    made->group = std::make_unique<group::Group>(std::move(store), newRank,
-                                                 static_cast<int>(survivors.size()), c.engine,
-                                                 /*setUpInBackground=*/true);
-    *newcomm = made.release();
+    *newcomm = capi::childComm(c, core::concat("shrink/", k, "/", names, "/"), newRank,
+                               static_cast<int>(survivors.size()));
   });
 }
 
