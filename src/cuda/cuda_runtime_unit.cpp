@@ -25,8 +25,7 @@ int deviceCount() {
 
 void whenStreamReaches(const core::Stream& stream, std::function<void()> ready) {
   const DeviceScope onDevice(stream.device);
-  detail::launchReady(reinterpret_cast<cudaStream_t>(static_cast<std::intptr_t>(stream.id)),
-                      std::move(ready));
+  detail::launchReady(detail::rawStream(stream), std::move(ready));
 }
 
 void setDevice(int device) {

@@ -57,7 +57,5 @@ void copyOnStream(void* to, const void* from, std::size_t bytes, const core::Str
 /// (core/reduce.hpp): the same bits for every type and operation. `out` may be `a` or `b`.
 void foldOnStream(void* out, const void* a, const void* b, std::size_t count, core::Dtype dtype,
                   core::ReduceOp op, const core::Stream& stream);
-/// Blocks until `stream` has run what is queued on it.
-void synchronize(const core::Stream& stream);
 
 }  // namespace commux::cuda

@@ -8,13 +8,10 @@
 #include "cuda/cuda_support.hpp"
 #include "cuda/device_ops.hpp"
 #include "cuda/fold_kernels.hpp"
+#include "cuda/host_function.hpp"
 
 namespace commux::cuda {
 namespace {
-
-cudaStream_t raw(const core::Stream& stream) {
-  return reinterpret_cast<cudaStream_t>(static_cast<std::intptr_t>(stream.id));
-}
 
 void check(cudaError_t rc, const char* what) {
   COMMUX_CHECK(rc == cudaSuccess, Runtime, "commux: ", what, " failed: ", cudaGetErrorName(rc),
@@ -62,28 +59,24 @@ OwnStream::OwnStream(int device) {
 
 OwnStream::~OwnStream() {
   const DeviceScope onDevice(stream_.device);
-  cudaStreamDestroy(raw(stream_));  // returns at once; queued work still completes
+  cudaStreamDestroy(detail::rawStream(stream_));  // returns at once; queued work still completes
 }
 
 void copyOnStream(void* to, const void* from, std::size_t bytes, const core::Stream& stream) {
   if (bytes == 0) return;
   const DeviceScope onDevice(stream.device);
-  check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, raw(stream)), "cudaMemcpyAsync");
+  check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, detail::rawStream(stream)),
+        "cudaMemcpyAsync");
 }
 
 void foldOnStream(void* out, const void* a, const void* b, std::size_t count, core::Dtype dtype,
                   core::ReduceOp op, const core::Stream& stream) {
   const DeviceScope onDevice(stream.device);
   bool unsupported = false;
-  const int rc = launchFold(out, a, b, count, dtype, op, raw(stream), unsupported);
+  const int rc = launchFold(out, a, b, count, dtype, op, detail::rawStream(stream), unsupported);
   COMMUX_CHECK(!unsupported, InvalidArgument, "commux: ", core::nameOf(op), " is not defined on ",
                core::nameOf(dtype));
   check(static_cast<cudaError_t>(rc), "the fold kernel's launch");
-}
-
-void synchronize(const core::Stream& stream) {
-  const DeviceScope onDevice(stream.device);
-  check(cudaStreamSynchronize(raw(stream)), "cudaStreamSynchronize");
 }
 
 }  // namespace commux::cuda

@@ -31,6 +31,4 @@ void foldOnStream(void*, const void*, const void*, std::size_t, core::Dtype, cor
   noDeviceOps();
 }
 
-void synchronize(const core::Stream&) { noDeviceOps(); }
-
 }  // namespace commux::cuda

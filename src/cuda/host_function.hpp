@@ -5,12 +5,20 @@
 // blocking the caller (a recorded event would need polling instead).
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
+#include "core/stream.hpp"
+
 namespace commux::cuda::detail {
+
+/// The cudaStream_t a core::Stream names in the plain-runtime build (its id is the handle).
+inline cudaStream_t rawStream(const core::Stream& stream) {
+  return reinterpret_cast<cudaStream_t>(static_cast<std::intptr_t>(stream.id));
+}
 
 /// Runs and frees the std::function<void()> that `arg` owns.
 inline void runReady(void* arg) {

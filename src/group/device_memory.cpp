@@ -40,7 +40,7 @@ void copyBytes(void* to, const void* from, std::size_t bytes, const core::Buffer
                const std::optional<core::Stream>& stream) {
   if (bytes == 0 || to == from) return;
   if (like.memory == core::MemoryType::Cuda) {
-    cuda::copyOnStream(to, from, bytes, stream ? *stream : core::Stream{like.device, 0});
+    cuda::copyOnStream(to, from, bytes, *streamFor(like, stream));
     return;
   }
   std::memcpy(to, from, bytes);

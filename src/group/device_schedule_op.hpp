@@ -4,6 +4,7 @@
 // own kernels on a stream of its own (cuda/device_ops.hpp). Only libcommux_core built with
 // a CUDA toolkit runs it; torch's adapter has its own (c10d/tensor_schedule_op.hpp).
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/buffer.hpp"
@@ -20,9 +21,8 @@ struct DeviceScratch {
   engine::ScheduleOp::Setup with(engine::ScheduleOp::Setup setup) const;
 
   core::Buffer work;
-  std::shared_ptr<cuda::DeviceMemory> memory;  // null when the schedule folds nothing
-  core::Buffer scratch;
-  cuda::OwnStream foldStream;
+  core::Buffer scratch;                       // absent when the schedule folds nothing
+  std::optional<cuda::OwnStream> foldStream;  // made at the first fold
 };
 }  // namespace detail
 

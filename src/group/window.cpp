@@ -62,7 +62,7 @@ std::shared_ptr<Request> launched(Group& group, Request::Kind kind, engine::Desc
 }  // namespace
 
 Window::Window(Group& group, void* base, std::size_t bytes, std::uint64_t index)
-    : group_(group), base_(static_cast<char*>(base)), bytes_(bytes), index_(index) {
+    : group_(group), base_(static_cast<char*>(base)), index_(index) {
   group.checkUsable();
   COMMUX_CHECK(base != nullptr || bytes == 0, InvalidArgument,
                "commux: window: the memory is NULL but its size is ", bytes);
@@ -74,8 +74,7 @@ Window::Window(Group& group, void* base, std::size_t bytes, std::uint64_t index)
   mine.bytes = bytes;
   auto inbox = std::make_shared<engine::WindowInbox>(
       mine.context, rank, size, base_, bytes, std::nullopt,
-      engine::Description("window #" + std::to_string(index) + " on rank " +
-                          std::to_string(rank)));
+      engine::Description("window #" + std::to_string(index) + " on rank " + std::to_string(rank)));
   try {
     engine.submit(engine::Submission::start(inbox));
     // A rank that dies before it publishes is found within the failure detection's bound,
@@ -121,11 +120,10 @@ Window::Window(Group& group, void* base, std::size_t bytes, std::uint64_t index)
   }
   context_ = mine.context;
   inbox_ = std::move(inbox);
-  open_ = true;
 }
 
 Window::~Window() {
-  if (open_) release();
+  if (inbox_) release();
 }
 
 void Window::release() {
@@ -138,13 +136,10 @@ void Window::release() {
   engine.contexts().release(context_);
   inbox_.reset();
   peers_.clear();
-  open_ = false;
 }
 
-std::size_t Window::bytesOf(int rank) const { return peer("window", rank).bytes; }
-
 const Window::Peer& Window::peer(const char* what, int rank) const {
-  COMMUX_CHECK(open_, Runtime, "commux: ", what, ": the window is closed");
+  COMMUX_CHECK(inbox_ != nullptr, Runtime, "commux: ", what, ": the window is closed");
   COMMUX_CHECK(rank >= 0 && rank < group_.size(), InvalidArgument, "commux: ", what, ": rank ",
                rank, " is not a rank of this ", group_.size(), "-rank group");
   return peers_[static_cast<std::size_t>(rank)];
@@ -190,12 +185,11 @@ std::shared_ptr<Request> Window::signal(int target, std::chrono::milliseconds ti
   const Peer& to = peer("window signal", target);
   group_.checkUsable();
   const auto source = static_cast<std::uint32_t>(group_.rank());
-  return launched(group_, Request::Kind::Send,
-                  engine::Description::p2p("window signal", "to", target, 0, 0, 0), target,
-                  timeout, [&](Request& r) {
-                    return std::make_shared<engine::WindowSignalOp>(to.route, source, r.parts(),
-                                                                    r.completer());
-                  });
+  return launched(
+      group_, Request::Kind::Send, engine::Description::p2p("window signal", "to", target, 0, 0, 0),
+      target, timeout, [&](Request& r) {
+        return std::make_shared<engine::WindowSignalOp>(to.route, source, r.parts(), r.completer());
+      });
 }
 
 std::shared_ptr<Request> Window::waitSignal(int source, std::chrono::milliseconds timeout) {
@@ -215,16 +209,16 @@ std::shared_ptr<Request> Window::flush(int target, std::chrono::milliseconds tim
   const auto source = static_cast<std::uint32_t>(group_.rank());
   // A get of 0 bytes: answered once the puts this rank sent before it landed.
   return launched(group_, Request::Kind::Send,
-                  engine::Description::p2p("window flush", "to", target, 0, 0, 0), target,
-                  timeout, [&](Request& r) {
+                  engine::Description::p2p("window flush", "to", target, 0, 0, 0), target, timeout,
+                  [&](Request& r) {
                     return std::make_shared<engine::WindowGetOp>(
-                        to.route, source, static_cast<std::uint32_t>(target), context_, nullptr,
-                        0, std::nullopt, 0, nullptr, r.parts(), r.completer());
+                        to.route, source, static_cast<std::uint32_t>(target), context_, nullptr, 0,
+                        std::nullopt, 0, nullptr, r.parts(), r.completer());
                   });
 }
 
 void Window::close(std::chrono::milliseconds timeout) {
-  COMMUX_CHECK(open_, Runtime, "commux: window close: the window is closed already");
+  COMMUX_CHECK(inbox_ != nullptr, Runtime, "commux: window close: the window is closed already");
   std::vector<std::shared_ptr<const engine::Route>> others;
   for (int r = 0; r < group_.size(); ++r) {
     if (r != group_.rank()) others.push_back(peers_[static_cast<std::size_t>(r)].route);
@@ -235,9 +229,9 @@ void Window::close(std::chrono::milliseconds timeout) {
       group_.sharedEngine());
   try {
     group_.launch(request,
-                  std::make_shared<engine::CloseWindowOp>(
-                      inbox_, std::move(others), static_cast<std::uint32_t>(group_.rank()),
-                      request->parts(), request->completer()),
+                  std::make_shared<engine::CloseWindowOp>(inbox_, std::move(others),
+                                                          static_cast<std::uint32_t>(group_.rank()),
+                                                          request->parts(), request->completer()),
                   std::nullopt);
     request->wait(timeout);
     if (auto error = request->error()) std::rethrow_exception(error);

@@ -41,8 +41,8 @@ class Window {
   /// `signal`) signals it. Done once `data` may be reused; the target sees the data when
   /// a later signal from this rank (or a flush) completes. Raises InvalidArgument, before
   /// anything moves, when it does not fit the target's window.
-  std::shared_ptr<Request> put(const void* data, std::size_t bytes, int target,
-                               std::size_t offset, bool signal, std::chrono::milliseconds timeout);
+  std::shared_ptr<Request> put(const void* data, std::size_t bytes, int target, std::size_t offset,
+                               bool signal, std::chrono::milliseconds timeout);
   /// A signal to `target`, released there after every put this rank sent it before.
   std::shared_ptr<Request> signal(int target, std::chrono::milliseconds timeout);
   /// Done when a signal from `source` arrived (each signal satisfies one wait).
@@ -52,10 +52,6 @@ class Window {
   /// Collective: done when every rank has closed, after every put into this window landed.
   /// Later calls raise.
   void close(std::chrono::milliseconds timeout);
-
-  std::size_t bytes() const noexcept { return bytes_; }
-  /// The size of rank `rank`'s window.
-  std::size_t bytesOf(int rank) const;
 
  private:
   struct Peer {
@@ -67,12 +63,10 @@ class Window {
 
   Group& group_;
   char* base_;
-  std::size_t bytes_;
   std::uint64_t index_;
   std::uint32_t context_ = 0;
   std::shared_ptr<engine::WindowInbox> inbox_;
   std::vector<Peer> peers_;
-  bool open_ = false;
 };
 
 }  // namespace commux::group

@@ -140,11 +140,7 @@ impl Comm {
         let mut async_error = ffi::SUCCESS;
         // SAFETY: a live handle and a valid out-pointer.
         check(unsafe { ffi::commuxCommGetAsyncError(self.raw, &mut async_error) })?;
-        if async_error == ffi::SUCCESS {
-            Ok(())
-        } else {
-            Err(Error::last(async_error))
-        }
+        check(async_error)
     }
     /// The orderly end (commuxCommFinalize): returns once every rank called it, so that no
     /// rank's exit fails a peer's last operation.
