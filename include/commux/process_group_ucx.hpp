@@ -57,9 +57,12 @@ class ProcessGroupUCX : public c10d::Backend {
   /// collective set-up (shared memory, the host layout) starts at once on a thread of its
   /// own when `setUpInBackground`, else at the first collective; pass false for a store
   /// whose calls need the caller's lock (one implemented in Python needs the GIL).
+  /// `unconfigured` (torch's enable_reconfigure): the group has no members yet and refuses
+  /// every operation ("not initialized") until reconfigure() gives it its members; it
+  /// writes nothing under the store's keys for `rank` until then.
   ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                   std::chrono::milliseconds timeout = kDefaultTimeout,
-                  bool setUpInBackground = true);
+                  bool setUpInBackground = true, bool unconfigured = false);
   ~ProcessGroupUCX() override;
 
   const std::string getBackendName() const override { return "ucx"; }
@@ -83,6 +86,27 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
   bool supportsSplitting() const override { return true; }
+#ifdef COMMUX_TORCH_HAS_IS_INITIALIZED
+  /// False while a group made with enable_reconfigure waits for its first reconfigure (or
+  /// after one that failed).
+  bool isInitialized() override;
+#endif
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  /// torch's fault-tolerance membership change (src/c10d/reconfigure.cpp). Not while
+  /// another thread issues or waits on this group's operations.
+  bool supportsReconfigure() const override { return true; }
+  /// "ucx:<rank>:<uuid>:<instance>": this group as its peers name it in reconfigure();
+  /// exchanged out of band, and changed by every reconfigure.
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  /// The members are the processes whose handles `opts.handles` holds (ranks in list order,
+  /// or sorted handles for a set); every one calls it with the same handles and uuid. What
+  /// is in flight on the old membership is aborted (its members hear that this one left);
+  /// returns once every member has joined, within `opts.timeout` (the group's timeout by
+  /// default), else raises and the group stays not initialized until a reconfigure
+  /// succeeds. Meets over this group's store under the uuid's own prefix: a reused uuid
+  /// is refused on every member.
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+#endif
   /// The subgroup of the parent-group ranks `ranks`, or null when this rank is not in it.
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,
@@ -98,6 +122,14 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> shrink(
       const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
       const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
+#endif
+  /// Waits until every member has made the group, at most `timeout` (the group's when
+  /// negative), and watches them all from then on; raises naming the missing ranks ("connect
+  /// timeout after"). A group otherwise meets its peers at its first operation.
+  void connect(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
+#ifdef COMMUX_TORCH_HAS_EAGER_CONNECT
+  /// init_process_group(device_id=...): connect() within the group's timeout.
+  void eagerConnectSingleDevice(at::Device) override { connect(); }
 #endif
   /// The group's options (backend name, timeout), which torch's split_group hands to split().
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions();
@@ -302,8 +334,13 @@ class ProcessGroupUCX : public c10d::Backend {
                                               bool uniform, std::chrono::milliseconds timeout,
                                               const char* schedule = nullptr);
 
+  /// 16 hex digits that tell this group apart from any other process's or group's.
+  static std::string makeInstanceId();
+
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
+  const std::string instanceId_ = makeInstanceId();
+  std::int64_t reconfigureUuid_ = -1;  // of the last successful reconfigure
   std::atomic<std::uint64_t> windows_{0};  // windows made so far (collectively, in order)
   std::atomic<std::uint64_t> shrinks_{0};  // groups shrunk from this one, in order
   // Guards coalesced_ and keptAlive_.

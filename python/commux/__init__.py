@@ -108,6 +108,9 @@ def _create_backend(dist_options, backend_options=None):
         dist_options.group_size,
         dist_options.timeout,
         not _store_is_python(dist_options.store),
+        # torch >= 2.15: init_process_group(enable_reconfigure=True) makes the group wait
+        # for dist._reconfigure to give it its members.
+        bool(getattr(dist_options, "enable_reconfigure", False)),
     )
 
 

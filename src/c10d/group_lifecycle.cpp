@@ -109,6 +109,10 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupUCX::shrink(
 }
 #endif
 
+void ProcessGroupUCX::connect(std::chrono::milliseconds timeout) {
+  group_->connectAll(timeout.count() >= 0 ? timeout : timeout_);
+}
+
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupUCX::getBackendOptions() {
   return c10::make_intrusive<c10d::Backend::Options>(getBackendName(), timeout_);
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "c10d/c10d_store.hpp"
 #include "config/process_engine.hpp"
@@ -43,12 +44,28 @@ bool packs(const std::vector<at::Tensor>& tensors) {
 
 ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout,
-                                 bool setUpInBackground)
+                                 bool setUpInBackground, bool unconfigured)
     : c10d::Backend(rank, size), store_(store), timeout_(timeout) {
+  if (unconfigured) {
+    // A stand-in of one member under keys of its own: `rank` may be another member's
+    // until reconfigure() says who is who.
+    group_ = std::make_unique<group::Group>(
+        std::make_shared<C10dStore>(c10::make_intrusive<c10d::PrefixStore>(
+            "commux/unconfigured/" + instanceId_ + "/", store)),
+        0, 1, processEngine(static_cast<std::size_t>(size)), setUpInBackground);
+    group_->holdUnconfigured();
+    return;
+  }
   group_ = std::make_unique<group::Group>(std::make_shared<C10dStore>(store), rank, size,
                                           processEngine(static_cast<std::size_t>(size)),
                                           setUpInBackground);
 }
+
+#ifdef COMMUX_TORCH_HAS_IS_INITIALIZED
+bool ProcessGroupUCX::isInitialized() {
+  return group_->state() != group::Group::State::Unconfigured;
+}
+#endif
 
 ProcessGroupUCX::~ProcessGroupUCX() {
   // Without the GIL (torch's own groups are destroyed so too): the group's teardown waits

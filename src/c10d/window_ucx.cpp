@@ -472,9 +472,9 @@ void WindowUCX::checkAlive(const char* what, int rank) const {
   // message to it fails (group::Group::checkHealthy), naming the rank.
   const std::string why = group_->group_->deadWhy(rank);
   if (!why.empty()) {
-    C10_THROW_ERROR(DistBackendError, std::string("commux: ") + what + ": rank " +
-                                          std::to_string(rank) + " died (" + why +
-                                          "); operations with it fail from now on");
+    C10_THROW_ERROR(DistBackendError, std::string("commux: ") + what + ": " +
+                                          core::lostMember(rank, why) +
+                                          "; operations with it fail from now on");
   }
 }
 

@@ -286,8 +286,8 @@ commuxResult_t commuxCommFinalize(commuxComm_t comm) {
                      "commux: commuxCommFinalize: ", what, ": the communicator is unhealthy (",
                      status.reason, ")");
         COMMUX_CHECK(std::chrono::steady_clock::now() < deadline, Backend,
-                     "commux: commuxCommFinalize: ", what, ": Timed out after ", limit.count(),
-                     " ms");
+                     "commux: commuxCommFinalize: ", what, ": Timed out waiting for the other ranks (timed out after ",
+                     limit.count(), " ms)");
         std::this_thread::sleep_for(pause);
         pause = std::min(pause * 2, std::chrono::milliseconds(50));
       }

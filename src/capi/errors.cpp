@@ -17,9 +17,10 @@ commuxResult_t codeOf(const core::ErrorReading& reading) {
     case core::ErrorKind::Runtime:
       return commuxInvalidUsage;
     case core::ErrorKind::Backend:
-      // The engine's timeouts are Backend errors in Gloo's words ("Timed out after"),
-      // which torch's users match on; the C API gives them a code of their own.
-      return reading.message.find(": Timed out after ") != std::string::npos ? commuxTimeout
+      // The engine's timeouts are Backend errors in gloo's words ("Timed out waiting ...
+      // (timed out after N ms)"), which torch's users match on; the C API gives them a
+      // code of their own.
+      return reading.message.find(" (timed out after ") != std::string::npos ? commuxTimeout
                                                                               : commuxRemoteError;
     case core::ErrorKind::Network:
     case core::ErrorKind::Store:

@@ -4,13 +4,57 @@
 
 namespace commux::core {
 
-bool GroupHealth::markDead(int rank, const std::string& why) {
+std::string lostMember(int rank, const std::string& why) {
+  const bool left = why.rfind(kClosedByPeer, 0) == 0;
+  return "rank " + std::to_string(rank) + (left ? " left the group" : " died") +
+         (why.empty() ? "" : " (" + why + ")");
+}
+
+namespace {
+
+// Wrap-safe "collective `sequence` comes before `through`".
+bool before(std::uint32_t sequence, std::uint32_t through) {
+  return static_cast<std::int32_t>(sequence - through) < 0;
+}
+
+}  // namespace
+
+bool GroupHealth::markDead(int rank, const std::string& why,
+                           std::optional<std::uint32_t> through) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto& slot = dead_.at(static_cast<std::size_t>(rank));
   if (!slot.empty()) return false;
   slot = why.empty() ? "it was found dead" : why;
+  through_[static_cast<std::size_t>(rank)] = through;
+  order_.push_back(rank);
   anyDead_.store(true, std::memory_order_release);
   return true;
+}
+
+std::optional<std::uint32_t> GroupHealth::leftThrough(int rank) const {
+  if (!anyDead()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return through_.at(static_cast<std::size_t>(rank));
+}
+
+int GroupHealth::firstDeadFor(std::uint32_t sequence, std::string* why) const {
+  if (!anyDead()) return -1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const int r : order_) {
+    const auto& through = through_[static_cast<std::size_t>(r)];
+    if (through && before(sequence, *through)) continue;
+    if (why != nullptr) *why = dead_[static_cast<std::size_t>(r)];
+    return r;
+  }
+  return -1;
+}
+
+bool GroupHealth::lostFor(int rank, std::uint32_t sequence) const {
+  if (!anyDead()) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto r = static_cast<std::size_t>(rank);
+  if (r >= dead_.size() || dead_[r].empty()) return false;
+  return !(through_[r] && before(sequence, *through_[r]));
 }
 
 std::string GroupHealth::deadWhy(int rank) const {
@@ -22,13 +66,9 @@ std::string GroupHealth::deadWhy(int rank) const {
 int GroupHealth::firstDead(std::string* why) const {
   if (!anyDead()) return -1;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (std::size_t r = 0; r < dead_.size(); ++r) {
-    if (!dead_[r].empty()) {
-      if (why != nullptr) *why = dead_[r];
-      return static_cast<int>(r);
-    }
-  }
-  return -1;
+  if (order_.empty()) return -1;
+  if (why != nullptr) *why = dead_[static_cast<std::size_t>(order_.front())];
+  return order_.front();
 }
 
 std::vector<int> GroupHealth::deadRanks() const {

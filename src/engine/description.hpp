@@ -5,6 +5,7 @@
 // allocations, a visible share of an 8-byte send (docs/performance.md).
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace commux::engine {
@@ -28,6 +29,10 @@ class Description {
                                 std::uint32_t seq);
 
   std::string str() const;
+  /// A collective's number in its group (the "#seq" above); absent for anything else.
+  std::optional<std::uint32_t> sequence() const {
+    return form_ == Form::Collective ? std::optional<std::uint32_t>(seq_) : std::nullopt;
+  }
 
  private:
   enum class Form : std::uint8_t { Empty, Text, P2P, Collective };

@@ -54,6 +54,8 @@ class Op : public std::enable_shared_from_this<Op> {
 
   /// For messages: formatted on each call.
   std::string description() const { return description_.str(); }
+  /// A collective's number in its group; absent for anything else.
+  std::optional<std::uint32_t> sequence() const { return description_.sequence(); }
   /// The caller's CUDA stream (set for operations on CUDA tensors): work done for the
   /// caller after the transfer (copies back, AVG division) is queued on it, so the
   /// caller's later kernels see the result without a host synchronisation.

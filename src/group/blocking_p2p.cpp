@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/group_health.hpp"
 #include "engine/blocking_transfer.hpp"
 #include "engine/description.hpp"
 #include "engine/engine.hpp"
@@ -31,12 +32,10 @@ void finish(Group& group, engine::BlockingTransfer& transfer, bool isSend, int p
   if (!transfer.ended()) {
     std::string stopped;  // why the wait ended before the transfer did
     const auto interrupted = [&] {
-      using State = Group::State;
-      const State s = group.state();
-      if (s != State::Running) {
-        stopped = std::string("the group was ") + (s == State::Aborted ? "aborted" : "shut down");
+      if (group.state() != Group::State::Running) {
+        stopped = group.stateText();
       } else if (std::string why = group.deadWhy(peer); !why.empty()) {
-        stopped = "rank " + std::to_string(peer) + " died (" + why + ")";
+        stopped = core::lostMember(peer, why);
       }
       return !stopped.empty();
     };
@@ -44,9 +43,10 @@ void finish(Group& group, engine::BlockingTransfer& transfer, bool isSend, int p
                                          kLookEvery);
     if (end != engine::Engine::WaitEnd::Done) {
       if (stopped.empty()) {
-        // "Timed out" in Gloo's words, as Request::wait says it.
-        stopped = "Timed out after " + std::to_string(limit.count()) +
-                  " ms; the operation was cancelled and the group stays usable";
+        // In gloo's words, as Request::wait says it.
+        stopped = "Timed out waiting for it to complete (timed out after " +
+                  std::to_string(limit.count()) +
+                  " ms); the operation was cancelled and the group stays usable";
       }
       // What arrived before the cancel still completes it, as a Request's failAfterDraining.
       if (!transfer.cancel(kCancelWait) || transfer.status() != UCS_OK) {
@@ -71,7 +71,7 @@ void finish(Group& group, engine::BlockingTransfer& transfer, bool isSend, int p
     COMMUX_FAIL(Backend, engine::truncatedMessage(describe(), false, bytes, info));
   }
   if (std::string why = group.deadWhy(peer); !why.empty()) {
-    COMMUX_FAIL(Backend, "commux: ", describe(), ": rank ", peer, " died (", why, ")");
+    COMMUX_FAIL(Backend, "commux: ", describe(), ": ", core::lostMember(peer, why));
   }
   COMMUX_FAIL(Backend, "commux: ", describe(), " failed: ", ucs_status_string(status));
 }
@@ -87,8 +87,8 @@ bool sendBlocking(Group& group, const void* data, std::size_t bytes, int to, int
     // As the ordinary path: a dead peer receives nothing, so a send to it fails now.
     const std::string why = group.deadWhy(to);
     COMMUX_CHECK(why.empty(), Backend, "commux: ",
-                 engine::Description::p2p("send", "to", to, tag, bytes, 1).str(), ": rank ", to,
-                 " died (", why, "); operations with it fail from now on");
+                 engine::Description::p2p("send", "to", to, tag, bytes, 1).str(), ": ",
+                 core::lostMember(to, why), "; operations with it fail from now on");
   }
   engine::BlockingTransfer transfer(group.engine());
   if (!transfer.sendIfFree(*route, bytes == 0 ? nullptr : data, bytes,

@@ -16,6 +16,11 @@ namespace commux {
 namespace {
 
 using Notice = std::array<std::uint8_t, DeathRelay::kNoticeBytes>;
+// Where a notice's fields lie.
+constexpr std::size_t kRankAt = 0;
+constexpr std::size_t kLeftAt = 4;     // 1 when the rank left (its process lives on)
+constexpr std::size_t kThroughAt = 5;  // the first collective it did not do, when it left
+constexpr std::size_t kTextAt = 9;
 
 // Each operation keeps the notice it sends or receives into alive: a cancelled receive may
 // still be UCX's after the relay closed, and one notice feeds several sends.
@@ -51,6 +56,7 @@ DeathRelay::~DeathRelay() { close(); }
 
 void DeathRelay::post(const std::shared_ptr<State>& state) {
   std::weak_ptr<State> weak = state;
+  state->buffer->fill(0);  // a shorter notice leaves nothing of the previous one
   auto op = std::make_shared<engine::P2POp>(
       engine::P2POp::Kind::Recv, bufferOf(state->buffer), nullptr,
       wire::controlTag(state->context, 0), wire::kControlMask, false,
@@ -63,16 +69,23 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
         // Any other failure (a notice cut short by its dying sender, a malformed one) costs
         // that notice only: the receive is posted again below, so this rank never goes deaf.
         // When the engine stops, posting fails quietly and that is the end.
-        if (!error) {
+        // A notice of any other form (a sender of another build) is dropped.
+        if (!error && state->buffer->at(kLeftAt) <= 1) {
           const auto* bytes = state->buffer->data();
           std::int32_t dead = -1;
-          std::memcpy(&dead, bytes, sizeof(dead));
-          const char* text = reinterpret_cast<const char*>(bytes + sizeof(dead));
-          std::string why(text, strnlen(text, kNoticeBytes - sizeof(dead)));
+          std::memcpy(&dead, bytes + kRankAt, sizeof(dead));
+          std::optional<std::uint32_t> through;
+          if (bytes[kLeftAt] == 1) {
+            std::uint32_t value = 0;
+            std::memcpy(&value, bytes + kThroughAt, sizeof(value));
+            through = value;
+          }
+          const char* text = reinterpret_cast<const char*>(bytes + kTextAt);
+          std::string why(text, strnlen(text, kNoticeBytes - kTextAt));
           // The chain of ranks it came through, as each receiver appends its sender.
           why += (why.empty() ? "" : "; ") + std::string("told by rank ") + std::to_string(source);
           try {
-            state->onNotice(dead, why, source);
+            state->onNotice(dead, why, source, through);
           } catch (const std::exception&) {
             // The engine is stopping (failing what waits needs its queue): nothing to save.
           }
@@ -88,14 +101,19 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
 }
 
 void DeathRelay::tell(int dead, const std::string& why,
-                      const std::vector<std::shared_ptr<const engine::Route>>& targets) {
+                      const std::vector<std::shared_ptr<const engine::Route>>& targets,
+                      std::optional<std::uint32_t> through) {
   if (targets.empty()) return;
   auto notice = std::make_shared<Notice>();  // zeroed; the text ends in a zero byte
   auto* bytes = notice->data();
   const std::int32_t rank = dead;
-  std::memcpy(bytes, &rank, sizeof(rank));
-  std::memcpy(bytes + sizeof(rank), why.data(),
-              std::min<std::size_t>(why.size(), kNoticeBytes - sizeof(rank) - 1));
+  std::memcpy(bytes + kRankAt, &rank, sizeof(rank));
+  if (through) {
+    bytes[kLeftAt] = 1;
+    std::memcpy(bytes + kThroughAt, &*through, sizeof(*through));
+  }
+  std::memcpy(bytes + kTextAt, why.data(),
+              std::min<std::size_t>(why.size(), kNoticeBytes - kTextAt - 1));
   for (const auto& route : targets) {
     if (!route) continue;
     auto op = std::make_shared<engine::P2POp>(

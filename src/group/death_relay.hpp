@@ -15,10 +15,14 @@
 // before it have died (together with it or earlier), nobody watches it. The group runs no
 // collective after the first death anyway; point-to-point peers are watched by their own
 // routes.
+// The same notices, naming their sender, say that a member leaves the group (it destroyed,
+// shut down or aborted it while its process lives on): every group listens for them from
+// construction on (Group::tellLeaving).
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,9 +35,12 @@ class Engine;
 
 class DeathRelay {
  public:
-  /// `onNotice(rank, why, from)` runs under the worker lock when rank `from`'s notice of
-  /// `rank`'s death arrives; it must not block on anything a completion callback may hold.
-  using OnNotice = std::function<void(int rank, const std::string& why, int from)>;
+  /// `onNotice(rank, why, from, through)` runs under the worker lock when rank `from`'s
+  /// notice of `rank`'s death arrives (`through` absent), or of its leaving (`through`: the
+  /// number of the first collective it did not do its part in); it must not block on
+  /// anything a completion callback may hold.
+  using OnNotice = std::function<void(int rank, const std::string& why, int from,
+                                      std::optional<std::uint32_t> through)>;
 
   /// Posts the standing receive of the group whose context here is `context`.
   DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t context, int rank,
@@ -43,16 +50,18 @@ class DeathRelay {
   DeathRelay(const DeathRelay&) = delete;
   DeathRelay& operator=(const DeathRelay&) = delete;
 
-  /// Any thread, never blocks or drives the worker: "rank `dead` died (`why`)" to each of
-  /// `targets` (routes to them, known already). A notice that cannot be delivered is
-  /// dropped: its receiver is dead or leaving.
+  /// Any thread, never blocks or drives the worker: "rank `dead` died (`why`)" (or left,
+  /// with `through`) to each of `targets` (routes to them, known already). A notice that
+  /// cannot be delivered is dropped: its receiver is dead or leaving.
   void tell(int dead, const std::string& why,
-            const std::vector<std::shared_ptr<const engine::Route>>& targets);
+            const std::vector<std::shared_ptr<const engine::Route>>& targets,
+            std::optional<std::uint32_t> through = std::nullopt);
   /// Cancels the standing receive; after it returns onNotice is not running and will not
   /// run again.
   void close();
 
-  /// Bytes of a notice: the rank (4) and the reason, cut to fit.
+  /// Bytes of a notice: the rank (4), whether it left (1) and through which collective
+  /// (4), and the reason, cut to fit.
   static constexpr std::int64_t kNoticeBytes = 256;
 
  private:

@@ -84,8 +84,15 @@ Group::Group(std::shared_ptr<core::KeyValueStore> store, int rank, int size,
   failureListener_ = engine_->addFailureListener(
       [this](const std::string& address, const std::string& why) { onPeerFailed(address, why); });
   try {
+    // Listening before the group is published: a member that leaves at once must be heard.
+    relay_ = std::make_unique<DeathRelay>(
+        engine_, context_, rank_,
+        [this](int peer, const std::string& why, int from, std::optional<std::uint32_t> through) {
+          onNotice(peer, why, from, through);
+        });
     peers_->publish(engine_->address(), context_);
   } catch (...) {
+    if (relay_) relay_->close();
     engine_->removeFailureListener(failureListener_);
     engine_->contexts().release(context_);
     throw;
@@ -102,6 +109,7 @@ Group::~Group() {
     return;
   }
   stopSetUp();  // before anything it uses goes
+  tellLeaving("destroyed");
   // First: a notice arriving now would mark a rank dead in a group that is going away.
   if (relay_) relay_->close();
   engine_->removeFailureListener(failureListener_);
@@ -130,16 +138,48 @@ void Group::checkSameProcess() const {
 
 void Group::checkUsable() const {
   checkSameProcess();
-  const State s = state();
-  if (s == State::Running) return;
-  COMMUX_FAIL(Backend, "commux: this process group was ",
-              s == State::Aborted ? "aborted" : "shut down", "; create a new one to communicate");
+  if (state() == State::Running) return;
+  COMMUX_FAIL(Backend, "commux: ", stateText(),
+              state() == State::Unconfigured ? "" : "; create a new one to communicate");
+}
+
+std::string Group::stateText() const {
+  switch (state()) {
+    case State::Running: return "";
+    case State::ShutDown: return "the process group was shut down";
+    case State::Aborted: return "the process group was aborted";
+    case State::Unconfigured:
+      return "process group not initialized: it was made to be reconfigured "
+             "(enable_reconfigure=True), and reconfigure() has not given it its members yet";
+  }
+  return "";
+}
+
+void Group::connectAll(std::chrono::milliseconds limit) {
+  checkUsable();
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  auto pause = std::chrono::milliseconds(1);
+  for (std::vector<int> missing = peers_->unpublished(); !missing.empty();
+       missing = peers_->unpublished()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string ranks;
+      for (const int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      COMMUX_FAIL(Backend, "commux: connect timeout after ", limit.count(), "ms: rank",
+                  missing.size() > 1 ? "s " : " ", ranks, " of ", size_,
+                  " never made the group (no address of theirs in the store); timed out after ",
+                  limit.count(), " ms");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  peers_->resolveAll("connecting to every member");
 }
 
 void Group::abort() {
   if (inheritedByFork()) return;  // the parent's operations are the parent's to abort
   state_.store(State::Aborted, std::memory_order_release);
   setUpStop_.store(true, std::memory_order_release);
+  const std::uint32_t through = firstUndone();  // before the aborts below make it look done
   std::vector<std::weak_ptr<Request>> inflight;
   {
     std::lock_guard<std::mutex> lock(trackMutex_);
@@ -148,12 +188,64 @@ void Group::abort() {
   for (const auto& weak : inflight) {
     if (auto request = weak.lock()) request->abort();
   }
+  tellLeaving("aborted", through);
 }
 
 void Group::shutdown() {
   State expected = State::Running;
   state_.compare_exchange_strong(expected, State::ShutDown, std::memory_order_acq_rel);
   setUpStop_.store(true, std::memory_order_release);
+  // Operations in flight still finish, with the peers they need: then the notice waits
+  // for the group's destruction.
+  bool idle = true;
+  {
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    for (const auto& weak : inflight_) {
+      const auto request = weak.lock();
+      if (request && !request->done()) idle = false;
+    }
+  }
+  if (idle) tellLeaving("shut down");
+}
+
+std::uint32_t Group::firstUndone() {
+  std::uint32_t through = sequence_.load();
+  std::lock_guard<std::mutex> lock(trackMutex_);
+  for (const auto& weak : inflight_) {
+    const auto request = weak.lock();
+    if (!request || request->succeeded()) continue;
+    if (const auto s = request->parts().sequence();
+        s && static_cast<std::int32_t>(*s - through) < 0) {
+      through = *s;
+    }
+  }
+  return through;
+}
+
+void Group::tellLeaving(const char* how, std::optional<std::uint32_t> through) {
+  if (inheritedByFork() || !relay_ || toldLeaving_.exchange(true)) return;
+  // The others' collectives before `through` complete from what this rank sent; from it
+  // on they fail.
+  if (!through) through = firstUndone();
+  // Those whose records this rank read: every member once a collective ran, else the
+  // peers it exchanged messages with (a peer it never reached is not waiting on it).
+  std::vector<std::shared_ptr<const engine::Route>> routes;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || !health_->deadWhy(r).empty()) continue;
+    if (auto route = peers_->reachable(r)) routes.push_back(std::move(route));
+  }
+  relay_->tell(rank_, std::string("it ") + how + " its process group", routes, *through);
+}
+
+void Group::onNotice(int peer, const std::string& why, int from,
+                     std::optional<std::uint32_t> through) {
+  if (peer < 0 || peer >= size_ || peer == rank_ || from < 0 || from >= size_) return;
+  // A member's own notice says it left (with `through`); a notice about another member is
+  // a death relayed by one that watches it (groups that span hosts; it may come before
+  // this rank's own relay has its watches), or a leave relayed so.
+  if (peer == from && !through) return;
+  markDead(peer, peer == from ? std::string(core::kClosedByPeer) + ": " + why : why, from,
+           through);
 }
 
 // --- Health --------------------------------------------------------------------------
@@ -178,7 +270,8 @@ void Group::onPeerFailed(const std::string& address, const std::string& why) {
   }
 }
 
-void Group::markDead(int peer, const std::string& why, int from) {
+void Group::markDead(int peer, const std::string& why, int from,
+                     std::optional<std::uint32_t> through) {
   std::vector<std::shared_ptr<Request>> victims;
   // Requests looked at and left alone: let go of outside the lock (the last reference may
   // free a front end's buffers, and a tensor made in Python takes the GIL as it goes).
@@ -187,24 +280,33 @@ void Group::markDead(int peer, const std::string& why, int from) {
     // Under trackMutex_, as launch() checks: an operation is either refused there or found
     // in flight here.
     std::lock_guard<std::mutex> lock(trackMutex_);
-    if (!health_->markDead(peer, why)) return;
+    if (!health_->markDead(peer, why, through)) return;
     for (const auto& weak : inflight_) {
       auto request = weak.lock();
       if (!request) continue;
-      (!request->done() && request->involves(peer) ? victims : others)
+      // A member that left did its part in the collectives before `through`.
+      const auto s = request->parts().sequence();
+      const bool done = through && s && static_cast<std::int32_t>(*s - *through) < 0;
+      (!request->done() && request->involves(peer) && !done ? victims : others)
           .push_back(std::move(request));
     }
   }
   others.clear();
-  if (auto channel = std::atomic_load(&shm_)) channel->peerDied(peer, why);
-  const std::string died = "rank " + std::to_string(peer) + " died (" + why + ")";
+  if (auto channel = std::atomic_load(&shm_)) {
+    if (through) {
+      channel->peerLeft(peer, why, *through);
+    } else {
+      channel->peerDied(peer, why);
+    }
+  }
+  const std::string died = core::lostMember(peer, why);
   for (auto& request : victims) {
     request->failAfterDraining(
         engine::commError("commux: " + request->description() + ": " + died), peer);
   }
   // After health_ knows it: startRelay relays the deaths known when it is ready, so each
   // one goes out from here or from there.
-  if (relayReady_.load()) relayDeath(peer, why, from);
+  if (relayReady_.load()) relayDeath(peer, why, from, through);
 }
 
 std::vector<int> Group::knownRanks() const { return peers_->knownRanks(); }
@@ -233,22 +335,20 @@ void Group::startRelay() {
     }
     for (const auto& other : layout.hosts) reachable.push_back(other.front());
   }
-  // Listening before watching: a notice sent as soon as the others watch must find it.
-  relay_ = std::make_unique<DeathRelay>(
-      engine_, context_, rank_, [this](int peer, const std::string& why, int from) {
-        if (peer >= 0 && peer < size_ && peer != rank_ && from >= 0 && from < size_) {
-          markDead(peer, why, from);
-        }
-      });
+  // The relay listens from construction on: a notice sent as soon as the others watch
+  // finds it.
   peers_->prefetch(reachable);
   peers_->get(watched);  // watched from now on (onResolved)
   relayReady_.store(true);
   // Seen before now (here or by a notice that waited): relayed as if seen here, which may
   // tell a leader what it knows already; the receiver drops what it knew.
-  for (int dead : health_->deadRanks()) relayDeath(dead, health_->deadWhy(dead), -1);
+  for (int dead : health_->deadRanks()) {
+    relayDeath(dead, health_->deadWhy(dead), -1, health_->leftThrough(dead));
+  }
 }
 
-void Group::relayDeath(int peer, const std::string& why, int from) {
+void Group::relayDeath(int peer, const std::string& why, int from,
+                       std::optional<std::uint32_t> through) {
   const HostLayout& layout = *layout_;
   const int myHost = layout.hostOf[rank_];
   const auto& host = layout.hosts[myHost];
@@ -273,7 +373,7 @@ void Group::relayDeath(int peer, const std::string& why, int from) {
     // Read in startRelay: no store request on this (watch or driver) thread.
     if (auto route = peers_->reachable(r)) routes.push_back(std::move(route));
   }
-  relay_->tell(peer, why, routes);
+  relay_->tell(peer, why, routes, through);
 }
 
 std::string Group::checkHealthy(const Request& request) {
@@ -287,12 +387,13 @@ std::string Group::checkHealthy(const Request& request) {
   if (request.peer() >= 0) {
     why = health_->deadWhy(request.peer());
     if (!why.empty()) dead = request.peer();
+  } else if (const auto sequence = request.parts().sequence()) {
+    dead = health_->firstDeadFor(*sequence, &why);  // members that left before it count
   } else {
     dead = health_->firstDead(&why);
   }
   if (dead < 0) return "";
-  std::string message = "commux: " + request.description() + ": rank " + std::to_string(dead) +
-                        " died (" + why + ")";
+  std::string message = "commux: " + request.description() + ": " + core::lostMember(dead, why);
   // A dead peer receives nothing: a send fails now. Receives and collectives may still
   // complete from messages it sent before it died.
   COMMUX_CHECK(request.kind() != Request::Kind::Send, Backend, message,
@@ -310,9 +411,9 @@ void Group::checkCollectivesAllowed(const char* what) {
   if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
     if (const int dead = channel->deadRank(); dead >= 0) {
       // Found dead by this rank's watch or another survivor's: no collective can finish.
-      std::string why = health_->deadWhy(dead);
-      COMMUX_FAIL(Backend, "commux: ", what, ": rank ", dead, " died",
-                  why.empty() ? "" : " (" + why + ")",
+      const std::string why = health_->deadWhy(dead);
+      COMMUX_FAIL(Backend, "commux: ", what, ": ",
+                  why.empty() ? channel->brokenReason() : core::lostMember(dead, why),
                   "; this group runs no more collectives; create a new group without "
                   "it to go on");
     }
@@ -331,12 +432,11 @@ void Group::checkCollectivesAllowed(const char* what) {
 Group::Status Group::status() const {
   Status h;
   h.deadRanks = health_->deadRanks();
-  const State s = state();
   std::string why;
-  if (s != State::Running) {
-    h.reason = std::string("the group was ") + (s == State::Aborted ? "aborted" : "shut down");
+  if (state() != State::Running) {
+    h.reason = stateText();
   } else if (const int dead = health_->firstDead(&why); dead >= 0) {
-    h.reason = "rank " + std::to_string(dead) + " died (" + why + ")";
+    h.reason = core::lostMember(dead, why);
   } else if (auto failure = health_->collectiveFailure(); !failure.empty()) {
     h.reason = "a collective failed: " + failure;
   } else if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
@@ -381,7 +481,7 @@ core::SetupDeaths Group::setupDeaths(const char* what, std::shared_ptr<core::Key
         }
         std::string why;
         const int dead = health_->firstDead(&why);
-        return dead < 0 ? std::string() : "rank " + std::to_string(dead) + " died (" + why + ")";
+        return dead < 0 ? std::string() : core::lostMember(dead, why);
       },
       what};
 }

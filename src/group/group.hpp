@@ -71,14 +71,26 @@ class Group {
   std::uint32_t sequence() const noexcept { return sequence_.load(); }
 
   // --- Its life ---------------------------------------------------------------------
-  enum class State : std::uint8_t { Running, ShutDown, Aborted };
+  /// Unconfigured: a stand-in until the front end gives the group its members (torch's
+  /// enable_reconfigure); it refuses every operation as "not initialized".
+  enum class State : std::uint8_t { Running, ShutDown, Aborted, Unconfigured };
   State state() const noexcept { return state_.load(std::memory_order_acquire); }
+  /// "the group was aborted", "... shut down", "the process group is not initialized ...";
+  /// empty while it runs.
+  std::string stateText() const;
+  /// Makes this (fresh) group a stand-in: State::Unconfigured.
+  void holdUnconfigured() { state_.store(State::Unconfigured, std::memory_order_release); }
   /// True in a child forked after the group was made.
   bool inheritedByFork() const noexcept;
   /// Raises in a child forked after the group was made.
   void checkSameProcess() const;
   /// Raises once the group was aborted or shut down, or in a forked child.
   void checkUsable() const;
+  /// Waits until every member has made the group, at most `limit`, then reads and watches
+  /// them all; raises a Backend error naming the missing ranks at the limit ("connect
+  /// timeout after"). For callers that want a group's membership checked when it is made,
+  /// not at its first operation (gloo connects then).
+  void connectAll(std::chrono::milliseconds limit);
   /// Cancels every operation in flight; later calls raise.
   void abort();
   /// Later calls raise; operations in flight still finish.
@@ -168,9 +180,25 @@ class Group {
   void onPeerFailed(const std::string& address, const std::string& why);
   /// `rank` died: fail what waits on it, refuse what would, and tell who must hear of it
   /// from this rank. `from`: the rank whose notice said so, or -1 when seen here.
-  void markDead(int rank, const std::string& why, int from = -1);
+  /// `through`: it left the group rather than died, having done its part in the
+  /// collectives numbered before it (those are not failed).
+  void markDead(int rank, const std::string& why, int from = -1,
+                std::optional<std::uint32_t> through = std::nullopt);
+  /// A notice from rank `from`: `rank` died (relayed, in a group that spans hosts), or, when
+  /// `rank` is `from`, it left the group (destroyed, shut down or aborted it). Checked: a
+  /// notice naming a rank outside the group, or this rank, is dropped.
+  void onNotice(int rank, const std::string& why, int from, std::optional<std::uint32_t> through);
+  /// Tells every member this rank can reach that it leaves the group (`how`: "destroyed",
+  /// "shut down", "aborted"), once: their operations with it fail at once instead of at
+  /// their timeout, but for collectives numbered before `through` (firstUndone() when
+  /// absent), in which it did its part. Never blocks or drives the worker.
+  void tellLeaving(const char* how, std::optional<std::uint32_t> through = std::nullopt);
+  /// The first collective this rank has not done its part in: the next one, or the
+  /// earliest still in flight or failed.
+  std::uint32_t firstUndone();
   void startRelay();
-  void relayDeath(int rank, const std::string& why, int from);
+  void relayDeath(int rank, const std::string& why, int from,
+                  std::optional<std::uint32_t> through = std::nullopt);
   void failOrphans(const std::string& why);
   void setUp(const std::shared_ptr<core::KeyValueStore>& store);
   void startSetUp();
@@ -213,9 +241,13 @@ class Group {
   std::atomic<bool> setUpFailed_{false};  // setUpError_ is set
   // Set (before shmDecided_) when the group spans hosts and shares memory inside them.
   std::shared_ptr<const HostLayout> layout_;
-  // Set once layout_ is and the relay listens (startRelay); read by markDead on any thread.
+  // The group's notices (a member left; a death relayed across hosts): listening from
+  // construction, before the group is published.
   std::unique_ptr<DeathRelay> relay_;
+  // Set once layout_ is and the relay has its watches (startRelay); read by markDead on any
+  // thread.
   std::atomic<bool> relayReady_{false};
+  std::atomic<bool> toldLeaving_{false};
   // Declared last: destroyed first, so its lane stops while the engine still runs. Read
   // and written with std::atomic_load/store: the watch thread reads it without shmMutex_,
   // which a first collective holds through the (blocking) shared-memory set-up.

@@ -313,6 +313,14 @@ std::vector<std::shared_ptr<const engine::Route>> PeerTable::get(const std::vect
   return out;
 }
 
+std::vector<int> PeerTable::unpublished() const {
+  std::vector<int> missing;
+  for (int r = 0; r < static_cast<int>(routes_.size()); ++r) {
+    if (!known(r) && !store_->check({key(r)})) missing.push_back(r);
+  }
+  return missing;
+}
+
 void PeerTable::resolveAll(std::string_view operation) {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -56,6 +56,9 @@ class PeerTable {
   /// waits for a rank that has not created the group yet (a later call watches it). Reads
   /// through `via`: the group's store, or another connection to it.
   void getPublished(const std::vector<int>& ranks, core::KeyValueStore& via);
+  /// The ranks whose records are not in the store yet (they have not made the group);
+  /// never waits.
+  std::vector<int> unpublished() const;
   /// Reads every rank's record (once, in one store request): a collective's failure
   /// depends on every member.
   void resolveAll(std::string_view operation = {});

@@ -105,9 +105,11 @@ void Request::wait(std::chrono::milliseconds limit) {
                ": waited on inside a coalescing window; with COMMUX_GROUP=1 operations start "
                "at endCoalescing, so end the window first (or wait on the Work it returns)");
   if (done_.done() || waitUntil(std::chrono::steady_clock::now() + limit)) return;
-  // "Timed out" in Gloo's words: torch's own tests and users' scripts match on it.
-  const std::string what =
-      "commux: " + description() + ": Timed out after " + std::to_string(limit.count()) + " ms";
+  // Both of gloo's phrasings ("Timed out waiting", "timed out after"): torch's own tests,
+  // torchft and users' scripts match on them.
+  const std::string what = "commux: " + description() +
+                           ": Timed out waiting for it to complete (timed out after " +
+                           std::to_string(limit.count()) + " ms)";
   const std::string message =
       what + "; the operation was cancelled" +
       (collective() ? "; the group runs no more collectives (the ranks may be out of step), "

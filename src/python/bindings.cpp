@@ -39,10 +39,11 @@ PYBIND11_MODULE(_C, m) {
   py::class_<commux::ProcessGroupUCX, c10d::Backend, c10::intrusive_ptr<commux::ProcessGroupUCX>>(
       m, "ProcessGroupUCX")
       .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds,
-                    bool>(),
+                    bool, bool>(),
            py::arg("store"), py::arg("rank"), py::arg("size"),
            py::arg("timeout") = commux::ProcessGroupUCX::kDefaultTimeout,
-           py::arg("set_up_in_background") = true, py::call_guard<py::gil_scoped_release>())
+           py::arg("set_up_in_background") = true, py::arg("unconfigured") = false,
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("timeout", &commux::ProcessGroupUCX::timeout)
       .def(
           "health",
@@ -62,6 +63,11 @@ PYBIND11_MODULE(_C, m) {
            "This host's shared-memory channel as its leader shaped it (slot and step sizes, "
            "depth, crowded, this process's poll_ns); {} before the group's first collective "
            "and when it has none")
+      .def("connect", &commux::ProcessGroupUCX::connect,
+           py::arg("timeout") = std::chrono::milliseconds(-1),
+           py::call_guard<py::gil_scoped_release>(),
+           "Waits until every member has made the group (at most `timeout`, the group's by "
+           "default) and watches them all; raises naming the missing ranks")
       .def("known_ranks", &commux::ProcessGroupUCX::knownRanks,
            "The ranks whose records this rank has read and whose deaths it watches itself; "
            "in a group that spans hosts the others' deaths reach it through its host's leader")

@@ -16,7 +16,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,10 @@ class Channel {
   void abandon() { steps_.abandon(); }
   /// Any thread: group rank `rank` died; marks the channel broken in its name.
   void peerDied(int rank, const std::string& why = "") { steps_.peerDied(rank, why); }
+  /// Any thread: group rank `rank` left the group (its process lives on) having done its
+  /// part in the collectives numbered before `through`: those run on; the first one from
+  /// `through` on (running now, or when its turn comes) breaks the channel in its name.
+  void peerLeft(int rank, const std::string& why, std::uint32_t through);
   /// The group rank found dead (by this rank or another survivor), or -1.
   int deadRank() const noexcept { return steps_.deadRank(); }
   /// Why the channel is broken, naming the rank; empty while it is not.
@@ -74,11 +80,24 @@ class Channel {
   /// Waits for `gate` (the part between hosts that this part comes after); throws as a
   /// wait of the steps does when interrupted.
   void passGate(engine::DoneFlag& gate, const Turn& turn);
+  /// Breaks the channel for a member that left (peerLeft) when `sequence` is at or past
+  /// its `through`.
+  void breakIfLeftBefore(std::uint32_t sequence);
 
   std::unique_ptr<Segment> segment_;
   Steps steps_;
   std::shared_ptr<engine::Engine> engine_;
   std::uint64_t hook_ = 0;
+  // A member that left (peerLeft): set once, before leftSet_; the collective the lane runs
+  // (running_, kNone between them) and leftSet_ are each written, then the other read, so
+  // that one of the two sides sees the other.
+  std::mutex leftMutex_;  // guards the three below
+  int leftRank_ = -1;
+  std::string leftWhy_;
+  std::uint32_t leftThrough_ = 0;
+  std::atomic<bool> leftSet_{false};
+  static constexpr std::uint64_t kNone = ~std::uint64_t{0};
+  std::atomic<std::uint64_t> running_{kNone};
   // Last: its thread runs operations on everything above.
   Lane<ChannelOp> lane_;
 };

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "core/error.hpp"
+#include "core/group_health.hpp"
 #include "engine/op.hpp"
 #include "shm/cma.hpp"
 #include "shm/steps_layout.hpp"
@@ -80,19 +81,28 @@ Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const 
 
 int Steps::deadRank() const noexcept {
   if (const int dead = dead_.load(); dead >= 0) return dead;
-  return static_cast<int>(__atomic_load_n(&header_->deadRank, __ATOMIC_ACQUIRE)) - 1;
+  return static_cast<int>(__atomic_load_n(&header_->deadRank, __ATOMIC_ACQUIRE) &
+                          ~layout::kLeftBit) -
+         1;
 }
 
 std::string Steps::brokenReason() const {
-  if (const int dead = deadRank(); dead >= 0) return "rank " + std::to_string(dead) + diedBecause(dead);
+  if (const int dead = deadRank(); dead >= 0) return lost(dead);
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
   if (by == 0) return "";
   return brokenBecause(static_cast<int>(by) - 1);
 }
 
-std::string Steps::diedBecause(int dead) const {
-  std::lock_guard<std::mutex> lock(deadMutex_);
-  return dead_.load() == dead && !deadWhy_.empty() ? " died (" + deadWhy_ + ")" : " died";
+std::string Steps::lost(int dead) const {
+  {
+    std::lock_guard<std::mutex> lock(deadMutex_);
+    if (dead_.load() == dead) return core::lostMember(dead, deadWhy_);
+  }
+  // Heard of through the channel only: another survivor marked it.
+  const bool left = (__atomic_load_n(&header_->deadRank, __ATOMIC_ACQUIRE) & layout::kLeftBit) != 0;
+  return core::lostMember(dead, left ? std::string(core::kClosedByPeer) +
+                                           ": it left the group; another member heard so"
+                                     : std::string());
 }
 
 std::string Steps::brokenBecause(int by) const {
@@ -130,7 +140,9 @@ void Steps::peerDied(int rank, const std::string& why) {
   // The dead rank cannot mark the channel itself; break it in its name, and say so to the
   // survivors whose own watch has not told them yet.
   std::uint32_t nobody = 0;
-  __atomic_compare_exchange_n(&header_->deadRank, &nobody, static_cast<std::uint32_t>(rank) + 1,
+  const bool left = why.rfind(core::kClosedByPeer, 0) == 0;
+  __atomic_compare_exchange_n(&header_->deadRank, &nobody,
+                              (static_cast<std::uint32_t>(rank) + 1) | (left ? layout::kLeftBit : 0),
                               false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   nobody = 0;
   __atomic_compare_exchange_n(&header_->brokenBy, &nobody, static_cast<std::uint32_t>(rank) + 1,
@@ -256,7 +268,7 @@ void Steps::leave(const Turn& turn) {
   if (const int dead = deadRank(); dead >= 0) {
     // With why this process heard of it (its own watch, or whose notice told it), as the
     // group's other errors say it: which of them a collective ends with is a race.
-    COMMUX_FAIL(Backend, "commux: " + what + ": rank " + std::to_string(dead) + diedBecause(dead) +
+    COMMUX_FAIL(Backend, "commux: " + what + ": " + lost(dead) +
                              " during this shared-memory collective");
   }
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);

@@ -199,8 +199,8 @@ class Steps {
   /// waited for (`from`, or every rank when `from` is -1), ending its part of the
   /// collective where the ranks that do not check end theirs, or breaking the channel.
   void checkAgreement(std::uint32_t s, const Turn& turn, int from);
-  /// " died (why)" when this process heard why group rank `dead` died, else " died".
-  std::string diedBecause(int dead) const;
+  /// "rank N died (why)" (or "left the group") as this process heard of group rank `dead`.
+  std::string lost(int dead) const;
   /// The reason the channel is broken when rank `by` broke it (group ranks).
   std::string brokenBecause(int by) const;
 

@@ -12,8 +12,10 @@ namespace commux::shm {
 namespace layout {
 
 // Changes whenever the layout does: ranks of different commux builds refuse each other.
-constexpr std::uint32_t kMagic = 0x364d4853;  // "SHM6"
+constexpr std::uint32_t kMagic = 0x374d4853;  // "SHM7"
 constexpr std::size_t kLine = 64;
+/// Set in Header::deadRank when that rank left the group rather than died.
+constexpr std::uint32_t kLeftBit = 1u << 31;
 constexpr std::size_t kPage = 4096;
 
 inline std::size_t roundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
@@ -31,7 +33,8 @@ struct alignas(layout::kLine) Steps::Header {
   std::uint64_t slotBytes;
   std::uint64_t cmaBytes;
   std::uint32_t brokenBy;    // 0, or 1 + the rank that abandoned a collective
-  std::uint32_t deadRank;    // 0, or 1 + a rank some survivor found dead
+  std::uint32_t deadRank;    // 0, or 1 + a rank some survivor found dead (| kLeftBit: it
+                             // left the group, its process lives on)
   std::uint32_t mismatchBy;  // 0, or 1 + the rank that broke the channel over a mismatch
   std::uint32_t checkAll;    // ChannelShape::checkAll
   std::uint32_t depth;       // ChannelShape::depth

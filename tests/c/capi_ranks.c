@@ -224,7 +224,7 @@ static void test_refusals(commuxComm_t comm, int rank, int size) {
   int32_t never = 0;
   OK(commuxCommSetTimeout(comm, 300));
   REFUSED(commuxRecv(&never, 1, commuxInt32, (rank + 1) % size, 777, comm, NULL, NULL),
-          commuxTimeout, "Timed out after 300 ms");
+          commuxTimeout, "timed out after 300 ms");
   OK(commuxCommSetTimeout(comm, 60000));
   int32_t out = rank, in = -1;
   OK(commuxGroupStart());

@@ -141,7 +141,7 @@ TEST(BlockingP2P, BadInputAndTimeoutsRaiseAndTheGroupGoesOn) {
                          const auto timeout = pg.timeout();
                          pg.setTimeout(200ms);
                          const auto start = std::chrono::steady_clock::now();
-                         expectError([&] { pg.recvBlocking(t, 0, 77); }, "Timed out after 200 ms");
+                         expectError([&] { pg.recvBlocking(t, 0, 77); }, "timed out after 200 ms");
                          check(std::chrono::steady_clock::now() - start < 2s,
                                "the timeout took its time");
                          pg.setTimeout(timeout);

@@ -46,6 +46,9 @@ def _check_group(members: list[int], tag: int) -> None:
     b = torch.arange(16, dtype=torch.int64) if me == n - 1 else torch.zeros(16, dtype=torch.int64)
     dist.broadcast(b, src=n - 1)
     assert torch.equal(b, torch.arange(16, dtype=torch.int64))
+    # Before the last exchange: once a rank is done it may leave, which its peers see.
+    h = commux.health()
+    assert h["healthy"], h
     # Messages matched by (sender, tag): sent in one order, received in the other.
     nxt, prev = (me + 1) % n, (me - 1) % n
     sends = [dist.isend(torch.full((8,), float(me * 10 + t)), dst=nxt, tag=tag + t) for t in (0, 1)]
@@ -55,8 +58,6 @@ def _check_group(members: list[int], tag: int) -> None:
         assert got[0].item() == prev * 10 + t, (t, got)
     for w in sends:
         w.wait()
-    h = commux.health()
-    assert h["healthy"], h
 
 
 def _shrink_after_deaths(rank, world_size, shm):
