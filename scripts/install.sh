@@ -5,12 +5,16 @@
 #   COMMUX_UCX_WHEEL=.. the UCX wheel (default: libucx-cuNN matching torch's CUDA major)
 #   --mpi               also Open MPI (Debian's openmpi-bin, libopenmpi-dev) and mpi4py, for
 #                       `python3 -m commux.bench --mpi` (commux itself never uses MPI)
+#   --torchft           also torchft (PyPI, optional for commux) and what its own tests
+#                       import, for tests/torchft (commux.torchft)
 set -euo pipefail
 with_mpi=0
+with_torchft=0
 for arg in "$@"; do
   case "$arg" in
     --mpi) with_mpi=1 ;;
-    *) echo "usage: scripts/install.sh [--mpi]" >&2; exit 2 ;;
+    --torchft) with_torchft=1 ;;
+    *) echo "usage: scripts/install.sh [--mpi] [--torchft]" >&2; exit 2 ;;
   esac
 done
 cd "$(dirname "$0")/.."
@@ -66,6 +70,15 @@ command -v ninja >/dev/null || "$PY" -c "import ninja" 2>/dev/null || need+=(nin
 # mpi4py builds against the Open MPI installed above.
 if [ "$with_mpi" = 1 ]; then
   "$PY" -c "import mpi4py" 2>/dev/null || pip_install mpi4py
+fi
+# torchft without its dependencies (they would be free to move torch), then those it
+# imports at run time, and what its tests import.
+if [ "$with_torchft" = 1 ]; then
+  "$PY" -c "import torchft" 2>/dev/null || {
+    pip_install --no-deps "torchft==0.2.0"
+    pip_install opentelemetry-api opentelemetry-sdk opentelemetry-exporter-otlp-proto-http
+  }
+  "$PY" -c "import parameterized" 2>/dev/null || pip_install parameterized
 fi
 
 # Build (incrementally, in build/wheel) and install. The C++ unit tests build alongside.

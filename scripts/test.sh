@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 # Each stage's start, in minutes from the top: where CI's time goes (docs/testing.md).
 stage() { printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 # --mpi: Open MPI and mpi4py, for the benchmark test that puts MPI beside commux.
-scripts/install.sh --mpi
+scripts/install.sh --mpi --torchft
 PY=${PYTHON:-python3}
 stage "C++ tests"
 ctest --test-dir build/wheel --output-on-failure --timeout 120

@@ -45,6 +45,7 @@ struct TensorJob;
 class PeerTable;
 class WorkUCX;
 class WindowUCX;
+class BackendHooks;
 
 class ProcessGroupUCX : public c10d::Backend {
   friend class WindowUCX;
@@ -133,8 +134,28 @@ class ProcessGroupUCX : public c10d::Backend {
 #endif
   /// The group's options (backend name, timeout), which torch's split_group hands to split().
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions();
-  /// Cancels every operation in flight; later calls raise.
+  /// Runs the abort hooks, then cancels every operation in flight; later calls raise.
   void abort();
+#ifdef C10D_BACKEND_HAS_HOOKS
+  /// Run by abort() (and shrink's SHRINK_ABORT) before anything is cancelled: commux never
+  /// aborts a group on its own (a failed collective fails, and the group refuses later
+  /// ones), so these run only when someone aborts it.
+  bool supportsAbortHooks() const override { return true; }
+  void registerAbortHook(int64_t hookId, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t hookId) override;
+#endif
+#ifdef COMMUX_TORCH_HAS_COMPLETION_HOOKS
+  /// Run once per operation that completes successfully (Work::getCompletionKey), on the
+  /// thread that completes it, under the worker lock: short, and without the GIL.
+  bool supportsCompletionHooks() const override { return true; }
+  void registerCompletionHook(int64_t hookId, c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(int64_t hookId) override;
+#endif
+#ifdef COMMUX_TORCH_HAS_EPHEMERAL_TIMEOUT
+  /// `timeout` more for every operation made from now on, until the first of them
+  /// completes; calls add up, each ending on its own.
+  void addEphemeralTimeout(const std::chrono::milliseconds& timeout) override;
+#endif
   /// Later calls raise; operations in flight still finish.
   void shutdown();
 
@@ -254,6 +275,9 @@ class ProcessGroupUCX : public c10d::Backend {
   /// Raises in a child forked after the group was made: the group's UCX worker, connections,
   /// store client and shared memory are the parent's, and its threads exist only there.
   void checkSameProcess() const;
+  /// Every operation's first check: checkSameProcess, and a group waiting for its first
+  /// reconfigure raises "not initialized" before its arguments are looked at.
+  void checkEntry() const;
   /// Every collective's first step, before it validates its arguments: the group's
   /// collective set-up (shared memory) at its first collective, so that a rank whose
   /// arguments are refused still takes part and the others never wait for it there (they
@@ -350,6 +374,8 @@ class ProcessGroupUCX : public c10d::Backend {
   std::vector<at::Tensor> keptAlive_;
   // The Works of the open coalescing window, which endCoalescing's Work tracks.
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+  // Abort and completion hooks, ephemeral timeouts (c10d/backend_hooks.hpp).
+  std::shared_ptr<BackendHooks> hooks_;
   // What a group is (members, health, set-up, route, operations in flight): the core's.
   std::unique_ptr<group::Group> group_;
 };

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "c10d/backend_hooks.hpp"
 #include "c10d/coalesced_work.hpp"
 #include "c10d/staging.hpp"
 #include "c10d/validation.hpp"
@@ -93,7 +94,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupUCX::shrink(
   }
   // Its own operations in flight would wait for the excluded ranks; SHRINK_ABORT ends them.
   // The group itself stays as it is otherwise (torch destroys it after this call).
-  if ((shrinkFlags & kShrinkAbort) != 0) group_->abort();
+  if ((shrinkFlags & kShrinkAbort) != 0) abort();
   const auto timeout =
       optsOverride && optsOverride->timeout.count() > 0 ? optsOverride->timeout : timeout_;
   // The k-th shrink of this group on every survivor meets under the same prefix; the
@@ -117,7 +118,38 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupUCX::getBackendOptions() 
   return c10::make_intrusive<c10d::Backend::Options>(getBackendName(), timeout_);
 }
 
-void ProcessGroupUCX::abort() { group_->abort(); }
+void ProcessGroupUCX::abort() {
+  hooks_->runAbortHooks();
+  group_->abort();
+}
+
+#ifdef C10D_BACKEND_HAS_HOOKS
+void ProcessGroupUCX::registerAbortHook(int64_t hookId, c10d::AbortHook hook) {
+  hooks_->registerAbortHook(hookId, std::move(hook));
+}
+
+void ProcessGroupUCX::unregisterAbortHook(int64_t hookId) { hooks_->unregisterAbortHook(hookId); }
+#endif
+
+#ifdef COMMUX_TORCH_HAS_COMPLETION_HOOKS
+void ProcessGroupUCX::registerCompletionHook(int64_t hookId, c10d::CompletionHook hook) {
+  hooks_->registerCompletionHook(hookId, [hook = std::move(hook)](std::uint64_t key) {
+    c10d::CompletionHookArgs args;
+    args.completionKey = key;
+    hook(args);
+  });
+}
+
+void ProcessGroupUCX::unregisterCompletionHook(int64_t hookId) {
+  hooks_->unregisterCompletionHook(hookId);
+}
+#endif
+
+#ifdef COMMUX_TORCH_HAS_EPHEMERAL_TIMEOUT
+void ProcessGroupUCX::addEphemeralTimeout(const std::chrono::milliseconds& timeout) {
+  hooks_->addEphemeralTimeout(timeout);
+}
+#endif
 
 void ProcessGroupUCX::shutdown() { group_->shutdown(); }
 

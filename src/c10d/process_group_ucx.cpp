@@ -7,9 +7,11 @@
 
 #include <algorithm>
 
+#include <ATen/record_function.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "c10d/backend_hooks.hpp"
 #include "c10d/c10d_store.hpp"
 #include "config/process_engine.hpp"
 #include "c10d/staging.hpp"
@@ -40,12 +42,40 @@ bool packs(const std::vector<at::Tensor>& tensors) {
   return tensors.size() > 1 && Config::get().coalesce;
 }
 
+// The profiler's name of an operation (a literal: the span keeps the pointer).
+const char* profilingTitle(c10d::OpType type) {
+  using T = c10d::OpType;
+  switch (type) {
+    case T::BROADCAST: return "commux:broadcast";
+    case T::ALLREDUCE: return "commux:all_reduce";
+    case T::ALLREDUCE_COALESCED: return "commux:all_reduce_coalesced";
+    case T::REDUCE: return "commux:reduce";
+    case T::ALLGATHER: return "commux:all_gather";
+    case T::_ALLGATHER_BASE: return "commux:all_gather_into_tensor";
+    case T::ALLGATHER_COALESCED: return "commux:all_gather_coalesced";
+    case T::GATHER: return "commux:gather";
+    case T::SCATTER: return "commux:scatter";
+    case T::REDUCE_SCATTER: return "commux:reduce_scatter";
+    case T::_REDUCE_SCATTER_BASE: return "commux:reduce_scatter_tensor";
+    case T::ALLTOALL_BASE: return "commux:all_to_all_single";
+    case T::ALLTOALL: return "commux:all_to_all";
+    case T::SEND: return "commux:send";
+    case T::RECV: return "commux:recv";
+    case T::RECVANYSOURCE: return "commux:recv_any_source";
+    case T::BARRIER: return "commux:barrier";
+    default: return "commux:operation";
+  }
+}
+
 }  // namespace
 
 ProcessGroupUCX::ProcessGroupUCX(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout,
                                  bool setUpInBackground, bool unconfigured)
-    : c10d::Backend(rank, size), store_(store), timeout_(timeout) {
+    : c10d::Backend(rank, size),
+      store_(store),
+      timeout_(timeout),
+      hooks_(std::make_shared<BackendHooks>()) {
   if (unconfigured) {
     // A stand-in of one member under keys of its own: `rank` may be another member's
     // until reconfigure() says who is who.
@@ -99,16 +129,26 @@ void ProcessGroupUCX::checkSameProcess() const { group_->checkSameProcess(); }
 
 void ProcessGroupUCX::checkUsable() const { group_->checkUsable(); }
 
+void ProcessGroupUCX::checkEntry() const {
+  group_->checkSameProcess();
+  if (group_->state() == group::Group::State::Unconfigured) group_->checkUsable();
+}
+
 c10::intrusive_ptr<WorkUCX> ProcessGroupUCX::makeWork(c10d::OpType type,
                                                       std::vector<at::Tensor> outputs,
                                                       engine::Description description,
                                                       std::chrono::milliseconds timeout) {
   group_->checkUsable();
-  return c10::make_intrusive<WorkUCX>(
-      rank_, type,
-      std::make_shared<TensorRequest>(type, std::move(outputs),
-                                      timeout.count() >= 0 ? timeout : timeout_,
-                                      std::move(description), group_->sharedEngine()));
+  BackendHooks::Stamp stamp = hooks_->stamp();
+  // A span per operation while the profiler records (as gloo's), and nothing otherwise.
+  const char* title = at::hasCallbacks() ? profilingTitle(type) : nullptr;
+  std::optional<std::vector<at::Tensor>> shapes;
+  if (title != nullptr) shapes = outputs;
+  auto request = std::make_shared<TensorRequest>(
+      type, std::move(outputs), (timeout.count() >= 0 ? timeout : timeout_) + stamp.extra,
+      std::move(description), group_->sharedEngine());
+  if (stamp.onDone) request->addOnFinished(std::move(stamp.onDone));
+  return c10::make_intrusive<WorkUCX>(rank_, type, std::move(request), title, shapes, stamp.key);
 }
 
 void ProcessGroupUCX::launch(const c10::intrusive_ptr<WorkUCX>& work,

@@ -9,7 +9,7 @@
 
 namespace commux {
 
-OpEntry::OpEntry(const ProcessGroupUCX& group) { group.checkSameProcess(); }
+OpEntry::OpEntry(const ProcessGroupUCX& group) { group.checkEntry(); }
 
 CollectiveEntry::CollectiveEntry(ProcessGroupUCX& group) : entry_(group) { group.joinSetUp(); }
 

@@ -69,7 +69,19 @@ std::uint64_t TensorRequest::waitBytes() const {
   return bytes;
 }
 
+void TensorRequest::addOnFinished(std::function<void(bool succeeded)> fn) {
+  if (!onFinished_) {
+    onFinished_ = std::move(fn);
+    return;
+  }
+  onFinished_ = [first = std::move(onFinished_), second = std::move(fn)](bool succeeded) {
+    first(succeeded);
+    second(succeeded);
+  };
+}
+
 void TensorRequest::onDone() {
+  if (onFinished_) onFinished_(error() == nullptr);
   // done() was set before this runs, and future() sets futureAsked_ before it reads done():
   // with a full fence on both sides, one of the two sees the other's write.
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>  // c10d::OpType (in Work.hpp up to torch 2.5)
 
 #include <atomic>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,9 @@ class TensorRequest final : public group::Request {
   /// After a successful wait: the future completes when the thread that completed the
   /// request lets go of the worker; whoever reads it after wait() must find it complete.
   void awaitFuture();
+  /// Runs `fn(succeeded)` as the request completes (under the worker lock: it must be
+  /// short and must not take the GIL); set before launch. A second one runs after the first.
+  void addOnFinished(std::function<void(bool succeeded)> fn);
 
  private:
   void onDone() override;
@@ -56,6 +60,7 @@ class TensorRequest final : public group::Request {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> reads_;
   std::optional<c10::Stream> stream_;
+  std::function<void(bool)> onFinished_;  // hooks, the profiler's span end
   std::mutex futureMutex_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // under futureMutex_
   bool futureClaimed_ = false;  // its completion is someone's (onDone's or future()'s)

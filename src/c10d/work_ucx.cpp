@@ -4,6 +4,21 @@
 
 namespace commux {
 
+WorkUCX::WorkUCX(int rank, c10d::OpType type, std::shared_ptr<TensorRequest> request,
+                 const char* profilingTitle,
+                 const std::optional<std::vector<at::Tensor>>& inputs,
+                 std::uint64_t completionKey)
+    : c10d::Work(rank, type, profilingTitle, inputs),
+      request_(std::move(request)),
+      completionKey_(completionKey) {
+  // c10d::Work opened the span; it ends where the operation does, whoever waits.
+  if (recordFunctionEndCallback_) {
+    request_->addOnFinished(
+        [end = std::move(recordFunctionEndCallback_)](bool) { end(); });
+    recordFunctionEndCallback_ = nullptr;
+  }
+}
+
 WorkUCX::~WorkUCX() = default;
 
 int WorkUCX::sourceRank() const {

@@ -27,8 +27,12 @@ inline std::chrono::milliseconds spentAsTiny(std::chrono::milliseconds limit) {
 
 class WorkUCX : public c10d::Work {
  public:
-  WorkUCX(int rank, c10d::OpType type, std::shared_ptr<TensorRequest> request)
-      : c10d::Work(rank, type), request_(std::move(request)) {}
+  /// `profilingTitle`: a span for the profiler (a literal), given only while one records;
+  /// `completionKey`: the key completion hooks get (0: Work's own).
+  WorkUCX(int rank, c10d::OpType type, std::shared_ptr<TensorRequest> request,
+          const char* profilingTitle = nullptr,
+          const std::optional<std::vector<at::Tensor>>& inputs = std::nullopt,
+          std::uint64_t completionKey = 0);
   ~WorkUCX() override;
 
   TensorRequest& request() const noexcept { return *request_; }
@@ -51,9 +55,15 @@ class WorkUCX : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return request_->future(); }
   // Not marked override: c10d::Work only declares getTimeout in newer torch (not 2.5).
   std::chrono::milliseconds getTimeout() const { return request_->timeout(); }
+#ifdef COMMUX_TORCH_HAS_COMPLETION_HOOKS
+  uint64_t getCompletionKey() const override {
+    return completionKey_ != 0 ? completionKey_ : c10d::Work::getCompletionKey();
+  }
+#endif
 
  private:
   std::shared_ptr<TensorRequest> request_;
+  std::uint64_t completionKey_ = 0;
 };
 
 }  // namespace commux

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -164,6 +165,49 @@ TEST(Ranks, TimedOutReceiveIsCancelledAndTheGroupGoesOn) {
     pg.barrier()->wait();
   }), "");
 }
+
+#ifdef COMMUX_TORCH_HAS_COMPLETION_HOOKS
+TEST(Ranks, CompletionHooksFireOncePerSuccessfulOperationWithItsKey) {
+  EXPECT_EQ(runRanks(2, [](commux::ProcessGroupUCX& pg, int rank, int) {
+    std::mutex mutex;
+    std::vector<std::uint64_t> keys;
+    check(pg.supportsCompletionHooks(), "completion hooks supported");
+    pg.registerCompletionHook(7, [&](const c10d::CompletionHookArgs& args) {
+      std::lock_guard<std::mutex> lock(mutex);
+      keys.push_back(args.completionKey);
+    });
+    std::vector<at::Tensor> t{at::ones({4})};
+    auto reduced = pg.allreduce(t);
+    reduced->wait();
+    std::vector<at::Tensor> r{at::empty({4})};
+    expectFailure(pg.recv(r, 1 - rank, 77), "timed out after", 100ms);  // fires nothing
+    pg.unregisterCompletionHook(7);
+    pg.barrier()->wait();  // after unregistering: fires nothing either
+    std::lock_guard<std::mutex> lock(mutex);
+    check(keys.size() == 1, "one completion, got " + std::to_string(keys.size()));
+    check(keys[0] == reduced->getCompletionKey() && keys[0] != 0, "the allreduce's key");
+  }), "");
+}
+#endif
+
+#ifdef COMMUX_TORCH_HAS_IS_INITIALIZED
+TEST(Ranks, AGroupMadeToBeReconfiguredIsNotInitializedAndRefusesOperations) {
+  EXPECT_EQ(runRanks(2, [](commux::ProcessGroupUCX& pg, int rank, int) {
+    check(pg.isInitialized(), "an ordinary group is initialized");
+    // A second group over the same store, made to wait for reconfigure: rank and size are
+    // those given, and every operation says why it cannot run.
+    commux::ProcessGroupUCX waiting(c10::make_intrusive<c10d::FileStore>(
+                                        "/tmp/commux-unconfigured-" + std::to_string(::getppid()), 2),
+                                    rank, 2, std::chrono::seconds(10), true, true);
+    check(!waiting.isInitialized(), "not initialized before reconfigure");
+    std::vector<at::Tensor> t{at::ones({4})};
+    expectFailure([&] { return waiting.allreduce(t); }, "not initialized");
+    expectFailure([&] { return waiting.send(t, 1 - rank, 1); }, "not initialized");
+    pg.barrier()->wait();
+    if (rank == 0) std::remove(("/tmp/commux-unconfigured-" + std::to_string(::getppid())).c_str());
+  }), "");
+}
+#endif
 
 TEST(Ranks, AbortFromAnotherThreadUnblocksAWait) {
   EXPECT_EQ(runRanks(2, [](commux::ProcessGroupUCX& pg, int rank, int) {
