@@ -10,8 +10,15 @@ ucp_ep_h EndpointCache::get(const std::string& address) {
   if (it == endpoints_.end()) {
     auto endpoint = std::make_unique<ucx::Endpoint>(worker_, address, errorHandlerFor_(address));
     it = endpoints_.emplace(address, std::move(endpoint)).first;
+    std::lock_guard<std::mutex> lock(connectedMutex_);
+    connected_.insert(address);
   }
   return it->second->get();
+}
+
+bool EndpointCache::connected(const std::string& address) const {
+  std::lock_guard<std::mutex> lock(connectedMutex_);
+  return connected_.count(address) != 0;
 }
 
 ucp_ep_h EndpointCache::get(const Route& route) {
@@ -24,6 +31,10 @@ ucp_ep_h EndpointCache::get(const Route& route) {
   return endpoint;
 }
 
-void EndpointCache::clear() { endpoints_.clear(); }
+void EndpointCache::clear() {
+  endpoints_.clear();
+  std::lock_guard<std::mutex> lock(connectedMutex_);
+  connected_.clear();
+}
 
 }  // namespace commux::engine

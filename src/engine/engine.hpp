@@ -218,6 +218,8 @@ class Engine {
   // Services for Ops, called with the worker lock held.
   ucp_worker_h worker() noexcept { return worker_.get(); }
   ucp_ep_h endpoint(const Route& route) { return endpoints_.get(route); }
+  /// Any thread: whether this process has an endpoint to `address` (EndpointCache).
+  bool connected(const std::string& address) const { return endpoints_.connected(address); }
   void queueCompletion(Pending* pending, ucs_status_t status, const RecvInfo& info);
   /// Inside a UCX callback on the driving thread: gives `request` back to UCX once the
   /// progress call that runs the callback has returned (freed inside its own callback, a

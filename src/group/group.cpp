@@ -227,14 +227,18 @@ void Group::tellLeaving(const char* how, std::optional<std::uint32_t> through) {
   // The others' collectives before `through` complete from what this rank sent; from it
   // on they fail.
   if (!through) through = firstUndone();
-  // Those whose records this rank read: every member once a collective ran, else the
-  // peers it exchanged messages with (a peer it never reached is not waiting on it).
+  // The members this process has talked to: every member it exchanged messages or a
+  // collective step with. Not the others: the notice must not be what connects to a peer,
+  // which may have exited already (UCX would then fail to reach its memory, and says so).
   std::vector<std::shared_ptr<const engine::Route>> routes;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || !health_->deadWhy(r).empty()) continue;
-    if (auto route = peers_->reachable(r)) routes.push_back(std::move(route));
+    auto route = peers_->reachable(r);
+    if (route && engine_->connected(route->address)) routes.push_back(std::move(route));
   }
   relay_->tell(rank_, std::string("it ") + how + " its process group", routes, *through);
+  // The members of this host's channel see it there, connected or not.
+  if (auto channel = std::atomic_load(&shm_)) channel->markLeft(rank_, *through);
 }
 
 void Group::onNotice(int peer, const std::string& why, int from,

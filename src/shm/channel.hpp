@@ -58,6 +58,8 @@ class Channel {
   /// part in the collectives numbered before `through`: those run on; the first one from
   /// `through` on (running now, or when its turn comes) breaks the channel in its name.
   void peerLeft(int rank, const std::string& why, std::uint32_t through);
+  /// Any thread of this member as it leaves the group (Steps::markLeft).
+  void markLeft(int rank, std::uint32_t through) { steps_.markLeft(rank, through); }
   /// The group rank found dead (by this rank or another survivor), or -1.
   int deadRank() const noexcept { return steps_.deadRank(); }
   /// Why the channel is broken, naming the rank; empty while it is not.

@@ -232,7 +232,24 @@ void Steps::arrive(std::uint32_t s, const Turn& turn, Role role, int from, std::
 
 bool Steps::interrupted(const Turn& turn) const {
   return turn.op.finished() || stopped_.load() || broken() ||
-         std::chrono::steady_clock::now() >= turn.deadline;
+         std::chrono::steady_clock::now() >= turn.deadline || leftBefore(turn) >= 0;
+}
+
+void Steps::markLeft(int rank, std::uint32_t through) {
+  std::uint64_t nobody = 0;
+  const std::uint64_t left = (std::uint64_t{static_cast<std::uint32_t>(rank) + 1} << 32) | through;
+  __atomic_compare_exchange_n(&header_->left, &nobody, left, false, __ATOMIC_SEQ_CST,
+                              __ATOMIC_SEQ_CST);
+  signal_->ring();
+}
+
+int Steps::leftBefore(const Turn& turn) const {
+  const std::uint64_t left = __atomic_load_n(&header_->left, __ATOMIC_ACQUIRE);
+  if (left == 0) return -1;
+  const auto sequence = turn.op.sequence();
+  const auto through = static_cast<std::uint32_t>(left);
+  if (sequence && static_cast<std::int32_t>(*sequence - through) < 0) return -1;
+  return static_cast<int>(left >> 32) - 1;
 }
 
 void Steps::waitAll(Phase phase, std::uint32_t s, const Turn& turn) {
@@ -265,6 +282,11 @@ void Steps::waitOne(Phase phase, std::uint32_t s, int index, const Turn& turn) {
 
 void Steps::leave(const Turn& turn) {
   const std::string what = turn.op.description();
+  if (const int left = leftBefore(turn); left >= 0 && deadRank() < 0) {
+    // It said so in the channel itself: break the channel in its name, as for a death.
+    peerDied(left, std::string(core::kClosedByPeer) +
+                       ": it destroyed, shut down or aborted its process group");
+  }
   if (const int dead = deadRank(); dead >= 0) {
     // With why this process heard of it (its own watch, or whose notice told it), as the
     // group's other errors say it: which of them a collective ends with is a race.

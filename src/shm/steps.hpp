@@ -123,6 +123,10 @@ class Steps {
   /// Group rank `rank` died (`why`, as this process heard it: seen, or told by whom); marks
   /// the channel broken in its name and wakes every waiter.
   void peerDied(int rank, const std::string& why = "");
+  /// Any thread of the member at group rank `rank`, as it leaves the group with its
+  /// process alive: the others' collectives numbered from `through` on stop waiting for it
+  /// (they fail naming it); those before run to their end. The first one to leave stays.
+  void markLeft(int rank, std::uint32_t through);
   /// The group rank found dead (by this rank or another survivor), or -1.
   int deadRank() const noexcept;
   /// Why the channel is broken, naming the rank; empty while it is not.
@@ -201,6 +205,8 @@ class Steps {
   void checkAgreement(std::uint32_t s, const Turn& turn, int from);
   /// "rank N died (why)" (or "left the group") as this process heard of group rank `dead`.
   std::string lost(int dead) const;
+  /// The member that left (markLeft) before its part in `turn`'s collective, or -1.
+  int leftBefore(const Turn& turn) const;
   /// The reason the channel is broken when rank `by` broke it (group ranks).
   std::string brokenBecause(int by) const;
 

@@ -38,6 +38,9 @@ struct alignas(layout::kLine) Steps::Header {
   std::uint32_t mismatchBy;  // 0, or 1 + the rank that broke the channel over a mismatch
   std::uint32_t checkAll;    // ChannelShape::checkAll
   std::uint32_t depth;       // ChannelShape::depth
+  // A member that left the group (Steps::markLeft): 0, or (1 + its rank) << 32 | the first
+  // collective it did no part in; one word, so the first leaver's pair stays whole.
+  std::uint64_t left;
   alignas(layout::kLine) BellWords bell;
 };
 

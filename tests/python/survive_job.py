@@ -8,13 +8,21 @@ them. A few steps later a replacement process joins: everyone reconfigures to fo
 and DDP's construction broadcasts rank 0's parameters to it (its own start from other
 values, so a replacement that was not healed fails the check). Each process returns its
 final parameters and the steps' memberships; the test compares them with a serial run of
-the same schedule."""
+the same schedule.
+
+Run as a script (scripts/multihost_check.sh --exec, one copy per rank, COMMUX_RANK,
+COMMUX_SIZE=4 and COMMUX_BOOTSTRAP=host:port set), rank 0 serves the store there and starts
+the replacement beside it, the victim (a rank of the second host) runs its training in a
+child it expects to see killed, and every process checks its own result against the serial
+run before it says "survive ok"."""
 
 from __future__ import annotations
 
 import datetime
 import os
+import random
 import signal
+import sys
 import time
 
 import torch
@@ -70,13 +78,15 @@ def _join(store, epoch: int, members: list[int], me: int, net: torch.nn.Module):
     return torch.nn.parallel.DistributedDataParallel(net)
 
 
-def run(me: int, port: int, victim: int, kill_at: int, grow_at: int, shm: str) -> dict:
-    os.environ["COMMUX_SHM"] = shm
+def run(me: int, port: int, victim: int, kill_at: int, grow_at: int, shm: str,
+        host: str = "127.0.0.1") -> dict:
+    if shm is not None:
+        os.environ["COMMUX_SHM"] = shm
     import commux
 
     commux.register()
     timeout = datetime.timedelta(seconds=60)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+    store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
     members = [0, 1, 2, 3]
     epoch = 1
     if me == REPLACEMENT:
@@ -126,7 +136,82 @@ def run(me: int, port: int, victim: int, kill_at: int, grow_at: int, shm: str) -
             continue  # the same step again, with the survivors
         plan[step] = len(members)
         step += 1
-    dist.barrier()
+    # Every member holds the same values, bit for bit: their largest and smallest agree.
     params = [p.detach().clone() for p in net.parameters()]
+    agree = True
+    for p in params:
+        hi, lo = p.clone(), p.clone()
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+        agree = agree and torch.equal(hi, lo) and torch.equal(hi, p)
+    dist.barrier()
     dist.destroy_process_group()
-    return {"plan": plan, "params": params, "failures": failures}
+    return {"plan": plan, "params": params, "failures": failures, "agree": agree}
+
+
+# float64 throughout: the distributed sums add in another order than the serial one.
+BOUND = 1e-12
+
+
+def schedule(seed: int, victims: list[int]) -> tuple[int, int, int]:
+    """The victim (one of `victims`), the step it is killed at, the step the replacement
+    joins at."""
+    rng = random.Random(seed)
+    victim = rng.choice(victims)
+    kill_at = rng.randrange(1, 6)
+    return victim, kill_at, rng.randrange(kill_at + 1, STEPS - 1)
+
+
+def check(me: int, result: dict, victim: int, kill_at: int, grow_at: int, why: str) -> None:
+    """`me`'s result against a serial run of the same memberships."""
+    plan = [4 if step < kill_at or step >= grow_at else 3 for step in range(STEPS)]
+    first = 0 if me != REPLACEMENT else grow_at
+    assert result["plan"] == {s: plan[s] for s in range(first, STEPS)}, (why, me, result["plan"])
+    assert result["failures"] == (1 if me != REPLACEMENT else 0), (why, me)
+    assert result["agree"], f"{why}: the members' parameters differ"
+    for got, expected in zip(result["params"], reference(plan)):
+        diff = (got - expected).abs().max().item()
+        assert diff <= BOUND, f"{why}: process {me}'s parameters are {diff} off the serial run"
+
+
+def _child(me, port, victim, kill_at, grow_at, host, why):
+    check(me, run(me, port, victim, kill_at, grow_at, None, host), victim, kill_at, grow_at, why)
+
+
+def main() -> None:
+    import multiprocessing
+
+    me, size = int(os.environ["COMMUX_RANK"]), int(os.environ["COMMUX_SIZE"])
+    assert size == 4, f"the job is made for 4 ranks, not {size}"
+    host, port = os.environ["COMMUX_BOOTSTRAP"].rsplit(":", 1)
+    port = int(port)
+    seed = int(os.environ.get("COMMUX_SURVIVE_SEED", random.randrange(1 << 30)))
+    # A rank of the second host (ranks 2 and 3 with 2 per host): its death crosses hosts.
+    victim, kill_at, grow_at = schedule(seed, [2, 3])
+    why = f"seed {seed} (COMMUX_SURVIVE_SEED): victim {victim}, killed at {kill_at}, replaced at {grow_at}"
+    print(f"survive rank {me}: {why}", file=sys.stderr, flush=True)
+    spawn = multiprocessing.get_context("spawn")
+    args = (port, victim, kill_at, grow_at, host, why)
+    store = None
+    replacement = None
+    if me == 0:
+        store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=120))
+        replacement = spawn.Process(target=_child, args=(REPLACEMENT, *args))
+        replacement.start()
+    if me == victim:
+        worker = spawn.Process(target=_child, args=(me, *args))
+        worker.start()
+        worker.join(120)
+        assert worker.exitcode == -signal.SIGKILL, f"{why}: the victim ended with {worker.exitcode}"
+    else:
+        _child(me, *args)
+    if replacement is not None:
+        replacement.join(120)
+        assert replacement.exitcode == 0, f"{why}: the replacement ended with {replacement.exitcode}"
+    print(f"survive ok rank {me} ({why})", flush=True)
+    del store
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -154,3 +154,23 @@ def test_multihost_job_fails_when_a_host_is_cut_off():
     assert "DistBackendError" in out, f"the ranks did not fail with a backend error:\n{out[-12000:]}"
     assert "multihost ok rank" not in out, out[-8000:]
     assert elapsed < TORCHRUN_TIMEOUT_S, f"took {elapsed:.0f}s"
+
+
+@pytest.mark.skipif(not is_ucx(), reason=skip_reason_unless_ucx("reconfigure"))
+@pytest.mark.timeout(HARD_TIMEOUT_S + 20)
+def test_a_ddp_job_survives_a_death_on_the_other_host():
+    """tests/python/survive_job.py on 2 hosts x 2 ranks (no torchrun: one copy per rank): a
+    rank of host 1 is killed at a random step, the survivors reconfigure across the hosts
+    and go on, a replacement started on host 0 joins and is healed; every process checks
+    its parameters against a serial run of the same memberships."""
+    import sys
+
+    import torch.distributed as dist
+
+    if not hasattr(dist, "_reconfigure"):
+        pytest.skip("this torch has no reconfigure API (torch >= 2.15)")
+    rc, out, elapsed = _run("--hosts", "2", "--exec", f"{sys.executable} tests/python/survive_job.py")
+    assert rc == 0, f"the survive job exited {rc} after {elapsed:.0f}s:\n{out[-12000:]}"
+    # A rank says so only once its own check against the serial run passed.
+    ok = re.findall(r"^multihost ok rank (\d+) \(exec\)", out, re.M)
+    assert sorted(int(r) for r in ok) == [0, 1, 2, 3], out[-6000:]
