@@ -185,7 +185,8 @@ def main() -> None:
     assert size == 4, f"the job is made for 4 ranks, not {size}"
     host, port = os.environ["COMMUX_BOOTSTRAP"].rsplit(":", 1)
     port = int(port)
-    seed = int(os.environ.get("COMMUX_SURVIVE_SEED", random.randrange(1 << 30)))
+    # Every rank must draw the same schedule: without a seed, the run's store port is one.
+    seed = int(os.environ.get("COMMUX_SURVIVE_SEED", port))
     # A rank of the second host (ranks 2 and 3 with 2 per host): its death crosses hosts.
     victim, kill_at, grow_at = schedule(seed, [2, 3])
     why = f"seed {seed} (COMMUX_SURVIVE_SEED): victim {victim}, killed at {kill_at}, replaced at {grow_at}"

@@ -158,7 +158,7 @@ def test_multihost_job_fails_when_a_host_is_cut_off():
 
 @pytest.mark.skipif(not is_ucx(), reason=skip_reason_unless_ucx("reconfigure"))
 @pytest.mark.timeout(HARD_TIMEOUT_S + 20)
-def test_a_ddp_job_survives_a_death_on_the_other_host():
+def test_a_ddp_job_survives_a_death_on_the_other_host(monkeypatch):
     """tests/python/survive_job.py on 2 hosts x 2 ranks (no torchrun: one copy per rank): a
     rank of host 1 is killed at a random step, the survivors reconfigure across the hosts
     and go on, a replacement started on host 0 joins and is healed; every process checks
@@ -169,8 +169,12 @@ def test_a_ddp_job_survives_a_death_on_the_other_host():
 
     if not hasattr(dist, "_reconfigure"):
         pytest.skip("this torch has no reconfigure API (torch >= 2.15)")
+    import random
+
+    seed = os.environ.get("COMMUX_SURVIVE_SEED") or str(random.randrange(1 << 30))
+    monkeypatch.setenv("COMMUX_SURVIVE_SEED", seed)  # every rank draws the same schedule
     rc, out, elapsed = _run("--hosts", "2", "--exec", f"{sys.executable} tests/python/survive_job.py")
-    assert rc == 0, f"the survive job exited {rc} after {elapsed:.0f}s:\n{out[-12000:]}"
+    assert rc == 0, f"the survive job (seed {seed}) exited {rc} after {elapsed:.0f}s:\n{out[-12000:]}"
     # A rank says so only once its own check against the serial run passed.
     ok = re.findall(r"^multihost ok rank (\d+) \(exec\)", out, re.M)
     assert sorted(int(r) for r in ok) == [0, 1, 2, 3], out[-6000:]
