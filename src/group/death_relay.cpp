@@ -20,7 +20,8 @@ using Notice = std::array<std::uint8_t, DeathRelay::kNoticeBytes>;
 constexpr std::size_t kRankAt = 0;
 constexpr std::size_t kLeftAt = 4;     // 1 when the rank left (its process lives on)
 constexpr std::size_t kThroughAt = 5;  // the first collective it did not do, when it left
-constexpr std::size_t kTextAt = 9;
+constexpr std::size_t kFromAt = 9;     // the sender's rank
+constexpr std::size_t kTextAt = 13;
 
 // Each operation keeps the notice it sends or receives into alive: a cancelled receive may
 // still be UCX's after the relay closed, and one notice feeds several sends.
@@ -59,9 +60,12 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
   state->buffer->fill(0);  // a shorter notice leaves nothing of the previous one
   auto op = std::make_shared<engine::P2POp>(
       engine::P2POp::Kind::Recv, bufferOf(state->buffer), nullptr,
-      wire::controlTag(state->context, 0), wire::kControlMask, false,
+      // Every notice to this group carries the same tag (the sender is in the notice): an
+      // exact receive, which UCX keeps out of the wildcard queue that every incoming
+      // message of the process would otherwise be compared with.
+      wire::controlTag(state->context, 0), wire::kCollectiveMask, false,
       engine::Description::p2p("death notice", "from", -1, 0, kNoticeBytes, 1),
-      [weak](std::exception_ptr error, int source) {
+      [weak](std::exception_ptr error, int) {
         auto state = weak.lock();
         if (!state) return;
         std::lock_guard<std::mutex> lock(state->mutex);
@@ -80,6 +84,8 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
             std::memcpy(&value, bytes + kThroughAt, sizeof(value));
             through = value;
           }
+          std::int32_t source = -1;
+          std::memcpy(&source, bytes + kFromAt, sizeof(source));
           const char* text = reinterpret_cast<const char*>(bytes + kTextAt);
           std::string why(text, strnlen(text, kNoticeBytes - kTextAt));
           // The chain of ranks it came through, as each receiver appends its sender.
@@ -112,13 +118,15 @@ void DeathRelay::tell(int dead, const std::string& why,
     bytes[kLeftAt] = 1;
     std::memcpy(bytes + kThroughAt, &*through, sizeof(*through));
   }
+  const std::int32_t from = rank_;
+  std::memcpy(bytes + kFromAt, &from, sizeof(from));
   std::memcpy(bytes + kTextAt, why.data(),
               std::min<std::size_t>(why.size(), kNoticeBytes - kTextAt - 1));
   for (const auto& route : targets) {
     if (!route) continue;
     auto op = std::make_shared<engine::P2POp>(
         engine::P2POp::Kind::Send, bufferOf(notice), route,
-        wire::controlTag(route->context, static_cast<std::uint32_t>(rank_)), wire::kExactMask,
+        wire::controlTag(route->context, 0), wire::kExactMask,
         false, engine::Description::p2p("death notice", "to", -1, 0, kNoticeBytes, 1),
         [](std::exception_ptr, int) {});
     try {

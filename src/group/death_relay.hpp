@@ -61,7 +61,7 @@ class DeathRelay {
   void close();
 
   /// Bytes of a notice: the rank (4), whether it left (1) and through which collective
-  /// (4), and the reason, cut to fit.
+  /// (4), the sender (4), and the reason, cut to fit.
   static constexpr std::int64_t kNoticeBytes = 256;
 
  private:

@@ -101,7 +101,7 @@ constexpr Tag collectiveTag(std::uint32_t context, std::uint32_t source, std::ui
 constexpr Tag controlTag(std::uint32_t context, std::uint32_t source) {
   return (Tag{kControlContext} << kContextShift) | (Tag{source} << kSourceShift) | Tag{context};
 }
-/// Mask for a group's control receive: from any source, every other bit counts.
+/// Mask for all of a group's control notices, whoever sent them (the purge at its end).
 inline constexpr Tag kControlMask = ~kSourceMask;
 
 constexpr bool isCollective(Tag tag) { return (tag & kKindBit) != 0; }
