@@ -9,6 +9,9 @@ namespace commux::engine {
 struct Route {
   std::string address;
   std::uint32_t context = 0;
+  /// Which of the groups that had `context` at the peer (its ids come back once freed): a
+  /// notice names it, so a late one for a destroyed group never reaches its successor.
+  std::uint16_t incarnation = 0;
   // The endpoint to `address`, remembered by the EndpointCache that made it (written and
   // read under the worker lock only; endpoints live until the engine tears down).
   mutable void* endpoint = nullptr;

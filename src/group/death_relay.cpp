@@ -21,7 +21,8 @@ constexpr std::size_t kRankAt = 0;
 constexpr std::size_t kLeftAt = 4;     // 1 when the rank left (its process lives on)
 constexpr std::size_t kThroughAt = 5;  // the first collective it did not do, when it left
 constexpr std::size_t kFromAt = 9;     // the sender's rank
-constexpr std::size_t kTextAt = 13;
+constexpr std::size_t kIncarnationAt = 13;  // the receiver's group, as its record said
+constexpr std::size_t kTextAt = 15;
 
 // Each operation keeps the notice it sends or receives into alive: a cancelled receive may
 // still be UCX's after the relay closed, and one notice feeds several sends.
@@ -38,16 +39,18 @@ struct DeathRelay::State {
   bool closed = false;
   std::shared_ptr<engine::Engine> engine;
   std::uint32_t context = 0;
+  std::uint16_t incarnation = 0;
   OnNotice onNotice;
   std::shared_ptr<Notice> buffer = std::make_shared<Notice>();
   std::shared_ptr<engine::Op> receive;  // the standing receive
 };
 
-DeathRelay::DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t context, int rank,
-                       OnNotice onNotice)
+DeathRelay::DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t context,
+                       std::uint16_t incarnation, int rank, OnNotice onNotice)
     : rank_(rank), state_(std::make_shared<State>()) {
   state_->engine = std::move(engine);
   state_->context = context;
+  state_->incarnation = incarnation;
   state_->onNotice = std::move(onNotice);
   std::lock_guard<std::mutex> lock(state_->mutex);
   post(state_);
@@ -73,8 +76,11 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
         // Any other failure (a notice cut short by its dying sender, a malformed one) costs
         // that notice only: the receive is posted again below, so this rank never goes deaf.
         // When the engine stops, posting fails quietly and that is the end.
-        // A notice of any other form (a sender of another build) is dropped.
-        if (!error && state->buffer->at(kLeftAt) <= 1) {
+        // A notice of any other form (a sender of another build), or one for an earlier
+        // group that had this context here (it came after that group's end), is dropped.
+        std::uint16_t incarnation = 0;
+        std::memcpy(&incarnation, state->buffer->data() + kIncarnationAt, sizeof(incarnation));
+        if (!error && state->buffer->at(kLeftAt) <= 1 && incarnation == state->incarnation) {
           const auto* bytes = state->buffer->data();
           std::int32_t dead = -1;
           std::memcpy(&dead, bytes + kRankAt, sizeof(dead));
@@ -124,8 +130,11 @@ void DeathRelay::tell(int dead, const std::string& why,
               std::min<std::size_t>(why.size(), kNoticeBytes - kTextAt - 1));
   for (const auto& route : targets) {
     if (!route) continue;
+    // Each receiver's copy names its group's incarnation.
+    auto mine = std::make_shared<Notice>(*notice);
+    std::memcpy(mine->data() + kIncarnationAt, &route->incarnation, sizeof(route->incarnation));
     auto op = std::make_shared<engine::P2POp>(
-        engine::P2POp::Kind::Send, bufferOf(notice), route,
+        engine::P2POp::Kind::Send, bufferOf(mine), route,
         wire::controlTag(route->context, 0), wire::kExactMask,
         false, engine::Description::p2p("death notice", "to", -1, 0, kNoticeBytes, 1),
         [](std::exception_ptr, int) {});

@@ -42,9 +42,10 @@ class DeathRelay {
   using OnNotice = std::function<void(int rank, const std::string& why, int from,
                                       std::optional<std::uint32_t> through)>;
 
-  /// Posts the standing receive of the group whose context here is `context`.
-  DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t context, int rank,
-             OnNotice onNotice);
+  /// Posts the standing receive of the group whose context here is `context`, in its
+  /// `incarnation` (engine::Route): notices naming another one are dropped.
+  DeathRelay(std::shared_ptr<engine::Engine> engine, std::uint32_t context,
+             std::uint16_t incarnation, int rank, OnNotice onNotice);
   /// close()
   ~DeathRelay();
   DeathRelay(const DeathRelay&) = delete;
@@ -61,7 +62,7 @@ class DeathRelay {
   void close();
 
   /// Bytes of a notice: the rank (4), whether it left (1) and through which collective
-  /// (4), the sender (4), and the reason, cut to fit.
+  /// (4), the sender (4), the receiver's incarnation (2), and the reason, cut to fit.
   static constexpr std::int64_t kNoticeBytes = 256;
 
  private:

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <random>
 #include <thread>
 #include <tuple>
 
@@ -73,6 +74,9 @@ Group::Group(std::shared_ptr<core::KeyValueStore> store, int rank, int size,
   // this new group once it is published (a destroyed group's are purged at destruction,
   // and ids come back only after every other one was used).
   context_ = engine_->contexts().acquire();
+  // Tells this group from the earlier ones that had its context here (ids come back once
+  // freed): a notice sent to one of those and arriving late must not reach this one.
+  incarnation_ = static_cast<std::uint16_t>(std::random_device()() | 1u);
   peers_ = std::make_unique<PeerTable>(
       store_, rank, size,
       [this](int peer, const engine::Route& route, const engine::ProcessId& process) {
@@ -86,11 +90,11 @@ Group::Group(std::shared_ptr<core::KeyValueStore> store, int rank, int size,
   try {
     // Listening before the group is published: a member that leaves at once must be heard.
     relay_ = std::make_unique<DeathRelay>(
-        engine_, context_, rank_,
+        engine_, context_, incarnation_, rank_,
         [this](int peer, const std::string& why, int from, std::optional<std::uint32_t> through) {
           onNotice(peer, why, from, through);
         });
-    peers_->publish(engine_->address(), context_);
+    peers_->publish(engine_->address(), context_, incarnation_);
   } catch (...) {
     if (relay_) relay_->close();
     engine_->removeFailureListener(failureListener_);

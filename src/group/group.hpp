@@ -214,6 +214,7 @@ class Group {
   std::shared_ptr<core::KeyValueStore> store_;
   std::unique_ptr<PeerTable> peers_;
   std::uint32_t context_ = 0;
+  std::uint16_t incarnation_ = 0;  // see the constructor
   std::atomic<std::uint32_t> sequence_{0};
   std::atomic<State> state_{State::Running};
 

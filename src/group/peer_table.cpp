@@ -13,7 +13,7 @@ namespace {
 // length of the PID-space id, the PID-space id, length of the job id, the job id, then the
 // worker address bytes.
 constexpr std::uint32_t kMagic = 0x584d4d43;  // "CMMX"
-constexpr std::uint32_t kFormat = 3;
+constexpr std::uint32_t kFormat = 4;
 
 void putU32(std::vector<uint8_t>& out, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -90,12 +90,13 @@ PeerTable::PeerTable(std::shared_ptr<core::KeyValueStore> store, int rank, int s
   for (int r = 0; r < size; ++r) known_[r].store(false, std::memory_order_relaxed);
 }
 
-void PeerTable::publish(const std::string& address, std::uint32_t context) {
+void PeerTable::publish(const std::string& address, std::uint32_t context,
+                        std::uint16_t incarnation) {
   const auto self = engine::ProcessId::self();
   std::vector<uint8_t> record;
   putU32(record, kMagic);
   putU32(record, kFormat);
-  putU32(record, context);
+  putU32(record, (context & 0xffffu) | (std::uint32_t{incarnation} << 16));
   putU32(record, static_cast<std::uint32_t>(self.pid));
   putU32(record, static_cast<std::uint32_t>(self.startTicks));
   putU32(record, static_cast<std::uint32_t>(self.startTicks >> 32));
@@ -106,7 +107,7 @@ void PeerTable::publish(const std::string& address, std::uint32_t context) {
   record.insert(record.end(), address.begin(), address.end());
   store_->set(key(rank_), record);
   std::lock_guard<std::mutex> lock(mutex_);
-  routes_[rank_] = std::make_shared<engine::Route>(engine::Route{address, context});
+  routes_[rank_] = std::make_shared<engine::Route>(engine::Route{address, context, incarnation});
   pids_[rank_] = self.pid;
   known_[rank_].store(true, std::memory_order_release);
 }
@@ -152,8 +153,10 @@ PeerTable::Record PeerTable::parse(int rank, const std::vector<uint8_t>& record)
                job, "; this rank's is ", job_,
                "): two jobs share one store; give each its own "
                "MASTER_PORT (or rendezvous endpoint)");
-  out.route = std::make_shared<engine::Route>(engine::Route{
-      std::string(record.begin() + jobAt + 4 + jobLength, record.end()), getU32(record, 8)});
+  const std::uint32_t context = getU32(record, 8);
+  out.route = std::make_shared<engine::Route>(
+      engine::Route{std::string(record.begin() + jobAt + 4 + jobLength, record.end()),
+                    context & 0xffffu, static_cast<std::uint16_t>(context >> 16)});
   return out;
 }
 

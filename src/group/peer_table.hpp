@@ -41,7 +41,7 @@ class PeerTable {
 
   PeerTable(std::shared_ptr<core::KeyValueStore> store, int rank, int size, OnResolved onResolved);
 
-  void publish(const std::string& address, std::uint32_t context);
+  void publish(const std::string& address, std::uint32_t context, std::uint16_t incarnation);
   // Every reading call below takes `operation`, what the record is read for (used in the
   // error when the store cannot be reached, e.g. once the rank that hosted it exited); when
   // empty, the error describes the call instead (get(rank): a send or receive with it).

@@ -130,6 +130,10 @@ def _after_death(rank, world_size):
     ]:
         elapsed = _expect_death(call, victim, what + " after the death")
         assert elapsed < 1.0, f"{what} posted after the death took {elapsed:.2f} s to fail"
+    # Before the survivors' last exchange: once done, a survivor may leave, which the other
+    # sees (a member that left is in dead_ranks too).
+    h = commux.health()
+    assert h["dead_ranks"] == [victim] and not h["healthy"], h
     # The survivors still talk to each other, tags matched as before.
     other = 1 - rank
     if rank == 0:
@@ -141,8 +145,6 @@ def _after_death(rank, world_size):
         dist.recv(got, src=other, tag=11)
         dist.send(torch.full((3,), 8.0), dst=other, tag=12)
     assert got.tolist() == ([8.0] * 3 if rank == 0 else [7.0] * 3)
-    h = commux.health()
-    assert h["dead_ranks"] == [victim] and not h["healthy"], h
 
 
 def test_operations_after_death_fail_at_once_and_survivors_go_on():
