@@ -49,6 +49,22 @@ int GroupHealth::firstDeadFor(std::uint32_t sequence, std::string* why) const {
   return -1;
 }
 
+int GroupHealth::firstLostForAnySource(std::string* why) const {
+  if (!anyDead()) return -1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  int found = -1;
+  for (const int r : order_) {
+    if (!through_[static_cast<std::size_t>(r)]) {
+      found = r;
+      break;
+    }
+  }
+  // A member never finds itself gone: every other one is when all but one are.
+  if (found < 0 && !order_.empty() && order_.size() + 1 >= dead_.size()) found = order_.front();
+  if (found >= 0 && why != nullptr) *why = dead_[static_cast<std::size_t>(found)];
+  return found;
+}
+
 bool GroupHealth::lostFor(int rank, std::uint32_t sequence) const {
   if (!anyDead()) return false;
   std::lock_guard<std::mutex> lock(mutex_);

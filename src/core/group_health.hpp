@@ -39,6 +39,10 @@ class GroupHealth {
   std::optional<std::uint32_t> leftThrough(int rank) const;
   /// The first rank found dead (or -1) and why.
   int firstDead(std::string* why) const;
+  /// As firstDead, for an any-source receive: the first member that died, or, when every
+  /// other member is gone (left or died), the first found gone; -1 while only some members
+  /// left (the others may still send).
+  int firstLostForAnySource(std::string* why) const;
   /// As firstDead, for the collective numbered `sequence`: skips the members that left
   /// having done their part in it (markDead's `through`).
   int firstDeadFor(std::uint32_t sequence, std::string* why) const;

@@ -112,10 +112,11 @@ void DeathRelay::post(const std::shared_ptr<State>& state) {
   }
 }
 
-void DeathRelay::tell(int dead, const std::string& why,
-                      const std::vector<std::shared_ptr<const engine::Route>>& targets,
-                      std::optional<std::uint32_t> through) {
-  if (targets.empty()) return;
+std::shared_ptr<DeathRelay::Sent> DeathRelay::tell(
+    int dead, const std::string& why,
+    const std::vector<std::shared_ptr<const engine::Route>>& targets,
+    std::optional<std::uint32_t> through) {
+  if (targets.empty()) return nullptr;
   auto notice = std::make_shared<Notice>();  // zeroed; the text ends in a zero byte
   auto* bytes = notice->data();
   const std::int32_t rank = dead;
@@ -128,8 +129,17 @@ void DeathRelay::tell(int dead, const std::string& why,
   std::memcpy(bytes + kFromAt, &from, sizeof(from));
   std::memcpy(bytes + kTextAt, why.data(),
               std::min<std::size_t>(why.size(), kNoticeBytes - kTextAt - 1));
+  auto sent = std::make_shared<Sent>();
+  sent->left.store(targets.size() + 1);  // + 1: held until every notice is submitted
+  engine::Engine* const engine = state_->engine.get();
+  const auto oneDone = [sent, engine] {
+    if (sent->left.fetch_sub(1) == 1) engine->setDone(sent->flag);
+  };
   for (const auto& route : targets) {
-    if (!route) continue;
+    if (!route) {
+      oneDone();
+      continue;
+    }
     // Each receiver's copy names its group's incarnation.
     auto mine = std::make_shared<Notice>(*notice);
     std::memcpy(mine->data() + kIncarnationAt, &route->incarnation, sizeof(route->incarnation));
@@ -137,13 +147,15 @@ void DeathRelay::tell(int dead, const std::string& why,
         engine::P2POp::Kind::Send, bufferOf(mine), route,
         wire::controlTag(route->context, 0), wire::kExactMask,
         false, engine::Description::p2p("death notice", "to", -1, 0, kNoticeBytes, 1),
-        [](std::exception_ptr, int) {});
+        [oneDone](std::exception_ptr, int) { oneDone(); });
     try {
       state_->engine->submit(engine::Submission::start(std::move(op)).drive(engine::Drive::Never));
     } catch (const std::exception&) {
-      return;  // the engine is shutting down
+      return nullptr;  // the engine is shutting down
     }
   }
+  oneDone();
+  return sent;
 }
 
 void DeathRelay::close() {

@@ -19,6 +19,7 @@
 // shut down or aborted it while its process lives on): every group listens for them from
 // construction on (Group::tellLeaving).
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/done_flag.hpp"
 #include "engine/route.hpp"
 
 namespace commux {
@@ -54,9 +56,16 @@ class DeathRelay {
   /// Any thread, never blocks or drives the worker: "rank `dead` died (`why`)" (or left,
   /// with `through`) to each of `targets` (routes to them, known already). A notice that
   /// cannot be delivered is dropped: its receiver is dead or leaving.
-  void tell(int dead, const std::string& why,
-            const std::vector<std::shared_ptr<const engine::Route>>& targets,
-            std::optional<std::uint32_t> through = std::nullopt);
+  /// Whether the notices of one tell() all completed (sent, or failed): a member that
+  /// leaves waits for it (bounded) before its engine may go, which would cancel them.
+  struct Sent {
+    engine::DoneFlag flag;
+    std::atomic<std::size_t> left{0};
+  };
+  /// Returns the notices' completion, or null when there was none to send.
+  std::shared_ptr<Sent> tell(int dead, const std::string& why,
+                             const std::vector<std::shared_ptr<const engine::Route>>& targets,
+                             std::optional<std::uint32_t> through = std::nullopt);
   /// Cancels the standing receive; after it returns onNotice is not running and will not
   /// run again.
   void close();

@@ -28,6 +28,9 @@ namespace {
 // every other leader of its death, so it is missed only once all of them are dead.
 constexpr int kLeaderWatches = 2;
 
+// How long a member that leaves waits for its notices to be sent (Group::tellLeaving).
+constexpr std::chrono::milliseconds kNoticeWait{250};
+
 // Before anything is published or sent: the tag's source field names at most 2^16 ranks.
 int checkedSize(int rank, int size) {
   const std::uint32_t maxRanks = Config::get().maxRanks;
@@ -240,9 +243,19 @@ void Group::tellLeaving(const char* how, std::optional<std::uint32_t> through) {
     auto route = peers_->reachable(r);
     if (route && engine_->connected(route->address)) routes.push_back(std::move(route));
   }
-  relay_->tell(rank_, std::string("it ") + how + " its process group", routes, *through);
-  // The members of this host's channel see it there, connected or not.
+  // The members of this host's channel see it there, connected or not; before the notices,
+  // so that a member a notice reaches finds the channel marked already.
   if (auto channel = std::atomic_load(&shm_)) channel->markLeft(rank_, *through);
+  const auto sent =
+      relay_->tell(rank_, std::string("it ") + how + " its process group", routes, *through);
+  // Sent before this returns (bounded: a peer that died unseen never takes it): the last
+  // group of a process takes the engine with it, whose teardown cancels what is still in
+  // flight, and the members would then see this process's exit as a death instead.
+  // Not on a thread that drives the worker for others (the last reference dropped in a
+  // completion): it cannot wait there, and that engine lives on anyway.
+  if (sent && !engine_->onProgressThread() && !engine_->drivenByThisThread()) {
+    engine_->wait(sent->flag, std::chrono::steady_clock::now() + kNoticeWait);
+    }
 }
 
 void Group::onNotice(int peer, const std::string& why, int from,
@@ -295,23 +308,28 @@ void Group::markDead(int peer, const std::string& why, int from,
       // A member that left did its part in the collectives before `through`.
       const auto s = request->parts().sequence();
       const bool done = through && s && static_cast<std::int32_t>(*s - *through) < 0;
-      (!request->done() && request->involves(peer) && !done ? victims : others)
+      const bool spared = request->kind() == Request::Kind::RecvAnySource &&
+                          health_->firstLostForAnySource(nullptr) < 0;
+      (!request->done() && request->involves(peer) && !done && !spared ? victims : others)
           .push_back(std::move(request));
     }
   }
   others.clear();
   if (auto channel = std::atomic_load(&shm_)) {
     if (through) {
-      channel->peerLeft(peer, why, *through);
+      channel->markLeft(peer, *through, why);
     } else {
       channel->peerDied(peer, why);
     }
   }
   const std::string died = core::lostMember(peer, why);
+  bool collectiveFailed = false;
   for (auto& request : victims) {
+    collectiveFailed = collectiveFailed || request->collective();
     request->failAfterDraining(
         engine::commError("commux: " + request->description() + ": " + died), peer);
   }
+  if (through && collectiveFailed) retellLeave(peer);
   // After health_ knows it: startRelay relays the deaths known when it is ready, so each
   // one goes out from here or from there.
   if (relayReady_.load()) relayDeath(peer, why, from, through);
@@ -352,6 +370,34 @@ void Group::startRelay() {
   // tell a leader what it knows already; the receiver drops what it knew.
   for (int dead : health_->deadRanks()) {
     relayDeath(dead, health_->deadWhy(dead), -1, health_->leftThrough(dead));
+  }
+}
+
+void Group::retellLeave(int peer) {
+  if (relayReady_.load() || !relay_ || inheritedByFork()) return;
+  const auto through = health_->leftThrough(peer);
+  if (!through) return;
+  {
+    std::lock_guard<std::mutex> lock(retoldMutex_);
+    if (retold_.empty()) retold_.resize(static_cast<std::size_t>(size_));
+    if (retold_[static_cast<std::size_t>(peer)]) return;
+    retold_[static_cast<std::size_t>(peer)] = true;
+  }
+  // Only members with an endpoint already (as tellLeaving): those this rank exchanged a
+  // step with, of which are the ones that wait for it.
+  std::vector<std::shared_ptr<const engine::Route>> routes;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || r == peer || !health_->deadWhy(r).empty()) continue;
+    auto route = peers_->reachable(r);
+    if (route && engine_->connected(route->address)) routes.push_back(std::move(route));
+  }
+  relay_->tell(peer, health_->deadWhy(peer), routes, through);
+}
+
+void Group::retellLeavesBefore(std::uint32_t sequence) {
+  if (relayReady_.load() || !relay_) return;
+  for (const int r : health_->deadRanks()) {
+    if (health_->lostFor(r, sequence)) retellLeave(r);
   }
 }
 
@@ -398,7 +444,10 @@ std::string Group::checkHealthy(const Request& request) {
   } else if (const auto sequence = request.parts().sequence()) {
     dead = health_->firstDeadFor(*sequence, &why);  // members that left before it count
   } else {
-    dead = health_->firstDead(&why);
+    // An any-source receive: a member that left sent all it will, and the others may
+    // still send; a death fails it (the sender it waits for may be the dead one), as does
+    // every other member being gone.
+    dead = health_->firstLostForAnySource(&why);
   }
   if (dead < 0) return "";
   std::string message = "commux: " + request.description() + ": " + core::lostMember(dead, why);
@@ -669,7 +718,12 @@ bool Group::launch(const std::shared_ptr<Request>& request, std::shared_ptr<engi
     }
   }
   engine_->submit(engine::Submission::start(std::move(op)).after(stream));
-  if (!doomed.empty()) request->failAfterDraining(engine::commError(doomed));
+  if (!doomed.empty()) {
+    request->failAfterDraining(engine::commError(doomed));
+    if (request->collective()) {
+      if (const auto sequence = request->parts().sequence()) retellLeavesBefore(*sequence);
+    }
+  }
   return false;
 }
 

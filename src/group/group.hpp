@@ -196,6 +196,15 @@ class Group {
   /// The first collective this rank has not done its part in: the next one, or the
   /// earliest still in flight or failed.
   std::uint32_t firstUndone();
+  /// In a group without a relay (startRelay), where a member hears of a leave only from
+  /// the leaver, which tells the members it talked to: once a collective of this rank
+  /// fails for want of `rank` that left, this rank tells the members it talked to, in
+  /// turn, once (a member waiting for this rank's part of that collective then hears why
+  /// it never comes). Members done with the group send nothing, so a job whose ranks all
+  /// leave at its end costs no notices but the leavers' own.
+  void retellLeave(int rank);
+  /// retellLeave for every member that left before its part in collective `sequence`.
+  void retellLeavesBefore(std::uint32_t sequence);
   void startRelay();
   void relayDeath(int rank, const std::string& why, int from,
                   std::optional<std::uint32_t> through = std::nullopt);
@@ -249,6 +258,8 @@ class Group {
   // thread.
   std::atomic<bool> relayReady_{false};
   std::atomic<bool> toldLeaving_{false};
+  std::mutex retoldMutex_;
+  std::vector<bool> retold_;  // under retoldMutex_: by rank, the leaves retellLeave told
   // Declared last: destroyed first, so its lane stops while the engine still runs. Read
   // and written with std::atomic_load/store: the watch thread reads it without shmMutex_,
   // which a first collective holds through the (blocking) shared-memory set-up.

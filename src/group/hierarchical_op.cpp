@@ -102,7 +102,10 @@ void HierarchicalOp::assist(std::chrono::steady_clock::time_point deadline) {
 }
 
 void HierarchicalOp::withdraw() noexcept {
-  if (auto channel = channel_.lock()) channel->abandon();
+  // As ChannelOp::withdraw: a member that left before its part fails it everywhere alike.
+  if (auto channel = channel_.lock(); channel && channel->leftBefore(sequence()) < 0) {
+    channel->abandon();
+  }
 }
 
 void HierarchicalOp::onFailed() {

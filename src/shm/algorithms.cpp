@@ -446,6 +446,9 @@ void runCollective(Steps& steps, const Turn& turn) {
   if (steps.broken()) {
     COMMUX_FAIL(Backend, "commux: " + turn.op.description() + ": " + steps.brokenReason());
   }
+  if (std::string left = steps.leftBeforeReason(turn); !left.empty()) {
+    COMMUX_FAIL(Backend, "commux: " + turn.op.description() + ": " + left);
+  }
   const Job& job = turn.job;
   if (job.kind != Kind::Hold) steps.beginCollective();
   switch (job.kind) {

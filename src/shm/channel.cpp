@@ -76,15 +76,6 @@ std::function<void()> Channel::runOne(const std::shared_ptr<ChannelOp>& op,
   const bool partOfMine = !onLane && !mine && waitedHere != nullptr && op->whole() != nullptr &&
                           op->whole() == waitedHere->whole();
   std::exception_ptr error;
-  const std::optional<std::uint32_t> sequence = op->sequence();
-  if (sequence) {
-    running_.store(*sequence, std::memory_order_seq_cst);
-    breakIfLeftBefore(*sequence);
-  }
-  struct Ran {
-    std::atomic<std::uint64_t>& running;
-    ~Ran() { running.store(kNone, std::memory_order_seq_cst); }
-  } ran{running_};
   try {
     if (op->job().gate) passGate(*op->job().gate, turn);
     op->prepare();
@@ -125,34 +116,6 @@ std::function<void()> Channel::runOne(const std::shared_ptr<ChannelOp>& op,
     return {};
   }
   return [report] { report(engine::Drive::IfFree); };
-}
-
-void Channel::peerLeft(int rank, const std::string& why, std::uint32_t through) {
-  {
-    // Of several, the one that left earliest stops the channel first.
-    std::lock_guard<std::mutex> lock(leftMutex_);
-    if (leftRank_ < 0 || static_cast<std::int32_t>(through - leftThrough_) < 0) {
-      leftRank_ = rank;
-      leftWhy_ = why;
-      leftThrough_ = through;
-    }
-  }
-  leftSet_.store(true, std::memory_order_seq_cst);
-  const std::uint64_t running = running_.load(std::memory_order_seq_cst);
-  if (running != kNone) breakIfLeftBefore(static_cast<std::uint32_t>(running));
-}
-
-void Channel::breakIfLeftBefore(std::uint32_t sequence) {
-  if (!leftSet_.load(std::memory_order_seq_cst)) return;
-  int rank = -1;
-  std::string why;
-  {
-    std::lock_guard<std::mutex> lock(leftMutex_);
-    if (static_cast<std::int32_t>(sequence - leftThrough_) < 0) return;
-    rank = leftRank_;
-    why = leftWhy_;
-  }
-  steps_.peerDied(rank, why);
 }
 
 void Channel::passGate(engine::DoneFlag& gate, const Turn& turn) {

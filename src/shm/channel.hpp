@@ -55,11 +55,16 @@ class Channel {
   /// Any thread: group rank `rank` died; marks the channel broken in its name.
   void peerDied(int rank, const std::string& why = "") { steps_.peerDied(rank, why); }
   /// Any thread: group rank `rank` left the group (its process lives on) having done its
-  /// part in the collectives numbered before `through`: those run on; the first one from
-  /// `through` on (running now, or when its turn comes) breaks the channel in its name.
-  void peerLeft(int rank, const std::string& why, std::uint32_t through);
-  /// Any thread of this member as it leaves the group (Steps::markLeft).
-  void markLeft(int rank, std::uint32_t through) { steps_.markLeft(rank, through); }
+  /// part in the collectives numbered before `through` (Steps::markLeft): marked by the
+  /// leaver itself, or on its behalf by a member its notice reached first.
+  void markLeft(int rank, std::uint32_t through, const std::string& why = "") {
+    steps_.markLeft(rank, through, why);
+  }
+  /// The member that left before its part in the collective numbered `sequence`, or -1:
+  /// every member fails that collective alike, so one failing it need not abandon.
+  int leftBefore(std::optional<std::uint32_t> sequence) const noexcept {
+    return steps_.leftBefore(sequence);
+  }
   /// The group rank found dead (by this rank or another survivor), or -1.
   int deadRank() const noexcept { return steps_.deadRank(); }
   /// Why the channel is broken, naming the rank; empty while it is not.
@@ -82,24 +87,10 @@ class Channel {
   /// Waits for `gate` (the part between hosts that this part comes after); throws as a
   /// wait of the steps does when interrupted.
   void passGate(engine::DoneFlag& gate, const Turn& turn);
-  /// Breaks the channel for a member that left (peerLeft) when `sequence` is at or past
-  /// its `through`.
-  void breakIfLeftBefore(std::uint32_t sequence);
-
   std::unique_ptr<Segment> segment_;
   Steps steps_;
   std::shared_ptr<engine::Engine> engine_;
   std::uint64_t hook_ = 0;
-  // A member that left (peerLeft): set once, before leftSet_; the collective the lane runs
-  // (running_, kNone between them) and leftSet_ are each written, then the other read, so
-  // that one of the two sides sees the other.
-  std::mutex leftMutex_;  // guards the three below
-  int leftRank_ = -1;
-  std::string leftWhy_;
-  std::uint32_t leftThrough_ = 0;
-  std::atomic<bool> leftSet_{false};
-  static constexpr std::uint64_t kNone = ~std::uint64_t{0};
-  std::atomic<std::uint64_t> running_{kNone};
   // Last: its thread runs operations on everything above.
   Lane<ChannelOp> lane_;
 };

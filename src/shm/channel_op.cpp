@@ -30,7 +30,12 @@ void ChannelOp::onFailed() { withdraw(); }
 
 void ChannelOp::withdraw() noexcept {
   if (ran_.load(std::memory_order_acquire)) return;
-  if (auto channel = channel_.lock()) channel->abandon();
+  // Failed because a member left before its part in it: every member fails it alike (the
+  // channel's mark), and the collectives before it still complete; abandoning would break
+  // those for the members still in them.
+  if (auto channel = channel_.lock(); channel && channel->leftBefore(sequence()) < 0) {
+    channel->abandon();
+  }
 }
 
 void ChannelOp::prepare() {

@@ -105,6 +105,23 @@ std::string Steps::lost(int dead) const {
                                      : std::string());
 }
 
+std::string Steps::leftMessage(int left) const {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(deadMutex_);
+    if (auto found = leftWhy_.find(left); found != leftWhy_.end()) why = found->second;
+  }
+  if (why.empty()) {
+    why = std::string(core::kClosedByPeer) + ": it destroyed, shut down or aborted its process group";
+  }
+  return core::lostMember(left, why) + " before its part in this collective";
+}
+
+std::string Steps::leftBeforeReason(const Turn& turn) const {
+  const int left = leftBefore(turn);
+  return left < 0 ? std::string() : leftMessage(left);
+}
+
 std::string Steps::brokenBecause(int by) const {
   if (__atomic_load_n(&header_->mismatchBy, __ATOMIC_ACQUIRE) ==
       static_cast<std::uint32_t>(by) + 1) {
@@ -235,18 +252,27 @@ bool Steps::interrupted(const Turn& turn) const {
          std::chrono::steady_clock::now() >= turn.deadline || leftBefore(turn) >= 0;
 }
 
-void Steps::markLeft(int rank, std::uint32_t through) {
-  std::uint64_t nobody = 0;
+void Steps::markLeft(int rank, std::uint32_t through, const std::string& why) {
+  if (!why.empty()) {
+    std::lock_guard<std::mutex> lock(deadMutex_);
+    leftWhy_.emplace(rank, why);
+  }
+  // Of several that left, the earliest `through` stays: every collective from it on lacks
+  // that member, and those before it had every member's part (wrap-safe compare).
   const std::uint64_t left = (std::uint64_t{static_cast<std::uint32_t>(rank) + 1} << 32) | through;
-  __atomic_compare_exchange_n(&header_->left, &nobody, left, false, __ATOMIC_SEQ_CST,
-                              __ATOMIC_SEQ_CST);
+  std::uint64_t seen = __atomic_load_n(&header_->left, __ATOMIC_ACQUIRE);
+  while ((seen == 0 || static_cast<std::int32_t>(through - static_cast<std::uint32_t>(seen)) < 0) &&
+         !__atomic_compare_exchange_n(&header_->left, &seen, left, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_SEQ_CST)) {
+  }
   signal_->ring();
 }
 
-int Steps::leftBefore(const Turn& turn) const {
+int Steps::leftBefore(const Turn& turn) const { return leftBefore(turn.op.sequence()); }
+
+int Steps::leftBefore(std::optional<std::uint32_t> sequence) const noexcept {
   const std::uint64_t left = __atomic_load_n(&header_->left, __ATOMIC_ACQUIRE);
   if (left == 0) return -1;
-  const auto sequence = turn.op.sequence();
   const auto through = static_cast<std::uint32_t>(left);
   if (sequence && static_cast<std::int32_t>(*sequence - through) < 0) return -1;
   return static_cast<int>(left >> 32) - 1;
@@ -282,16 +308,16 @@ void Steps::waitOne(Phase phase, std::uint32_t s, int index, const Turn& turn) {
 
 void Steps::leave(const Turn& turn) {
   const std::string what = turn.op.description();
-  if (const int left = leftBefore(turn); left >= 0 && deadRank() < 0) {
-    // It said so in the channel itself: break the channel in its name, as for a death.
-    peerDied(left, std::string(core::kClosedByPeer) +
-                       ": it destroyed, shut down or aborted its process group");
-  }
   if (const int dead = deadRank(); dead >= 0) {
     // With why this process heard of it (its own watch, or whose notice told it), as the
     // group's other errors say it: which of them a collective ends with is a race.
     COMMUX_FAIL(Backend, "commux: " + what + ": " + lost(dead) +
                              " during this shared-memory collective");
+  }
+  if (const int left = leftBefore(turn); left >= 0) {
+    // Every member fails this collective alike (each sees the mark), and none of those
+    // before it: the channel is not broken, so no abandon.
+    COMMUX_FAIL(Backend, "commux: " + what + ": " + leftMessage(left));
   }
   const std::uint32_t by = __atomic_load_n(&header_->brokenBy, __ATOMIC_ACQUIRE);
   if (by != 0 && by != static_cast<std::uint32_t>(groupRank(rank_)) + 1) {
@@ -333,7 +359,7 @@ void Steps::readFrom(std::uint32_t s, int rank, std::size_t offset, void* to, st
     // if the owner had not left by the end of the read. It marks the channel broken before
     // it leaves, so a look after the read tells (the interleaving test found this).
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (broken()) {
+    if (broken() || leftBefore(turn) >= 0) {
       mark(Phase::Departed, s);
       leave(turn);
     }

@@ -29,9 +29,11 @@
 // and the group refuses later collectives (it cannot know which of them the others ran).
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -123,10 +125,17 @@ class Steps {
   /// Group rank `rank` died (`why`, as this process heard it: seen, or told by whom); marks
   /// the channel broken in its name and wakes every waiter.
   void peerDied(int rank, const std::string& why = "");
-  /// Any thread of the member at group rank `rank`, as it leaves the group with its
-  /// process alive: the others' collectives numbered from `through` on stop waiting for it
-  /// (they fail naming it); those before run to their end. The first one to leave stays.
-  void markLeft(int rank, std::uint32_t through);
+  /// Group rank `rank` left the group with its process alive (marked by itself as it
+  /// leaves, or by a member its notice reached, with `why` as heard there): every member's
+  /// collectives numbered from `through` on fail naming it; those before run to their end.
+  /// Of several that left, the earliest `through` stays.
+  void markLeft(int rank, std::uint32_t through, const std::string& why = "");
+  /// The member that left (markLeft) before its part in the collective numbered
+  /// `sequence` (any, when absent), or -1.
+  int leftBefore(std::optional<std::uint32_t> sequence) const noexcept;
+  /// Why `turn`'s collective cannot complete because a member left before its part in it
+  /// (markLeft); empty if none did.
+  std::string leftBeforeReason(const Turn& turn) const;
   /// The group rank found dead (by this rank or another survivor), or -1.
   int deadRank() const noexcept;
   /// Why the channel is broken, naming the rank; empty while it is not.
@@ -205,6 +214,8 @@ class Steps {
   void checkAgreement(std::uint32_t s, const Turn& turn, int from);
   /// "rank N died (why)" (or "left the group") as this process heard of group rank `dead`.
   std::string lost(int dead) const;
+  /// "rank N left the group (why) before its part in this collective".
+  std::string leftMessage(int left) const;
   /// The member that left (markLeft) before its part in `turn`'s collective, or -1.
   int leftBefore(const Turn& turn) const;
   /// The reason the channel is broken when rank `by` broke it (group ranks).
@@ -228,6 +239,7 @@ class Steps {
   std::atomic<int> dead_{-1};  // a rank found dead, or -1
   mutable std::mutex deadMutex_;
   std::string deadWhy_;  // under deadMutex_: why dead_ died, as this process heard it
+  std::map<int, std::string> leftWhy_;  // under deadMutex_: why members left, as heard here
 };
 
 }  // namespace commux::shm

@@ -62,6 +62,25 @@ TEST(GroupHealth, AMemberThatLeftFailsOnlyTheCollectivesItHadNotDone) {
   EXPECT_EQ(health.firstDeadFor(12, &why), 3);
 }
 
+TEST(GroupHealth, AnAnySourceReceiveFailsOnADeathOrWhenEveryOtherMemberIsGone) {
+  GroupHealth health(4);  // seen by rank 0
+  std::string why;
+  EXPECT_EQ(health.firstLostForAnySource(&why), -1);
+  // Members that left sent all they will; the one still there may send.
+  health.markDead(2, std::string(kClosedByPeer) + ": it left", 3);
+  health.markDead(1, std::string(kClosedByPeer) + ": it left", 5);
+  EXPECT_EQ(health.firstLostForAnySource(&why), -1);
+  // The last other member goes: nobody is left to send; the first found gone is named.
+  health.markDead(3, std::string(kClosedByPeer) + ": it left", 1);
+  EXPECT_EQ(health.firstLostForAnySource(&why), 2);
+  // A death fails it though others remain (the sender it waits for may be the dead one).
+  GroupHealth died(3);
+  died.markDead(1, std::string(kClosedByPeer) + ": it left", 0);
+  died.markDead(2, "its process exited");
+  EXPECT_EQ(died.firstLostForAnySource(&why), 2);
+  EXPECT_EQ(why, "its process exited");
+}
+
 TEST(GroupHealth, ALostMemberIsWordedByHowItWent) {
   EXPECT_EQ(lostMember(2, "its process exited"), "rank 2 died (its process exited)");
   EXPECT_EQ(lostMember(2, ""), "rank 2 died");

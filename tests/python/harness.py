@@ -128,17 +128,19 @@ def shm_threads() -> int:
     return n
 
 
-def side_barrier(name: str, timeout_s: float = 60.0) -> None:
+def side_barrier(name: str, timeout_s: float = 60.0, *, store=None, rank=None, ws=None) -> None:
     """Barrier through the default group's *store*, not through the backend.
 
     Used where the backend may legitimately be unusable (e.g. right after a
     timeout) but ranks must still not run ahead of each other, e.g. so that
     a peer does not exit while another rank is still waiting for a timeout.
+    A rank that destroyed its group passes the store it kept, its rank and the size.
     """
     import torch.distributed as dist
 
-    store = dist.distributed_c10d._get_default_store()
-    rank, ws = dist.get_rank(), dist.get_world_size()
+    if store is None:
+        store = dist.distributed_c10d._get_default_store()
+        rank, ws = dist.get_rank(), dist.get_world_size()
     store.set(f"side_barrier/{name}/{rank}", "1")
     store.wait(
         [f"side_barrier/{name}/{r}" for r in range(ws)],
