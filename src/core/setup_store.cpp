@@ -59,9 +59,9 @@ void SetupStore::waitFor(const std::vector<std::string>& keys, const std::vector
   auto nextWatch = start + kWatchAfter;
   auto pause = std::chrono::microseconds(100);
   for (;;) {
-    if (const std::string dead = deaths_.dead(); !dead.empty()) throw SetupAbandoned(dead);
     try {
       if (store_.check(keys)) return;
+      if (const std::string why = givingUp(keys, owners); !why.empty()) throw SetupAbandoned(why);
       const auto now = std::chrono::steady_clock::now();
       if (now >= nextWatch) {
         // Again each period: a late rank can be watched only once it made the group.
@@ -79,12 +79,20 @@ void SetupStore::waitFor(const std::vector<std::string>& keys, const std::vector
   }
 }
 
+std::string SetupStore::givingUp(const std::vector<std::string>& keys,
+                                 const std::vector<int>& owners) {
+  // Cheap while everyone lives; the late owners cost a store request per key.
+  if (deaths_.dead(nullptr).empty()) return "";
+  const std::vector<int> late = lateOwners(keys, owners);
+  return deaths_.dead(&late);
+}
+
 void SetupStore::giveDeathFirst() {
   // The store's host often goes because a rank died and it gave up (rank 0 exits): the
   // death is the reason to give, once the watch has had a moment to report it.
   const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
   while (std::chrono::steady_clock::now() < grace) {
-    if (const std::string dead = deaths_.dead(); !dead.empty()) throw SetupAbandoned(dead);
+    if (const std::string dead = deaths_.dead(nullptr); !dead.empty()) throw SetupAbandoned(dead);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

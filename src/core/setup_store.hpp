@@ -17,12 +17,15 @@ namespace commux::core {
 
 /// How a set-up hears of deaths while it waits for other ranks in the store: `watch` starts
 /// watching ranks (it reads their addresses from the store, never waiting for one; a rank
-/// that has not made the group yet is watched by a later call); `dead` says which watched
-/// rank died and why (or that this rank gives up), or is empty while they all live. `what`
-/// names the set-up in errors.
+/// that has not made the group yet is watched by a later call); `dead(late)` says why the
+/// wait gives up (this rank stops, or a member is gone), or is empty while it goes on:
+/// with `late` null, for any member; else only for those of `late`, the owners of the
+/// keys not written yet (a member gone after its part, as one that left after the
+/// group's first collective, ends nobody's wait; one an owner waits for makes that owner
+/// give up, which the store then tells). `what` names the set-up in errors.
 struct SetupDeaths {
   std::function<void(const std::vector<int>& ranks)> watch;
-  std::function<std::string()> dead;
+  std::function<std::string(const std::vector<int>* late)> dead;
   std::string what;
 };
 
@@ -47,6 +50,9 @@ class SetupStore {
 
  private:
   void waitFor(const std::vector<std::string>& keys, const std::vector<int>& owners);
+  /// Why the wait for `keys` gives up now (SetupDeaths::dead for their late owners), or
+  /// empty.
+  std::string givingUp(const std::vector<std::string>& keys, const std::vector<int>& owners);
   /// After the store failed (called while handling its error): raises SetupAbandoned
   /// naming a death the group hears of within a moment, else returns.
   void giveDeathFirst();

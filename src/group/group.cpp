@@ -531,14 +531,23 @@ core::SetupDeaths Group::setupDeaths(const char* what, std::shared_ptr<core::Key
   if (!via) via = store_;
   return core::SetupDeaths{
       [this, via](const std::vector<int>& ranks) { peers_->getPublished(ranks, *via); },
-      [this] {
+      [this](const std::vector<int>* late) {
         if (setUpStop_.load(std::memory_order_acquire)) {
           return std::string("this group was destroyed, aborted or shut down on rank ") +
                  std::to_string(rank_) + " before its set-up completed";
         }
+        if (!health_->anyDead()) return std::string();
         std::string why;
-        const int dead = health_->firstDead(&why);
-        return dead < 0 ? std::string() : core::lostMember(dead, why);
+        if (late == nullptr) {
+          const int dead = health_->firstDead(&why);
+          return dead < 0 ? std::string() : core::lostMember(dead, why);
+        }
+        for (const int r : *late) {
+          if (r >= 0 && r < size_ && !(why = health_->deadWhy(r)).empty()) {
+            return core::lostMember(r, why);
+          }
+        }
+        return std::string();
       },
       what};
 }

@@ -20,21 +20,27 @@ using test_support::MemoryStore;
 struct Deaths {
   std::mutex mutex;
   std::string dead;
+  int deadRank = -1;  // when set, `dead` ends only a wait that rank still owes a key to
   std::vector<std::vector<int>> watched;
   SetupDeaths hooks() {
     return SetupDeaths{[this](const std::vector<int>& ranks) {
                          std::lock_guard<std::mutex> lock(mutex);
                          watched.push_back(ranks);
                        },
-                       [this] {
+                       [this](const std::vector<int>* late) {
                          std::lock_guard<std::mutex> lock(mutex);
-                         return dead;
+                         if (late == nullptr || deadRank < 0) return dead;
+                         for (int r : *late) {
+                           if (r == deadRank) return dead;
+                         }
+                         return std::string();
                        },
                        "a test set-up"};
   }
-  void die(const std::string& why) {
+  void die(const std::string& why, int rank = -1) {
     std::lock_guard<std::mutex> lock(mutex);
     dead = why;
+    deadRank = rank;
   }
 };
 
@@ -71,6 +77,29 @@ TEST(SetupStore, ADeathEndsTheWaitAtOnceWithItsReason) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   killer.join();
+}
+
+TEST(SetupStore, AMemberGoneAfterItsPartEndsNoWait) {
+  // Rank 2 left having written its keys: the wait for rank 1's goes on and gets it.
+  MemoryStore store(5s);
+  Deaths deaths;
+  const SetupDeaths hooks = deaths.hooks();
+  SetupStore mine(store, hooks);
+  SetupStore(store, hooks).put("k2", "two");
+  deaths.die("rank 2 left the group", 2);
+  std::thread other([&] {
+    std::this_thread::sleep_for(50ms);
+    SetupStore(store, hooks).put("k1", "one");
+  });
+  EXPECT_EQ(mine.takeAll({"k1", "k2"}, {1, 2}), (std::vector<std::string>{"one", "two"}));
+  other.join();
+  // One that still owes a key ends it.
+  try {
+    mine.take("k2b", 2);
+    FAIL() << "the wait did not end";
+  } catch (const SetupAbandoned& e) {
+    EXPECT_STREQ(e.what(), "rank 2 left the group");
+  }
 }
 
 TEST(SetupStore, ARankThatGivesUpTellsThoseWaitingForItWhy) {
