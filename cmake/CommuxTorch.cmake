@@ -48,7 +48,8 @@ foreach(_dir IN LISTS _torch_include_dirs)
         "IS_INITIALIZED|bool isInitialized\\("
         "COMPLETION_HOOKS|registerCompletionHook"
         "EPHEMERAL_TIMEOUT|addEphemeralTimeout"
-        "EAGER_CONNECT|eagerConnectSingleDevice")
+        "EAGER_CONNECT|eagerConnectSingleDevice"
+        "MERGE|intrusive_ptr<Backend> merge\\(")
       string(REPLACE "|" ";" _pair "${_feature}")
       list(GET _pair 0 _macro)
       list(GET _pair 1 _declared)

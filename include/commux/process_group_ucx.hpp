@@ -112,6 +112,15 @@ class ProcessGroupUCX : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts);
+#ifdef COMMUX_TORCH_HAS_MERGE
+  /// torch's merge_remote_group: a new group of `size` ranks over `store`, shared by the
+  /// processes that merge (each calls it once, torch numbers them in their order of
+  /// arrival), on this process's UCX worker. A store serves one merge; a rank outside
+  /// [0, size), as when more processes merge than `size`, is refused.
+  c10::intrusive_ptr<c10d::Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts,
+                                          const int& rank, const int& size) override;
+#endif
 #ifdef COMMUX_TORCH_HAS_SHRINK
   bool supportsShrinking() const override { return true; }
   /// The group of every rank but `ranksToExclude` (torch's shrink_group), numbered in the

@@ -71,6 +71,27 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupUCX::split(
                                               group_->setsUpInBackground());
 }
 
+#ifdef COMMUX_TORCH_HAS_MERGE
+c10::intrusive_ptr<c10d::Backend> ProcessGroupUCX::merge(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts, const int& rank, const int& size) {
+  checkUsable();
+  TORCH_CHECK_VALUE(store, "commux: merge: no store given");
+  TORCH_CHECK_VALUE(size >= 1, "commux: merge: the merged group's size must be at least 1, not ",
+                    size);
+  TORCH_CHECK_VALUE(rank >= 0 && rank < size, "commux: merge: this process came as number ",
+                    rank, " to a merge into a group of ", size,
+                    ": more processes merge over this store than the size they all passed");
+  const auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : timeout_;
+  // Not named by the group: each process merges a group of its own, whose names differ.
+  // torch numbers the processes with a counter at the store's root, so a store serves one
+  // merge (a second one's ranks start past its size, and are refused above).
+  auto merged = c10::make_intrusive<c10d::PrefixStore>("commux/merge/", store);
+  return c10::make_intrusive<ProcessGroupUCX>(merged, rank, size, timeout,
+                                              group_->setsUpInBackground());
+}
+#endif
+
 #ifdef COMMUX_TORCH_HAS_SHRINK
 c10::intrusive_ptr<c10d::Backend> ProcessGroupUCX::shrink(
     const std::vector<int64_t>& ranksToExclude, int shrinkFlags,

@@ -105,6 +105,11 @@ def _connect(rank, world_size, port, scratch):
                               datetime.timedelta(seconds=30))
     pair.connect()
     assert pair.known_ranks() == [0, 1]
+    # Rank 0's process serves the store: it stays until the other is done with it.
+    store.add("done", 1)
+    deadline = time.monotonic() + 30
+    while rank == 0 and store.add("done", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
     return True
 
 
