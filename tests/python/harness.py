@@ -80,8 +80,36 @@ def skip_reason_unless_ucx(what: str) -> str:
     return f"ucx-specific ({what}); backend under test is {BACKEND!r}"
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    """Return a TCP port on 127.0.0.1 that was free a moment ago.
+
+    Below the kernel's ephemeral range where there is room: a port the kernel handed out
+    (bind to port 0) can go to any outgoing connection or listener (UCX's among them)
+    before rank 0 binds it, which failed a CI run with EADDRINUSE; one below the range is
+    only taken by a process that names it.
+    """
+    import random
+
+    low = _ephemeral_low()
+    if low > 12000:
+        pick = random.Random(os.getpid() ^ time.monotonic_ns())
+        for _ in range(50):
+            port = pick.randrange(10000, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 0))
