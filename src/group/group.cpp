@@ -237,12 +237,7 @@ void Group::tellLeaving(const char* how, std::optional<std::uint32_t> through) {
   // The members this process has talked to: every member it exchanged messages or a
   // collective step with. Not the others: the notice must not be what connects to a peer,
   // which may have exited already (UCX would then fail to reach its memory, and says so).
-  std::vector<std::shared_ptr<const engine::Route>> routes;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_ || !health_->deadWhy(r).empty()) continue;
-    auto route = peers_->reachable(r);
-    if (route && engine_->connected(route->address)) routes.push_back(std::move(route));
-  }
+  const auto routes = connectedRoutes();
   // The members of this host's channel see it there, connected or not; before the notices,
   // so that a member a notice reaches finds the channel marked already.
   if (auto channel = std::atomic_load(&shm_)) channel->markLeft(rank_, *through);
@@ -302,14 +297,15 @@ void Group::markDead(int peer, const std::string& why, int from,
     // in flight here.
     std::lock_guard<std::mutex> lock(trackMutex_);
     if (!health_->markDead(peer, why, through)) return;
+    // Any-source receives live on while some other member may still send.
+    const bool anySourceLives = health_->firstLostForAnySource(nullptr) < 0;
     for (const auto& weak : inflight_) {
       auto request = weak.lock();
       if (!request) continue;
       // A member that left did its part in the collectives before `through`.
       const auto s = request->parts().sequence();
       const bool done = through && s && static_cast<std::int32_t>(*s - *through) < 0;
-      const bool spared = request->kind() == Request::Kind::RecvAnySource &&
-                          health_->firstLostForAnySource(nullptr) < 0;
+      const bool spared = request->kind() == Request::Kind::RecvAnySource && anySourceLives;
       (!request->done() && request->involves(peer) && !done && !spared ? victims : others)
           .push_back(std::move(request));
     }
@@ -385,13 +381,17 @@ void Group::retellLeave(int peer) {
   }
   // Only members with an endpoint already (as tellLeaving): those this rank exchanged a
   // step with, of which are the ones that wait for it.
+  relay_->tell(peer, health_->deadWhy(peer), connectedRoutes(), through);
+}
+
+std::vector<std::shared_ptr<const engine::Route>> Group::connectedRoutes() const {
   std::vector<std::shared_ptr<const engine::Route>> routes;
   for (int r = 0; r < size_; ++r) {
-    if (r == rank_ || r == peer || !health_->deadWhy(r).empty()) continue;
+    if (r == rank_ || !health_->deadWhy(r).empty()) continue;
     auto route = peers_->reachable(r);
     if (route && engine_->connected(route->address)) routes.push_back(std::move(route));
   }
-  relay_->tell(peer, health_->deadWhy(peer), routes, through);
+  return routes;
 }
 
 void Group::retellLeavesBefore(std::uint32_t sequence) {

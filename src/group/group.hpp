@@ -19,6 +19,7 @@
 #include "collectives/route.hpp"
 #include "core/setup_store.hpp"
 #include "core/stream.hpp"
+#include "engine/route.hpp"
 #include "group/request.hpp"
 
 namespace commux {
@@ -203,6 +204,9 @@ class Group {
   /// it never comes). Members done with the group send nothing, so a job whose ranks all
   /// leave at its end costs no notices but the leavers' own.
   void retellLeave(int rank);
+  /// Routes to the live members this process has an endpoint to (those it exchanged
+  /// messages or collective steps with): whom a notice goes to without connecting anew.
+  std::vector<std::shared_ptr<const engine::Route>> connectedRoutes() const;
   /// retellLeave for every member that left before its part in collective `sequence`.
   void retellLeavesBefore(std::uint32_t sequence);
   void startRelay();
