@@ -16,9 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
