@@ -6,20 +6,8 @@
 // before the large-group algorithms (issue 14). For broadcast the "ring" is the pipelined
 // chain, for all-to-all the pairwise exchange. Pure logic: no torch, no UCX.
 //
-// Time model, per rank and step (a step starts when the previous one ended):
-//   - its sends leave one after the other: send i arrives at start + alpha + beta * (bytes
-//     of sends 0..i);
-//   - the step ends at max(start + beta * bytes sent, latest arrival of its receives,
-//     start + alpha + beta * bytes received) + gamma, plus delta * bytes received when the
-//     step folds (Reduce);
-//   - a receive waits for its message: the sender's start of that step is a dependency, so
-//     the finish time is the critical path through the message graph;
-//   - a step's local copies (Bruck's packing) take epsilon * bytes copied before its sends
-//     leave.
-// Groups whose schedules hold more than --full-steps steps and copies in all (the rings
-// and Bruck from 1,024 ranks) are costed from a sample of ranks, each receive taken as
-// arriving alpha + beta * bytes after the step starts (exact for the ring and Bruck, where
-// all ranks move in lockstep); those rows are marked '~'.
+// The time model and the sampling of large groups: collectives/schedule_cost.hpp. Rows
+// costed from a sample of ranks are marked '~'.
 //
 //   commux_cost_model [--alpha-us 1.8] [--beta-ns 0.25] [--gamma-us 1.3] [--delta-ns 0.15]
 //                     [--epsilon-ns 0.05] [--ranks 16,256,1024,16384]
@@ -31,13 +19,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <functional>
+#include <exception>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "collectives/schedule.hpp"
+#include "collectives/schedule_cost.hpp"
 #include "collectives/selection.hpp"
 
 using namespace commux::collectives;
@@ -52,136 +39,15 @@ struct Options {
   std::size_t fullSteps = 1'000'000;
 };
 
-using Maker = std::function<Plan(int rank)>;
-
-struct Prediction {
-  double seconds = 0;
-  std::string algorithm;
-  bool sampled = false;
-  std::size_t steps = 0;  // the most steps of any rank (of the sampled ones when sampled)
-};
-
-/// The step's local copies, done before its sends leave.
-double copyTime(const Step& step, std::size_t es, const CostModel& m) {
-  double copied = 0;
-  for (const auto& c : step.copies) copied += static_cast<double>(c.count * es);
-  return m.epsilon * copied;
-}
-
-/// What a schedule holds, for the choice between playing all ranks and sampling.
-std::size_t entries(const Schedule& s) {
-  std::size_t n = s.steps.size();
-  for (const Step& st : s.steps) n += st.copies.size();
-  return n;
-}
-
-double stepEnd(const Step& step, double start, std::size_t es, const CostModel& m,
-               const std::vector<double>* arrivals) {
-  double sent = 0;
-  for (const auto& t : step.sends) sent += static_cast<double>(t.count * es);
-  double received = 0;
-  double end = start + m.beta * sent;
-  for (std::size_t i = 0; i < step.recvs.size(); ++i) {
-    received += static_cast<double>(step.recvs[i].count * es);
-    if (arrivals) end = std::max(end, (*arrivals)[i]);
-  }
-  if (!step.recvs.empty()) end = std::max(end, start + m.alpha + m.beta * received);
-  end += m.gamma;
-  if (step.recvMode == RecvMode::Reduce) end += m.delta * received;
-  return end;
-}
-
-std::uint64_t key(int from, int to, std::uint32_t round) {
-  return (static_cast<std::uint64_t>(from) << 48) | (static_cast<std::uint64_t>(to) << 32) | round;
-}
-
-/// Plays every rank's schedule; returns the finish time of the last rank.
-double playAll(int p, const std::vector<Schedule>& s, std::size_t es, const CostModel& m) {
-  std::vector<std::size_t> step(p, 0);
-  std::vector<double> now(p, 0);
-  std::vector<char> posted(p, 0);
-  std::unordered_map<std::uint64_t, std::deque<double>> wire;
-  std::vector<double> arrivals;
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int r = 0; r < p; ++r) {
-      while (step[r] < s[r].steps.size()) {
-        const Step& st = s[r].steps[step[r]];
-        if (!posted[r]) {
-          now[r] += copyTime(st, es, m);
-          double bytes = 0;
-          for (const auto& t : st.sends) {
-            bytes += static_cast<double>(t.count * es);
-            wire[key(r, t.peer, t.round)].push_back(now[r] + m.alpha + m.beta * bytes);
-          }
-          posted[r] = 1;
-          progress = true;
-        }
-        bool ready = true;
-        for (const auto& t : st.recvs) {
-          auto it = wire.find(key(t.peer, r, t.round));
-          if (it == wire.end() || it->second.empty()) {
-            ready = false;
-            break;
-          }
-        }
-        if (!ready) break;
-        arrivals.clear();
-        for (const auto& t : st.recvs) {
-          auto& q = wire[key(t.peer, r, t.round)];
-          arrivals.push_back(q.front());
-          q.pop_front();
-        }
-        now[r] = stepEnd(st, now[r], es, m, &arrivals);
-        ++step[r];
-        posted[r] = 0;
-        progress = true;
-      }
-    }
-  }
-  for (int r = 0; r < p; ++r) {
-    if (step[r] < s[r].steps.size()) {
-      std::fprintf(stderr, "commux_cost_model: rank %d of %d is stuck at step %zu\n", r, p, step[r]);
-      std::exit(1);
-    }
-  }
-  return *std::max_element(now.begin(), now.end());
-}
-
-/// One rank alone, every message arriving alpha + beta * bytes after its step starts.
-double playOne(const Schedule& s, std::size_t es, const CostModel& m) {
-  double now = 0;
-  for (const Step& st : s.steps) now = stepEnd(st, now + copyTime(st, es, m), es, m, nullptr);
-  return now;
-}
+using Maker = PlanMaker;
 
 Prediction predict(int p, const Maker& make, const Options& o) {
-  Prediction out;
-  Plan first = make(0);
-  out.algorithm = first.algorithm;
-  out.steps = first.schedule.steps.size();
-  if (entries(first.schedule) * static_cast<std::size_t>(p) <= o.fullSteps) {
-    std::vector<Schedule> all;
-    all.reserve(static_cast<std::size_t>(p));
-    all.push_back(std::move(first.schedule));
-    for (int r = 1; r < p; ++r) {
-      all.push_back(make(r).schedule);
-      out.steps = std::max(out.steps, all.back().steps.size());
-    }
-    out.seconds = playAll(p, all, o.elementSize, o.model);
-    return out;
+  try {
+    return commux::collectives::predict(p, make, o.elementSize, o.model, o.fullSteps);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "commux_cost_model: %s\n", e.what());
+    std::exit(1);
   }
-  out.sampled = true;
-  const int pof2 = 1 << floorLog2(static_cast<std::uint64_t>(p));
-  const int rem = p - pof2;
-  out.seconds = playOne(first.schedule, o.elementSize, o.model);
-  for (int r : {1, p / 2, p - 1, std::max(0, 2 * rem - 1), std::min(p - 1, 2 * rem)}) {
-    const Schedule s = make(r).schedule;
-    out.steps = std::max(out.steps, s.steps.size());
-    out.seconds = std::max(out.seconds, playOne(s, o.elementSize, o.model));
-  }
-  return out;
 }
 
 std::string human(double seconds) {
