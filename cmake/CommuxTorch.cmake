@@ -49,7 +49,8 @@ foreach(_dir IN LISTS _torch_include_dirs)
         "COMPLETION_HOOKS|registerCompletionHook"
         "EPHEMERAL_TIMEOUT|addEphemeralTimeout"
         "EAGER_CONNECT|eagerConnectSingleDevice"
-        "MERGE|intrusive_ptr<Backend> merge\\(")
+        "MERGE|intrusive_ptr<Backend> merge\\("
+        "TIME_ESTIMATION|supportsTimeEstimation")
       string(REPLACE "|" ";" _pair "${_feature}")
       list(GET _pair 0 _macro)
       list(GET _pair 1 _declared)

@@ -165,6 +165,16 @@ class ProcessGroupUCX : public c10d::Backend {
   /// completes; calls add up, each ending on its own.
   void addEphemeralTimeout(const std::chrono::milliseconds& timeout) override;
 #endif
+#ifdef COMMUX_TORCH_HAS_TIME_ESTIMATION
+  /// torch's dist._time_estimator. Between start and end, this group's collectives and
+  /// messages run nothing: after the checks of a real call they return a completed Work,
+  /// their tensors untouched, and add what the models say the call takes on the path and
+  /// schedule it would take (collectives/estimate.hpp). Local to this rank: the others need
+  /// not estimate, and no sequence number is used. End returns microseconds.
+  bool supportsTimeEstimation() const override { return true; }
+  void startTimeEstimate() override;
+  float endTimeEstimate() override;
+#endif
   /// Later calls raise; operations in flight still finish.
   void shutdown();
 
@@ -367,6 +377,22 @@ class ProcessGroupUCX : public c10d::Backend {
                                               bool uniform, std::chrono::milliseconds timeout,
                                               const char* schedule = nullptr);
 
+  /// True between startTimeEstimate and endTimeEstimate: each operation, once its
+  /// arguments are checked and before it stages or moves anything, returns estimated(...)
+  /// instead.
+  bool estimating() const noexcept { return estimating_.load(std::memory_order_acquire); }
+  /// Adds the estimate of `collective` taking `route` over `count` elements like `like`'s
+  /// (the buffer collectives::EstimateRequest names; elements of `elementSize` bytes when
+  /// not 0) and returns a completed Work.
+  c10::intrusive_ptr<c10d::Work> estimated(c10d::OpType type, collectives::Collective collective,
+                                           const collectives::Route& route, const at::Tensor& like,
+                                           std::size_t count, int root,
+                                           std::vector<at::Tensor> outputs,
+                                           std::size_t elementSize = 0);
+  /// The same for a tagged message of `bytes`.
+  c10::intrusive_ptr<c10d::Work> estimatedMessage(c10d::OpType type, std::size_t bytes,
+                                                  std::vector<at::Tensor> tensors);
+
   /// 16 hex digits that tell this group apart from any other process's or group's.
   static std::string makeInstanceId();
 
@@ -376,6 +402,9 @@ class ProcessGroupUCX : public c10d::Backend {
   std::int64_t reconfigureUuid_ = -1;  // of the last successful reconfigure
   std::atomic<std::uint64_t> windows_{0};  // windows made so far (collectively, in order)
   std::atomic<std::uint64_t> shrinks_{0};  // groups shrunk from this one, in order
+  std::atomic<bool> estimating_{false};
+  std::mutex estimateMutex_;
+  double estimatedSeconds_ = 0;  // under estimateMutex_
   // Guards coalesced_ and keptAlive_.
   std::mutex trackMutex_;
   // Memory of windows released without every peer's agreement (keepUntilDestroyed): freed

@@ -78,6 +78,15 @@ bool overlap(const at::Tensor& a, const at::Tensor& b) {
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
+/// The route an estimate of an all-to-all costs: blocks not known to be uniform run
+/// pairwise (planAlltoall), which the estimate's equal blocks would not tell it.
+collectives::Route estimateRoute(collectives::Route route, bool uniform) {
+  if (route.path == collectives::Path::Schedule && !route.schedule && !uniform) {
+    route.schedule = "pairwise";
+  }
+  return route;
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
@@ -156,6 +165,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
   std::shared_ptr<shm::Channel> channel;
   const auto route = routeFor(collectives::Collective::Alltoall, "all_to_all_single",
                               inputBuffer.is_cpu(), inputBuffer.nbytes(), channel);
+  if (estimating()) {
+    return estimated(c10d::OpType::ALLTOALL_BASE, collectives::Collective::Alltoall,
+                     estimateRoute(route, uniform), inputBuffer,
+                     std::accumulate(sendCounts.begin(), sendCounts.end(), std::size_t{0}), 0,
+                     {outputBuffer});
+  }
   if (channel) {
     const bool direct = outputBuffer.is_contiguous() && !overlap(inputBuffer, outputBuffer);
     TensorJob job;
@@ -221,6 +236,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
   std::shared_ptr<shm::Channel> channel;
   const auto route = routeFor(collectives::Collective::Alltoall, "all_to_all",
                               inputTensors[0].is_cpu(), inputTensors[0].nbytes(), channel);
+  if (estimating()) {
+    return estimated(c10d::OpType::ALLTOALL, collectives::Collective::Alltoall,
+                     estimateRoute(route, false), inputTensors[0],
+                     std::accumulate(sendCounts.begin(), sendCounts.end(), std::size_t{0}), 0,
+                     outputs);
+  }
   if (channel) {
     const std::size_t total = std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0});
     at::Tensor received = at::empty({static_cast<int64_t>(total)}, inputTensors[0].options());

@@ -28,6 +28,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_allgather_base(
   std::shared_ptr<shm::Channel> channel;
   const auto route = routeFor(collectives::Collective::Allgather, "all_gather_into_tensor",
                               inputBuffer.is_cpu(), outputBuffer.nbytes(), channel);
+  if (estimating()) {
+    return estimated(c10d::OpType::_ALLGATHER_BASE, collectives::Collective::Allgather, route,
+                     inputBuffer, n * static_cast<std::size_t>(size_), 0, {outputBuffer});
+  }
   if (route.path != collectives::Path::Schedule) {
     TensorJob job;
     job.kind = shm::Kind::Allgather;
@@ -74,6 +78,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather(
   std::shared_ptr<shm::Channel> channel;
   const auto route = routeFor(collectives::Collective::Allgather, "all_gather", input.is_cpu(),
                               input.nbytes() * size_, channel);
+  if (estimating()) {
+    return estimated(c10d::OpType::ALLGATHER, collectives::Collective::Allgather, route, input,
+                     n * static_cast<std::size_t>(size_), 0, outputs);
+  }
   at::Tensor work = at::empty({static_cast<int64_t>(n) * size_}, input.options());
   auto unpack = [work, outputs, n] {
     for (std::size_t r = 0; r < outputs.size(); ++r) {
@@ -116,6 +124,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::_reduce_scatter_base(
   std::shared_ptr<shm::Channel> channel;
   const auto route = routeFor(collectives::Collective::ReduceScatter, "reduce_scatter_tensor",
                               inputBuffer.is_cpu(), inputBuffer.nbytes(), channel);
+  if (estimating()) {
+    return estimated(c10d::OpType::_REDUCE_SCATTER_BASE, collectives::Collective::ReduceScatter,
+                     route, inputBuffer, n * static_cast<std::size_t>(size_), 0, {outputBuffer});
+  }
   if (route.path != collectives::Path::Schedule) {
     // Only read: the input needs a private copy only when its contribution is scaled first.
     at::Tensor input = dense(inputBuffer);

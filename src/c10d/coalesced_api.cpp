@@ -80,6 +80,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_coalesced(
   checkOneDtype("allreduce_coalesced", tensors);
   const auto reduction =
       Reduction::of("allreduce_coalesced", opts.reduceOp, tensors[0].scalar_type());
+  if (estimating()) {
+    std::size_t count = 0;
+    for (const auto& t : tensors) count += elementCount(t);
+    return estimated(c10d::OpType::ALLREDUCE_COALESCED, collectives::Collective::Allreduce,
+                     collectives::Route{collectives::Path::Schedule,
+                                        forcedSchedule(collectives::Collective::Allreduce)},
+                     tensors[0], count, 0, tensors);
+  }
   at::Tensor work = at::cat(c10::fmap(tensors, [](const at::Tensor& t) { return t.reshape({-1}); }));
   reduction.prepare(work);
   auto plan = collectives::planAllreduce(rank_, size_, elementCount(work), work.element_size(),
@@ -129,6 +137,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_coalesced(
     }
   }
   const Packing packing = packBytes(inputTensors);
+  if (estimating()) {
+    return estimated(c10d::OpType::ALLGATHER_COALESCED, collectives::Collective::Allgather,
+                     collectives::Route{collectives::Path::Schedule,
+                                        forcedSchedule(collectives::Collective::Allgather)},
+                     inputTensors[0], static_cast<std::size_t>(packing.total) * size_, 0, outputs,
+                     1);
+  }
   at::Tensor work = stageGather(inputTensors, packing, rank_, size_);
   const std::uint32_t seq = nextSequence();
   auto plan = collectives::planAllgather(
@@ -167,6 +182,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_into_tensor_coalesced(
                       inputs[i].numel(), ")");
   }
   const Packing packing = packBytes(inputs);
+  if (estimating()) {
+    return estimated(c10d::OpType::COALESCED, collectives::Collective::Allgather,
+                     collectives::Route{collectives::Path::Schedule,
+                                        forcedSchedule(collectives::Collective::Allgather)},
+                     inputs[0], static_cast<std::size_t>(packing.total) * size_, 0, outputs, 1);
+  }
   at::Tensor work = stageGather(inputs, packing, rank_, size_);
   const std::uint32_t seq = nextSequence();
   const int p = size_;
@@ -209,6 +230,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce_scatter_tensor_coalesced(
   }
   const auto reduction = Reduction::of(op, opts.reduceOp, inputs[0].scalar_type());
   const Packing packing = packElements(outputs);
+  if (estimating()) {
+    return estimated(c10d::OpType::COALESCED, collectives::Collective::ReduceScatter,
+                     collectives::Route{collectives::Path::Schedule,
+                                        forcedSchedule(collectives::Collective::ReduceScatter)},
+                     inputs[0], static_cast<std::size_t>(packing.total) * size_, 0, outputs);
+  }
   // Block r of the work buffer holds, side by side, slice r of every input.
   at::Tensor work = at::empty({packing.total * size_}, inputs[0].options());
   at::Tensor blocks = work.view({size_, packing.total});

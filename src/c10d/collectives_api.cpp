@@ -142,6 +142,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
   std::shared_ptr<shm::Channel> channel;
   const auto route =
       routeFor(collectives::Collective::Allreduce, "allreduce", tensors[0].is_cpu(), 0, channel);
+  if (estimating()) {
+    return estimated(c10d::OpType::ALLREDUCE, collectives::Collective::Allreduce, route, tensors[0],
+                     elementCount(tensors[0]), 0, tensors);
+  }
   const bool shared = route.path != collectives::Path::Schedule;
   at::Tensor work = shared && tensors.size() == 1 ? dense(tensors[0])
                                                   : localReduce(tensors, reduction.kind(), false);
@@ -182,6 +186,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
   std::shared_ptr<shm::Channel> channel;
   const auto route = routeFor(collectives::Collective::Reduce, "reduce", tensors[0].is_cpu(),
                               tensors[0].nbytes(), channel);
+  if (estimating()) {
+    return estimated(c10d::OpType::REDUCE, collectives::Collective::Reduce, route, tensors[0],
+                     elementCount(tensors[0]), root, tensors);
+  }
   const bool parts = route.path == collectives::Path::Hierarchical;
   // Over shared memory a non-root's buffer is only read: it needs a private copy only when
   // its contribution is scaled first. In parts, a host's leader gathers into its buffer.
@@ -228,6 +236,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
   std::shared_ptr<shm::Channel> channel;
   const auto route = routeFor(collectives::Collective::Broadcast, "broadcast", tensors[0].is_cpu(),
                               tensors[0].nbytes(), channel);
+  if (estimating()) {
+    return estimated(c10d::OpType::BROADCAST, collectives::Collective::Broadcast, route,
+                     tensors[0], elementCount(tensors[0]), root, tensors);
+  }
   // Shared memory takes any contiguous shape; the schedules want 1-D.
   const bool anyShape = route.path != collectives::Path::Schedule;
   const auto shaped = [&](const at::Tensor& t) { return anyShape ? dense(t) : flat(t); };
@@ -259,6 +271,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptio
   const CollectiveEntry entry(*this);
   std::shared_ptr<shm::Channel> channel;
   const auto route = routeFor(collectives::Collective::Barrier, "barrier", true, 0, channel);
+  if (estimating()) {
+    return estimated(c10d::OpType::BARRIER, collectives::Collective::Barrier, route, at::Tensor(),
+                     0, 0, {});
+  }
   if (route.path != collectives::Path::Schedule) {
     return launchShared(c10d::OpType::BARRIER, channel, TensorJob{}, "barrier", {}, "", {}, nullptr,
                         opts.timeout);

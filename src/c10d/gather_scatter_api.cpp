@@ -67,7 +67,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::gather(
   const auto n = static_cast<int64_t>(input.numel());
   const std::string detail = "to rank " + std::to_string(root);
   std::shared_ptr<shm::Channel> channel;
-  routeFor(collectives::Collective::Gather, "gather", input.is_cpu(), input.nbytes(), channel);
+  const auto route =
+      routeFor(collectives::Collective::Gather, "gather", input.is_cpu(), input.nbytes(), channel);
+  if (estimating()) {
+    return estimated(c10d::OpType::GATHER, collectives::Collective::Gather, route, input,
+                     static_cast<std::size_t>(n) * size_, root, rank_ == root ? outputs : std::vector<at::Tensor>{});
+  }
   if (channel) {
     TensorJob job;
     job.kind = shm::Kind::Gather;
@@ -118,9 +123,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
   checkWritable("scatter", {output});
   const auto n = static_cast<int64_t>(output.numel());
   std::shared_ptr<shm::Channel> channel;
-  routeFor(collectives::Collective::Scatter, "scatter", output.is_cpu(), output.nbytes(), channel);
-  // Over shared memory only the root stages the blocks.
-  at::Tensor work = rank_ == root || !channel ? at::empty({n * size_}, output.options()) : at::Tensor();
+  const auto route =
+      routeFor(collectives::Collective::Scatter, "scatter", output.is_cpu(), output.nbytes(), channel);
   if (rank_ == root) {
     TORCH_CHECK_VALUE(inputTensors.size() == 1 && inputTensors[0].size() == static_cast<std::size_t>(size_),
                       "commux: scatter: the root needs a list of world size (", size_, ") input tensors");
@@ -129,14 +133,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::scatter(
     checkSameDevice("scatter", inputs[0], output);
     TORCH_CHECK_VALUE(inputs[0].numel() == n && inputs[0].scalar_type() == output.scalar_type(),
                       "commux: scatter: input tensors must match the output's size and dtype");
+  } else {
+    TORCH_CHECK_VALUE(inputTensors.empty() || inputTensors[0].empty(),
+                      "commux: scatter: only the root (rank ", root, ") passes input tensors");
+  }
+  if (estimating()) {
+    return estimated(c10d::OpType::SCATTER, collectives::Collective::Scatter, route, output,
+                     static_cast<std::size_t>(n) * size_, root, {output});
+  }
+  // Over shared memory only the root stages the blocks.
+  at::Tensor work = rank_ == root || !channel ? at::empty({n * size_}, output.options()) : at::Tensor();
+  if (rank_ == root) {
+    const auto& inputs = inputTensors[0];
     // Blocks in rank order for shared memory, relative to the root for the tree.
     for (int v = 0; v < size_; ++v) {
       const int r = channel ? v : (v + root) % size_;
       work.narrow(0, n * v, n).copy_(inputs[static_cast<std::size_t>(r)].reshape({-1}));
     }
-  } else {
-    TORCH_CHECK_VALUE(inputTensors.empty() || inputTensors[0].empty(),
-                      "commux: scatter: only the root (rank ", root, ") passes input tensors");
   }
   const std::string detail = "from rank " + std::to_string(root);
   if (channel) {

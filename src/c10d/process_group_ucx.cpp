@@ -189,6 +189,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::send(std::vector<at::Tensor>& te
   checkTensors("send", tensors, false);
   checkTag("send", tag);
   checkPeer("send", "destination", dstRank, size_);
+  if (estimating()) return estimatedMessage(c10d::OpType::SEND, totalBytes(tensors), tensors);
   auto route = group_->peers().get(dstRank, "a send to it");
   auto work = makeWork(
       c10d::OpType::SEND, tensors,
@@ -211,6 +212,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recv(std::vector<at::Tensor>& te
   checkWritable("recv", tensors);
   checkTag("recv", tag);
   checkPeer("recv", "source", srcRank, size_);
+  if (estimating()) return estimatedMessage(c10d::OpType::RECV, totalBytes(tensors), tensors);
   group_->peers().get(srcRank, "a receive from it");  // watched from now on
   auto work = makeWork(
       c10d::OpType::RECV, tensors,
@@ -236,6 +238,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::recvAnysource(std::vector<at::Te
   TORCH_CHECK_VALUE(tensors.size() == 1,
                     "commux: a receive from any source takes exactly one tensor, got ",
                     tensors.size());
+  if (estimating()) {
+    return estimatedMessage(c10d::OpType::RECVANYSOURCE, totalBytes(tensors), tensors);
+  }
   group_->peers().resolveAll();  // any member's death fails it
   auto work = makeWork(
       c10d::OpType::RECVANYSOURCE, tensors,

@@ -31,6 +31,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_sparse(
                               target.device(), "; this build moves CPU tensors only");
   TORCH_CHECK_NOT_IMPLEMENTED(opts.reduceOp == c10d::ReduceOp::SUM, "commux: ", op,
                               " supports ReduceOp.SUM only");
+  // Its traffic depends on the other ranks' non-zeros, which an estimate made alone on
+  // this rank cannot know.
+  TORCH_CHECK_NOT_IMPLEMENTED(!estimating(), "commux: ", op,
+                              ": no time estimate (its size depends on every rank's non-zeros)");
   const at::Tensor mine = target.coalesce();
   const at::Tensor indices = mine._indices().contiguous();  // [sparse dims, nnz] int64
   const at::Tensor values = mine._values().contiguous();    // [nnz, dense dims...]
