@@ -82,7 +82,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::estimated(c10d::OpType type,
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::estimatedMessage(c10d::OpType type,
                                                                  std::size_t bytes,
                                                                  std::vector<at::Tensor> tensors) {
-  const double seconds = collectives::estimateMessageSeconds(bytes, thresholds().model);
+  const double seconds = collectives::estimateMessageSeconds(bytes);
   {
     std::lock_guard<std::mutex> lock(estimateMutex_);
     estimatedSeconds_ += seconds;

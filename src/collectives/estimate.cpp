@@ -46,7 +46,7 @@ double sharedMemory(Collective c, int ranks, double bytes, const SharedMemoryMod
   return m.alpha + m.perRank * ranks + perByte(c, m) * bytes;
 }
 
-double schedule(const EstimateRequest& r, const Thresholds& given) {
+double schedule(const EstimateRequest& r, const Thresholds& given, const EstimateModel& em) {
   const int p = r.size;
   if (p <= 1) return 0;
   Thresholds t = given;
@@ -93,12 +93,13 @@ double schedule(const EstimateRequest& r, const Thresholds& given) {
       break;
     }
   }
-  return t.model.perCall + predict(p, make, es, t.model, kFullSteps).seconds;
+  return em.collectiveCall + predict(p, make, es, em.ucx, kFullSteps).seconds;
 }
 
 /// The parts of a collective run in parts (hierarchical_api): shared memory on each host,
 /// a schedule between the hosts' leaders.
-double inParts(const EstimateRequest& r, const Thresholds& t, const SharedMemoryModel& m) {
+double inParts(const EstimateRequest& r, const Thresholds& t, const EstimateModel& em) {
+  const SharedMemoryModel& m = em.shm;
   const int hosts = std::clamp(r.hosts, 1, std::max(1, r.size));
   const int local = (r.size + hosts - 1) / hosts;
   const double bytes = bytesOf(r);
@@ -107,7 +108,7 @@ double inParts(const EstimateRequest& r, const Thresholds& t, const SharedMemory
   leaders.schedule = nullptr;
   leaders.size = hosts;
   leaders.root = 0;
-  const double between = hosts > 1 ? schedule(leaders, t) : 0;
+  const double between = hosts > 1 ? schedule(leaders, t, em) : 0;
   switch (r.collective) {
     case Collective::Allreduce:
       return sharedMemory(Collective::Reduce, local, bytes, m) + between +
@@ -136,24 +137,24 @@ double inParts(const EstimateRequest& r, const Thresholds& t, const SharedMemory
 
 }  // namespace
 
-double estimateSeconds(const EstimateRequest& r, const Thresholds& t, const SharedMemoryModel& m) {
+double estimateSeconds(const EstimateRequest& r, const Thresholds& t, const EstimateModel& m) {
   COMMUX_CHECK(r.size >= 1, InvalidArgument, "commux: a time estimate needs a group of at least 1 rank, not ",
                r.size);
   COMMUX_CHECK(r.root >= 0 && r.root < r.size, InvalidArgument, "commux: a time estimate's root ",
                r.root, " is outside the group of ", r.size);
   switch (r.path) {
     case Path::SharedMemory:
-      return sharedMemory(r.collective, r.size, bytesOf(r), m);
+      return sharedMemory(r.collective, r.size, bytesOf(r), m.shm);
     case Path::Hierarchical:
       return inParts(r, t, m);
     case Path::Schedule:
-      return schedule(r, t);
+      return schedule(r, t, m);
   }
   return 0;
 }
 
-double estimateMessageSeconds(std::size_t bytes, const CostModel& model) {
-  return model.perCall + model.alpha + model.gamma + model.beta * static_cast<double>(bytes);
+double estimateMessageSeconds(std::size_t bytes, const EstimateModel& m) {
+  return m.messageCall + m.ucx.alpha + m.ucx.gamma + m.ucx.beta * static_cast<double>(bytes);
 }
 
 }  // namespace commux::collectives

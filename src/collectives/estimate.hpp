@@ -14,19 +14,32 @@ namespace commux::collectives {
 /// The shared-memory channel (shm/algorithms.hpp): the members meet through the channel's
 /// header once or twice per collective, and every rank's copies and folds run at once on
 /// its own core, so the bytes each rank moves per byte of the buffer hardly change with the
-/// group size. Fitted on this machine at 2 ranks (docs/performance.md, 2026-12-06).
+/// group size. Fitted on this machine at 2 ranks, 1 and 16 MiB (benchmarks/time_estimate.py,
+/// 2026-12-06; an earlier stretch of the same machine ran the copies up to 1.8x faster).
 struct SharedMemoryModel {
   double alpha = 4.5e-6;    // s per collective (the meeting, the call)
   double perRank = 0.5e-6;  // s per member (each one's flags read)
   // s per byte of the buffer the estimate names (EstimateRequest::count)
-  double allreduce = 0.085e-9;
-  double reduce = 0.07e-9;
-  double broadcast = 0.055e-9;
-  double allgather = 0.085e-9;
-  double reduceScatter = 0.09e-9;
-  double gather = 0.07e-9;
-  double scatter = 0.055e-9;
-  double alltoall = 0.11e-9;
+  double allreduce = 0.17e-9;
+  double reduce = 0.13e-9;
+  double broadcast = 0.09e-9;
+  double allgather = 0.125e-9;
+  double reduceScatter = 0.13e-9;
+  double gather = 0.1e-9;
+  double scatter = 0.09e-9;
+  double alltoall = 0.14e-9;
+};
+
+/// What the estimates charge. The selection's CostModel (Thresholds::model) only has to
+/// rank algorithms against each other; an estimate needs absolute times, so its own copy
+/// of the model is fitted to measured ones (benchmarks/time_estimate.py, this machine, 2
+/// ranks, 2026-12-06: UCX messages of 1-16 MiB move at 0.09-0.10 ns/B, and a collective's
+/// call costs ~3.5 us beyond its messages, a message's ~1.1 us).
+struct EstimateModel {
+  CostModel ucx{1.8e-6, 0.1e-9, 1.3e-6, 0.065e-9, 0.05e-9};
+  double collectiveCall = 3.5e-6;  // s per collective over UCX beyond its schedule
+  double messageCall = 1.1e-6;     // s per tagged message beyond alpha + gamma + beta * bytes
+  SharedMemoryModel shm{};
 };
 
 struct EstimateRequest {
@@ -48,11 +61,12 @@ struct EstimateRequest {
 };
 
 /// Seconds the collective takes, from the first rank's call to the last rank's completion,
-/// with every rank calling at once. Throws InvalidArgument for a request no route makes.
+/// with every rank calling at once: the schedule `thresholds` choose, played under
+/// `model`. Throws InvalidArgument for a request no route makes.
 double estimateSeconds(const EstimateRequest& request, const Thresholds& thresholds,
-                       const SharedMemoryModel& shm = SharedMemoryModel{});
+                       const EstimateModel& model = EstimateModel{});
 
 /// Seconds one tagged message of `bytes` takes from send to receive over UCX.
-double estimateMessageSeconds(std::size_t bytes, const CostModel& model);
+double estimateMessageSeconds(std::size_t bytes, const EstimateModel& model = EstimateModel{});
 
 }  // namespace commux::collectives

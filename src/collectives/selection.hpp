@@ -18,9 +18,6 @@ struct CostModel {
   double gamma = 1.3e-6;    // s per schedule step (posting, completion, step change)
   double delta = 0.15e-9;   // s per byte folded (a += b)
   double epsilon = 0.05e-9; // s per byte copied locally (Bruck's packing)
-  /// s per call, whatever its schedule (entry, staging, completion): the same for every
-  /// choice, so only time estimates (estimate.hpp) add it.
-  double perCall = 2.5e-6;
 };
 
 struct Thresholds {

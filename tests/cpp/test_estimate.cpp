@@ -28,23 +28,30 @@ EstimateRequest request(Collective c, Path path, int size, std::size_t count,
 
 TEST(Estimate, AScheduleCostsWhatItsPlayedScheduleCostsPlusTheCall) {
   Thresholds t;
+  const EstimateModel em;
   // The ring of 8 ranks, 1 MiB: the played schedules, and the closed form the selection
-  // uses (they agree: "the two agree", selection.hpp).
+  // uses (they agree: "the two agree", selection.hpp), both under the estimate's model.
   const std::size_t n = (1 << 20) / 4;
   EstimateRequest r = request(Collective::Allreduce, Path::Schedule, 8, n);
   r.schedule = "ring";
   const double played =
       predict(8, [&](int k) { return Plan{allreduceRing(k, 8, n, t.pipelineChunkBytes / 4), "ring"}; },
-              4, t.model)
+              4, em.ucx)
           .seconds;
-  EXPECT_DOUBLE_EQ(estimateSeconds(r, t), played + t.model.perCall);
-  EXPECT_NEAR(played, cost::allreduceRing(t.model, 8, 1 << 20), 0.05 * played);
+  EXPECT_DOUBLE_EQ(estimateSeconds(r, t), played + em.collectiveCall);
+  EXPECT_NEAR(played, cost::allreduceRing(em.ucx, 8, 1 << 20), 0.05 * played);
   // Two ranks, 8 bytes, recursive doubling: one exchange and its fold.
   const double small = estimateSeconds(request(Collective::Allreduce, Path::Schedule, 2, 2), t);
-  EXPECT_DOUBLE_EQ(small, t.model.perCall + t.model.alpha + t.model.gamma +
-                              t.model.beta * 8 + t.model.delta * 8);
-  EXPECT_DOUBLE_EQ(estimateMessageSeconds(8, t.model),
-                   t.model.perCall + t.model.alpha + t.model.gamma + t.model.beta * 8);
+  EXPECT_DOUBLE_EQ(small, em.collectiveCall + em.ucx.alpha + em.ucx.gamma + em.ucx.beta * 8 +
+                              em.ucx.delta * 8);
+  EXPECT_DOUBLE_EQ(estimateMessageSeconds(8),
+                   em.messageCall + em.ucx.alpha + em.ucx.gamma + em.ucx.beta * 8);
+  // The schedule is the selection's (recursive doubling below its ring threshold), whatever
+  // model plays it.
+  EstimateModel slow;
+  slow.ucx.beta *= 10;
+  const EstimateRequest big = request(Collective::Allreduce, Path::Schedule, 8, 1024);
+  EXPECT_GT(estimateSeconds(big, t, slow), estimateSeconds(big, t));
 }
 
 TEST(Estimate, EveryCollectiveOnEveryPathGrowsWithItsSize) {
