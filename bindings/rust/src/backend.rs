@@ -81,6 +81,8 @@ pub enum Recipe {
     Environment,
     /// commuxCommInitRank with a unique id.
     Id { id: UniqueId, rank: usize, size: usize },
+    /// The survivors of a failure ([`CommuxBackend::shrink`]): nothing to make again from.
+    Survivors,
 }
 
 impl Recipe {
@@ -88,6 +90,10 @@ impl Recipe {
         match self {
             Recipe::Environment => Comm::from_env(),
             Recipe::Id { id, rank, size } => Comm::init_rank(*size, id, *rank),
+            Recipe::Survivors => Err(Error::new(
+                ffi::INVALID_USAGE,
+                "commux: a backend of survivors (shrink) cannot be made again from a recipe; shrink it again",
+            )),
         }
     }
 }
@@ -125,6 +131,33 @@ impl CommuxBackend {
             rank,
             size,
             stream: AtomicU64::new(0),
+        })
+    }
+
+    /// For the survivors of a failure: a backend over every rank but `exclude`, numbered in
+    /// this one's order (commuxCommShrink, the mechanism of torch's shrink_group). Only the
+    /// survivors call it, each with the same ranks, after `is_healthy` turned false; this
+    /// backend is aborted first (a call waiting in it ends with an error) and keeps
+    /// refusing calls. The new one has this one's element type, timeout and stream; its
+    /// `attempt_reconnect` cannot rebuild it (shrink it again instead).
+    pub fn shrink(&self, exclude: &[usize]) -> Result<CommuxBackend> {
+        let fresh = {
+            // Not under the call lock: a call waiting on a dead peer holds it until the
+            // abort inside commuxCommShrink ends that wait.
+            let comm = self.comm.read().unwrap_or_else(|e| e.into_inner());
+            comm.shrink(exclude, true)?
+        };
+        fresh.set_timeout_ms(self.timeout_ms)?;
+        let (rank, size) = (fresh.rank()?, fresh.size()?);
+        Ok(CommuxBackend {
+            recipe: Recipe::Survivors,
+            comm: RwLock::new(fresh),
+            calls: Mutex::new(()),
+            dtype: self.dtype,
+            timeout_ms: self.timeout_ms,
+            rank,
+            size,
+            stream: AtomicU64::new(self.stream.load(Ordering::Relaxed)),
         })
     }
 
@@ -326,6 +359,10 @@ impl CommBackend for CommuxBackend {
     }
 
     fn attempt_reconnect(&self) -> Result<()> {
+        if let Recipe::Survivors = self.recipe {
+            // Refused before the abort below: this backend goes on working.
+            return self.recipe.make().map(|_| ());
+        }
         // Break any wait first (a recv_command_u32 may hold the call lock forever), then
         // replace the communicator while no call uses it.
         {

@@ -148,6 +148,22 @@ impl Comm {
         // SAFETY: a live handle.
         check(unsafe { ffi::commuxCommFinalize(self.raw) })
     }
+    /// For the survivors of a failure (commuxCommShrink): a communicator of every rank but
+    /// `exclude`, numbered in this one's order. Only the survivors call it, each with the
+    /// same ranks; it needs nothing of the excluded ones, dead or not. `abort` first aborts
+    /// this communicator (what it has in flight ends with an error).
+    pub fn shrink(&self, exclude: &[usize], abort: bool) -> Result<Comm> {
+        let ranks = exclude
+            .iter()
+            .map(|&r| to_int(r, "excluded rank"))
+            .collect::<Result<Vec<c_int>>>()?;
+        let count = to_int(ranks.len(), "number of excluded ranks")?;
+        let flags = if abort { ffi::SHRINK_ABORT } else { ffi::SHRINK_DEFAULT };
+        let mut raw = ptr::null_mut();
+        // SAFETY: a live handle, `count` ranks at a valid pointer, a valid out-pointer.
+        check(unsafe { ffi::commuxCommShrink(self.raw, ranks.as_ptr(), count, flags, &mut raw) })?;
+        Ok(Comm { raw })
+    }
     /// Cancels what is in flight and refuses later calls; safe from any thread.
     pub fn abort(&self) -> Result<()> {
         // SAFETY: a live handle.

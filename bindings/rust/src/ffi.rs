@@ -19,6 +19,8 @@ pub const IN_PROGRESS: commuxResult_t = 7;
 pub const TIMEOUT: commuxResult_t = 8;
 
 pub const ANY_SOURCE: c_int = -1;
+pub const SHRINK_DEFAULT: c_int = 0;
+pub const SHRINK_ABORT: c_int = 1;
 pub const UNIQUE_ID_BYTES: usize = 128;
 
 #[repr(C)]
@@ -59,6 +61,13 @@ extern "C" {
     ) -> commuxResult_t;
     pub fn commuxCommInitFromEnv(comm: *mut commuxComm_t) -> commuxResult_t;
     pub fn commuxCommFinalize(comm: commuxComm_t) -> commuxResult_t;
+    pub fn commuxCommShrink(
+        comm: commuxComm_t,
+        exclude_ranks: *const c_int,
+        exclude_count: c_int,
+        flags: c_int,
+        newcomm: *mut commuxComm_t,
+    ) -> commuxResult_t;
     pub fn commuxCommDestroy(comm: commuxComm_t) -> commuxResult_t;
     pub fn commuxCommAbort(comm: commuxComm_t) -> commuxResult_t;
     pub fn commuxCommCount(comm: commuxComm_t, count: *mut c_int) -> commuxResult_t;

@@ -413,3 +413,52 @@ fn attempt_reconnect_after_a_peer_is_killed_and_restarted() {
     assert!(v.iter().all(|x| *x == (size * (size + 1) / 2) as f32), "after the rebuild: {}", v[0]);
     b.finalize().unwrap();
 }
+
+// --- shrink: the survivors go on without the dead rank -----------------------------------
+
+#[test]
+fn shrink_lets_the_survivors_go_on_without_a_killed_rank() {
+    if !is_rank() {
+        return run_job("shrink_lets_the_survivors_go_on_without_a_killed_rank", 4, Duration::from_secs(120), Some(1), false);
+    }
+    let b = backend(DataType::Float32);
+    let (rank, size) = (b.rank(), b.world_size());
+    let mut one = [1.0f32];
+    b.all_reduce(addr_mut(&mut one), 4).unwrap();
+    assert_eq!(one[0], size as f32);
+    b.barrier().unwrap();
+    if rank == 1 {
+        die();
+    }
+    let start = Instant::now();
+    while b.is_healthy() {
+        assert!(start.elapsed() < Duration::from_secs(30), "rank 1's death not seen in 30 s");
+        sleep(Duration::from_millis(10));
+    }
+    // Wrong requests are refused, and the old backend stays refused.
+    assert_eq!(b.shrink(&[size]).err().map(|e| e.code), Some(commux::ffi::INVALID_ARGUMENT));
+    assert_eq!(b.shrink(&[rank]).err().map(|e| e.code), Some(commux::ffi::INVALID_ARGUMENT));
+    let survivors = b.shrink(&[1]).unwrap();
+    let mut x = [1.0f32];
+    assert!(b.all_reduce(addr_mut(&mut x), 4).is_err(), "the old backend took a collective");
+    // Ranks 0, 2, 3 are 0, 1, 2 now.
+    let expected_rank = if rank == 0 { 0 } else { rank - 1 };
+    assert_eq!((survivors.rank(), survivors.world_size()), (expected_rank, size - 1));
+    assert!(survivors.is_healthy());
+    let mut v = [(rank + 1) as f32; 1000];
+    survivors.all_reduce(addr_mut(&mut v), 4000).unwrap();
+    let sum = (1..=size).sum::<usize>() - 2; // every old rank + 1, but rank 1's
+    assert!(v.iter().all(|x| *x == sum as f32), "survivors' all_reduce: {}", v[0]);
+    // Messages between survivors, by their new ranks.
+    let me = survivors.rank();
+    let n = survivors.world_size();
+    let out = [me as f32 * 10.0; 8];
+    let mut inbox = [0.0f32; 8];
+    survivors.group_start().unwrap();
+    survivors.send_to(addr(&out), 32, (me + 1) % n, 0).unwrap();
+    survivors.recv_from(addr_mut(&mut inbox), 32, (me + n - 1) % n, 0).unwrap();
+    survivors.group_end().unwrap();
+    assert!(inbox.iter().all(|x| *x == ((me + n - 1) % n) as f32 * 10.0), "{inbox:?}");
+    assert!(survivors.attempt_reconnect().is_err(), "a survivors' backend rebuilt from a recipe");
+    survivors.finalize().unwrap();
+}
