@@ -84,8 +84,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce_coalesced(
     std::size_t count = 0;
     for (const auto& t : tensors) count += elementCount(t);
     return estimated(c10d::OpType::ALLREDUCE_COALESCED, collectives::Collective::Allreduce,
-                     collectives::Route{collectives::Path::Schedule,
-                                        forcedSchedule(collectives::Collective::Allreduce)},
+                     scheduleRouteOf(collectives::Collective::Allreduce),
                      tensors[0], count, 0, tensors);
   }
   at::Tensor work = at::cat(c10::fmap(tensors, [](const at::Tensor& t) { return t.reshape({-1}); }));
@@ -139,8 +138,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_coalesced(
   const Packing packing = packBytes(inputTensors);
   if (estimating()) {
     return estimated(c10d::OpType::ALLGATHER_COALESCED, collectives::Collective::Allgather,
-                     collectives::Route{collectives::Path::Schedule,
-                                        forcedSchedule(collectives::Collective::Allgather)},
+                     scheduleRouteOf(collectives::Collective::Allgather),
                      inputTensors[0], static_cast<std::size_t>(packing.total) * size_, 0, outputs,
                      1);
   }
@@ -184,8 +182,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allgather_into_tensor_coalesced(
   const Packing packing = packBytes(inputs);
   if (estimating()) {
     return estimated(c10d::OpType::COALESCED, collectives::Collective::Allgather,
-                     collectives::Route{collectives::Path::Schedule,
-                                        forcedSchedule(collectives::Collective::Allgather)},
+                     scheduleRouteOf(collectives::Collective::Allgather),
                      inputs[0], static_cast<std::size_t>(packing.total) * size_, 0, outputs, 1);
   }
   at::Tensor work = stageGather(inputs, packing, rank_, size_);
@@ -232,8 +229,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce_scatter_tensor_coalesced(
   const Packing packing = packElements(outputs);
   if (estimating()) {
     return estimated(c10d::OpType::COALESCED, collectives::Collective::ReduceScatter,
-                     collectives::Route{collectives::Path::Schedule,
-                                        forcedSchedule(collectives::Collective::ReduceScatter)},
+                     scheduleRouteOf(collectives::Collective::ReduceScatter),
                      inputs[0], static_cast<std::size_t>(packing.total) * size_, 0, outputs);
   }
   // Block r of the work buffer holds, side by side, slice r of every input.

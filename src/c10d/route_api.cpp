@@ -15,10 +15,13 @@ collectives::Route ProcessGroupUCX::routeFor(collectives::Collective collective,
   return group_->route(collective, what, cpu, bytes, channel);
 }
 
-const char* forcedSchedule(collectives::Collective collective) {
+collectives::Route scheduleRouteOf(collectives::Collective collective) {
   return collectives::scheduleRoute(collective,
-                                    Config::get().algorithms[static_cast<std::size_t>(collective)])
-      .schedule;
+                                    Config::get().algorithms[static_cast<std::size_t>(collective)]);
+}
+
+const char* forcedSchedule(collectives::Collective collective) {
+  return scheduleRouteOf(collective).schedule;
 }
 
 }  // namespace commux

@@ -50,6 +50,9 @@ collectives::Thresholds thresholds(const at::Tensor& buffer = at::Tensor(),
 /// The schedule COMMUX_ALGORITHM_<COLLECTIVE> forces on what always runs as a schedule
 /// (collectives::scheduleRoute), or null.
 const char* forcedSchedule(collectives::Collective collective);
+/// The route of a call that always runs as a schedule (collectives::scheduleRoute) under
+/// the COMMUX_ALGORITHM_<COLLECTIVE> setting.
+collectives::Route scheduleRouteOf(collectives::Collective collective);
 
 inline std::size_t elementCount(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 
