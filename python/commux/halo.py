@@ -1,0 +1,273 @@
+"""Neighbourhood exchanges for stencil codes: a Cartesian process grid and a persistent halo
+exchange of the ghost cells kept inside each rank's tensor.
+
+    grid = commux.halo.CartGrid(ndim=2, periodic=[True, False])     # dims chosen for the world
+    ex = commux.halo.HaloExchange([temperature, concentration], widths=1, grid=grid)
+    for step in range(steps):
+        ex.exchange()            # or ex.start() ... compute the interior ... ex.wait()
+        update(temperature, concentration)
+
+The grid and every neighbour's direction number come from commux's core
+(halo/cart_topology.hpp), so the C++ and Python sides agree. A message carries the number of
+the direction it travels in, and a receive for the ghost cells on side d takes the message its
+neighbour there sent in direction -d: periodic dimensions of size 1 (a rank is its own
+neighbour on both sides) and 2 (one rank is both neighbours) keep their two directions apart.
+
+This first version posts tagged ``isend``/``irecv`` of packed faces through the group it is
+given; what does not change between steps (neighbours, tags, face views, scratch buffers) is
+computed once, and the ranks check once, at construction, that their neighbours' tensors fit
+theirs. It uses the tags ``tag_base`` to ``tag_base + 2 * 3**ndim`` of the group.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import torch
+import torch.distributed as dist
+
+from . import load_extension
+
+Neighbour = namedtuple("Neighbour", "offset rank direction opposite")
+
+#: Default first tag of an exchange: far above the tags codes pick by hand.
+DEFAULT_TAG_BASE = 1 << 30
+_ALIGN = 16  # bytes: each field's piece of a packed message starts aligned
+
+
+class CartGrid:
+    """A Cartesian process grid over ``group`` (default: the world), ranks in row-major
+    order as ``MPI_Cart_create`` lays them out.
+
+    ``dims``: a size per dimension, 0 to have it chosen (as ``MPI_Dims_create``); or None with
+    ``ndim`` for a grid chosen whole. ``periodic``: one flag, or one per dimension.
+    ``diagonals``: the neighbours across edges and corners too (3**n - 1 of them, for
+    27-point stencils), not only the 2n faces.
+    """
+
+    def __init__(self, dims=None, periodic=False, diagonals=False, group=None, ndim=None):
+        ext = load_extension()
+        self.group = group
+        size = dist.get_world_size(group)
+        if dims is None:
+            if ndim is None:
+                raise ValueError("commux.halo.CartGrid: give dims or ndim")
+            dims = [0] * int(ndim)
+        dims = [int(d) for d in dims]
+        self.dims = list(ext.dims_create(size, dims))
+        if isinstance(periodic, bool):
+            periodic = [periodic] * len(self.dims)
+        self.periodic = [bool(p) for p in periodic]
+        if len(self.periodic) != len(self.dims):
+            raise ValueError(f"commux.halo.CartGrid: {len(self.periodic)} periodic flags for "
+                             f"{len(self.dims)} dimensions")
+        self.diagonals = bool(diagonals)
+        self.rank = dist.get_rank(group)
+        self.neighbours = [Neighbour(tuple(o), r, d, p) for o, r, d, p in ext.cart_neighbours(
+            self.dims, self.periodic, self.diagonals, self.rank)]
+        self.coords = self.coords_of(self.rank)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    def coords_of(self, rank: int) -> tuple:
+        """The grid coordinates of ``rank`` (row-major)."""
+        out = []
+        for d in reversed(self.dims):
+            out.append(rank % d)
+            rank //= d
+        return tuple(reversed(out))
+
+    def split(self, extent: int, dim: int) -> tuple[int, int]:
+        """This rank's part ``(start, stop)`` of ``extent`` cells along grid dimension ``dim``,
+        split as evenly as they go (the first ``extent % dims[dim]`` parts one cell longer)."""
+        parts, at = self.dims[dim], self.coords[dim]
+        base, extra = divmod(extent, parts)
+        start = at * base + min(at, extra)
+        return start, start + base + (1 if at < extra else 0)
+
+
+def _box(shape, widths, offset, ghost):
+    """The slices of the face towards ``offset``: the interior cells next to it (``ghost``
+    False: what is sent) or the ghost cells beyond it (True: what is received)."""
+    out = []
+    for n, w, o in zip(shape, widths, offset):
+        if o == 0:
+            out.append(slice(w, n - w))
+        elif o < 0:
+            out.append(slice(0, w) if ghost else slice(w, 2 * w))
+        else:
+            out.append(slice(n - w, n) if ghost else slice(n - 2 * w, n - w))
+    return tuple(out)
+
+
+def _aligned(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class HaloExchange:
+    """A persistent exchange of the ghost cells of ``fields`` (one tensor or a list of them,
+    the same shape in the grid's dimensions) with the grid's neighbours: ``widths`` ghost
+    cells (one number, or one per grid dimension) on both sides of each of the first
+    ``grid.ndim`` dimensions, inside the tensors. Faces towards a non-periodic edge are
+    left alone. One message per neighbour carries every field.
+
+    Collective over the grid's group: every rank builds its exchange at the same point, and
+    the ranks check their neighbours' fields against their own then (ValueError naming the
+    neighbour and what differs, on both sides, before any ghost cell moves).
+    """
+
+    def __init__(self, fields, widths, grid: CartGrid, tag_base: int = DEFAULT_TAG_BASE):
+        if isinstance(fields, torch.Tensor):
+            fields = [fields]
+        fields = list(fields)
+        if not fields:
+            raise ValueError("commux.halo.HaloExchange: no fields")
+        n = grid.ndim
+        if isinstance(widths, int):
+            widths = [widths] * n
+        widths = [int(w) for w in widths]
+        if len(widths) != n:
+            raise ValueError(f"commux.halo.HaloExchange: {len(widths)} widths for a grid of {n} "
+                             "dimensions")
+        shape = tuple(fields[0].shape[:n])
+        for i, f in enumerate(fields):
+            if f.dim() < n:
+                raise ValueError(f"commux.halo.HaloExchange: field {i} has {f.dim()} dimensions; "
+                                 f"the grid has {n}")
+            if tuple(f.shape[:n]) != shape:
+                raise ValueError(f"commux.halo.HaloExchange: field {i} is {tuple(f.shape[:n])} "
+                                 f"in the grid's dimensions, field 0 {shape}")
+            if f.device != fields[0].device:
+                raise ValueError("commux.halo.HaloExchange: the fields are on different devices")
+        for d, (extent, w) in enumerate(zip(shape, widths)):
+            if w < 0:
+                raise ValueError(f"commux.halo.HaloExchange: width {w} in dimension {d}")
+            if w and extent - 2 * w < w:
+                raise ValueError(
+                    f"commux.halo.HaloExchange: dimension {d} holds {extent} cells, of which "
+                    f"{extent - 2 * w} interior, narrower than the halo ({w}): a face would "
+                    "send ghost cells")
+        directions = 3 ** n
+        if not 0 <= tag_base <= (1 << 31) - 1 - 3 * directions:
+            raise ValueError(f"commux.halo.HaloExchange: tag_base {tag_base} leaves no room for "
+                             f"its {3 * directions} tags below 2**31")
+        self.grid, self.fields, self.widths, self.tag_base = grid, fields, widths, tag_base
+        self._group = grid.group
+        self._check_neighbours(shape, directions)
+
+        # Per direction with a neighbour and a non-empty face: the views and the scratch.
+        self._plan = []
+        for nb in grid.neighbours:
+            if nb.rank < 0 or any(o != 0 and w == 0 for o, w in zip(nb.offset, widths)):
+                continue
+            send_views = [f[_box(f.shape, widths, nb.offset, ghost=False)] for f in fields]
+            recv_views = [f[_box(f.shape, widths, nb.offset, ghost=True)] for f in fields]
+            sizes = [_aligned(v.numel() * v.element_size()) for v in send_views]
+            if sum(sizes) == 0:
+                continue
+            out = torch.empty(sum(sizes), dtype=torch.uint8, device=fields[0].device)
+            inbox = torch.empty(sum(sizes), dtype=torch.uint8, device=fields[0].device)
+            pieces_out, pieces_in, at = [], [], 0
+            for sv, rv, size in zip(send_views, recv_views, sizes):
+                nbytes = sv.numel() * sv.element_size()
+                pieces_out.append(out[at:at + nbytes].view(sv.dtype).view(sv.shape))
+                pieces_in.append(inbox[at:at + nbytes].view(rv.dtype).view(rv.shape))
+                at += size
+            self._plan.append((nb, send_views, recv_views, out, inbox, pieces_out, pieces_in))
+        self._works = None
+
+    def _check_neighbours(self, shape, directions):
+        """Every rank tells each neighbour its fields (dtype and shape in the grid's
+        dimensions) and widths, and checks what it is told against its own."""
+        n = self.grid.ndim
+        mine = [len(self.fields)] + self.widths
+        for f in self.fields:
+            mine += [_dtype_code(f.dtype)] + list(shape)
+        mine = torch.tensor(mine, dtype=torch.int64)
+        length = torch.tensor([mine.numel()], dtype=torch.int64)
+        base = self.tag_base + directions
+        peers = [nb for nb in self.grid.neighbours if nb.rank >= 0]
+        lengths = {nb.direction: torch.zeros(1, dtype=torch.int64) for nb in peers}
+        works = [dist.irecv(lengths[nb.direction], self._peer(nb), group=self._group,
+                            tag=base + nb.opposite) for nb in peers]
+        works += [dist.isend(length, self._peer(nb), group=self._group, tag=base + nb.direction)
+                  for nb in peers]
+        for w in works:
+            w.wait()
+        theirs = {nb.direction: torch.zeros(int(lengths[nb.direction]), dtype=torch.int64)
+                  for nb in peers}
+        works = [dist.irecv(theirs[nb.direction], self._peer(nb), group=self._group,
+                            tag=base + directions + nb.opposite) for nb in peers]
+        works += [dist.isend(mine, self._peer(nb), group=self._group,
+                             tag=base + directions + nb.direction) for nb in peers]
+        for w in works:
+            w.wait()
+        for nb in peers:
+            t = theirs[nb.direction].tolist()
+            what = f"the neighbour at offset {nb.offset} (rank {nb.rank})"
+            if t[0] != len(self.fields):
+                raise ValueError(f"commux.halo.HaloExchange: {what} exchanges {t[0]} fields, "
+                                 f"this rank {len(self.fields)}")
+            if t[1:1 + n] != self.widths:
+                raise ValueError(f"commux.halo.HaloExchange: {what} has widths {t[1:1 + n]}, "
+                                 f"this rank {self.widths}")
+            for i in range(len(self.fields)):
+                rec = t[1 + n + i * (1 + n):1 + n + (i + 1) * (1 + n)]
+                if rec[0] != _dtype_code(self.fields[i].dtype):
+                    raise ValueError(f"commux.halo.HaloExchange: field {i} of {what} has another "
+                                     f"dtype than this rank's {self.fields[i].dtype}")
+                for d in range(n):
+                    if nb.offset[d] == 0 and rec[1 + d] != shape[d]:
+                        raise ValueError(
+                            f"commux.halo.HaloExchange: field {i} of {what} holds {rec[1 + d]} "
+                            f"cells in dimension {d}, this rank {shape[d]}: the faces they "
+                            "share differ")
+
+    def _peer(self, nb) -> int:
+        """The neighbour's rank as torch's p2p calls take it (global, for a subgroup)."""
+        if self._group is None:
+            return nb.rank
+        return dist.get_global_rank(self._group, nb.rank)
+
+    def start(self):
+        """Posts this step's receives, packs the faces and sends them."""
+        if self._works is not None:
+            raise RuntimeError("commux.halo.HaloExchange: start() twice without wait()")
+        works = []
+        for nb, _, _, _, inbox, _, _ in self._plan:
+            works.append(dist.irecv(inbox, self._peer(nb), group=self._group,
+                                    tag=self.tag_base + nb.opposite))
+        for nb, send_views, _, out, _, pieces_out, _ in self._plan:
+            for piece, view in zip(pieces_out, send_views):
+                piece.copy_(view)
+            works.append(dist.isend(out, self._peer(nb), group=self._group,
+                                    tag=self.tag_base + nb.direction))
+        self._works = works
+
+    def wait(self):
+        """Waits for this step's messages and writes the ghost cells."""
+        if self._works is None:
+            raise RuntimeError("commux.halo.HaloExchange: wait() without start()")
+        works, self._works = self._works, None
+        for w in works:
+            w.wait()
+        for _, _, recv_views, _, _, _, pieces_in in self._plan:
+            for view, piece in zip(recv_views, pieces_in):
+                view.copy_(piece)
+
+    def exchange(self):
+        """start() then wait()."""
+        self.start()
+        self.wait()
+
+
+def _dtype_code(dtype: torch.dtype) -> int:
+    # A stable number per dtype for the neighbour check: its name's hash would differ
+    # between processes (PYTHONHASHSEED), its position in this list does not.
+    names = sorted(str(t) for t in vars(torch).values() if isinstance(t, torch.dtype))
+    return names.index(str(dtype))
+
+
+__all__ = ["CartGrid", "HaloExchange", "Neighbour", "DEFAULT_TAG_BASE"]
