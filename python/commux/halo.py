@@ -158,12 +158,19 @@ class HaloExchange:
         self._check_neighbours(shape, directions)
 
         # Per direction with a neighbour and a non-empty face: the views and the scratch.
-        self._plan = []
+        # This rank as its own neighbour (a periodic dimension of size 1) copies its face
+        # straight into its ghost cells on the other side, no message.
+        self._plan, self._local = [], []
         for nb in grid.neighbours:
             if nb.rank < 0 or any(o != 0 and w == 0 for o, w in zip(nb.offset, widths)):
                 continue
             send_views = [f[_box(f.shape, widths, nb.offset, ghost=False)] for f in fields]
             recv_views = [f[_box(f.shape, widths, nb.offset, ghost=True)] for f in fields]
+            if nb.rank == grid.rank:
+                back = tuple(-o for o in nb.offset)
+                self._local += [(f[_box(f.shape, widths, back, ghost=False)], rv)
+                                for f, rv in zip(fields, recv_views)]
+                continue
             sizes = [_aligned(v.numel() * v.element_size()) for v in send_views]
             if sum(sizes) == 0:
                 continue
@@ -188,7 +195,7 @@ class HaloExchange:
         mine = torch.tensor(mine, dtype=torch.int64)
         length = torch.tensor([mine.numel()], dtype=torch.int64)
         base = self.tag_base + directions
-        peers = [nb for nb in self.grid.neighbours if nb.rank >= 0]
+        peers = [nb for nb in self.grid.neighbours if nb.rank >= 0 and nb.rank != self.grid.rank]
         lengths = {nb.direction: torch.zeros(1, dtype=torch.int64) for nb in peers}
         works = [dist.irecv(lengths[nb.direction], self._peer(nb), group=self._group,
                             tag=base + nb.opposite) for nb in peers]
@@ -256,6 +263,8 @@ class HaloExchange:
         for _, _, recv_views, _, _, _, pieces_in in self._plan:
             for view, piece in zip(recv_views, pieces_in):
                 view.copy_(piece)
+        for face, ghost in self._local:
+            ghost.copy_(face)
 
     def exchange(self):
         """start() then wait()."""

@@ -1,0 +1,113 @@
+"""Time per halo exchange: commux.halo.HaloExchange against the same exchange written by hand
+(isend/irecv of .contiguous() faces, a tag per direction) on commux and on gloo, in one job,
+interleaved in blocks so that all three see the same machine.
+
+    torchrun --standalone --nproc-per-node=4 benchmarks/halo.py --ndim 2 --sizes 64,256,1024
+
+Each rank holds an n^d block (float64) with one ghost layer, on a periodic grid chosen as
+MPI_Dims_create would. Prints, on rank 0, the median over blocks of the max over ranks of the
+mean time per exchange, and each one's ratio to commux.halo's.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import commux.halo as halo
+
+
+def by_hand(grid, field, group, peer_of):
+    """What a stencil code writes today: slice, .contiguous(), post, wait, copy back."""
+    faces = [nb for nb in grid.neighbours if nb.rank >= 0 and nb.rank != grid.rank]
+    # This rank as its own neighbour (periodic size 1): a copy, as such codes do it.
+    own = [nb for nb in grid.neighbours if nb.rank == grid.rank]
+
+    def box(offset, ghost):
+        out = []
+        for size, o in zip(field.shape, offset):
+            if o == 0:
+                out.append(slice(1, size - 1))
+            elif o < 0:
+                out.append(slice(0, 1) if ghost else slice(1, 2))
+            else:
+                out.append(slice(size - 1, size) if ghost else slice(size - 2, size - 1))
+        return tuple(out)
+
+    def step():
+        inbox, works = [], []
+        for nb in faces:
+            buf = torch.empty_like(field[box(nb.offset, True)])
+            inbox.append((nb, buf))
+            works.append(dist.irecv(buf, peer_of(nb.rank), group=group, tag=100 + nb.opposite))
+        for nb in faces:
+            works.append(dist.isend(field[box(nb.offset, False)].contiguous(), peer_of(nb.rank),
+                                    group=group, tag=100 + nb.direction))
+        for w in works:
+            w.wait()
+        for nb, buf in inbox:
+            field[box(nb.offset, True)] = buf
+        for nb in own:
+            field[box(nb.offset, True)] = field[box(tuple(-o for o in nb.offset), False)]
+    return step
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ndim", type=int, default=2)
+    p.add_argument("--sizes", default="16,64,256,1024", help="cells per side of a rank's block")
+    p.add_argument("--blocks", type=int, default=5)
+    p.add_argument("--block-ms", type=float, default=60.0)
+    p.add_argument("--diagonals", action="store_true")
+    args = p.parse_args()
+    dist.init_process_group("ucx")
+    gloo = dist.new_group(backend="gloo")
+    rank = dist.get_rank()
+    grid = halo.CartGrid(ndim=args.ndim, periodic=True, diagonals=args.diagonals)
+    if rank == 0:
+        print(f"grid {grid.dims}, {'27/9' if args.diagonals else 'face'} neighbours, float64")
+        print("| cells per side | halo bytes per rank | commux.halo us | by hand (commux) us | "
+              "by hand (gloo) us | by hand commux / halo | gloo / halo |")
+        print("|---|---|---|---|---|---|---|")
+    for n in [int(s) for s in args.sizes.split(",")]:
+        if n ** args.ndim > 64 << 20:
+            continue
+        field = torch.rand([n + 2] * args.ndim, dtype=torch.float64)
+        ex = halo.HaloExchange(field, 1, grid)
+        ways = {"halo": ex.exchange,
+                "hand": by_hand(grid, field, None, lambda r: r),
+                "gloo": by_hand(grid, field, gloo, lambda r: r)}
+        for step in ways.values():
+            for _ in range(3):
+                step()
+        t0 = time.perf_counter()
+        for _ in range(3):
+            ex.exchange()
+        once = max((time.perf_counter() - t0) / 3, 1e-6)
+        iters = torch.tensor([max(3, int(args.block_ms / 1e3 / once))])
+        dist.all_reduce(iters, op=dist.ReduceOp.MAX)
+        times = {k: [] for k in ways}
+        for _ in range(args.blocks):
+            for name, step in ways.items():
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(int(iters)):
+                    step()
+                mean = torch.tensor([(time.perf_counter() - t0) / int(iters) * 1e6],
+                                    dtype=torch.float64)
+                dist.all_reduce(mean, op=dist.ReduceOp.MAX)
+                times[name].append(float(mean))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        halo_bytes = sum(field[tuple(slice(1, 2) if o else slice(1, n + 1) for o in nb.offset)]
+                         .numel() * 8 for nb in grid.neighbours if nb.rank >= 0)
+        if rank == 0:
+            print(f"| {n} | {halo_bytes} | {med['halo']:.1f} | {med['hand']:.1f} | "
+                  f"{med['gloo']:.1f} | {med['hand'] / med['halo']:.2f} | "
+                  f"{med['gloo'] / med['halo']:.2f} |", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
