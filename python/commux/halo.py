@@ -102,8 +102,17 @@ def _box(shape, widths, offset, ghost):
     return tuple(out)
 
 
-def _aligned(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+def _packed(tensors):
+    """One byte buffer for a message of `tensors`, and each one's piece of it (a view of
+    its dtype and shape), every piece starting aligned."""
+    sizes = [(t.numel() * t.element_size() + _ALIGN - 1) // _ALIGN * _ALIGN for t in tensors]
+    buf = torch.empty(sum(sizes), dtype=torch.uint8, device=tensors[0].device)
+    pieces, at = [], 0
+    for t, size in zip(tensors, sizes):
+        n = t.numel() * t.element_size()
+        pieces.append(buf[at:at + n].view(t.dtype).view(t.shape))
+        at += size
+    return buf, pieces
 
 
 class HaloExchange:
@@ -171,17 +180,10 @@ class HaloExchange:
                 self._local += [(f[_box(f.shape, widths, back, ghost=False)], rv)
                                 for f, rv in zip(fields, recv_views)]
                 continue
-            sizes = [_aligned(v.numel() * v.element_size()) for v in send_views]
-            if sum(sizes) == 0:
+            if all(v.numel() == 0 for v in send_views):
                 continue
-            out = torch.empty(sum(sizes), dtype=torch.uint8, device=fields[0].device)
-            inbox = torch.empty(sum(sizes), dtype=torch.uint8, device=fields[0].device)
-            pieces_out, pieces_in, at = [], [], 0
-            for sv, rv, size in zip(send_views, recv_views, sizes):
-                nbytes = sv.numel() * sv.element_size()
-                pieces_out.append(out[at:at + nbytes].view(sv.dtype).view(sv.shape))
-                pieces_in.append(inbox[at:at + nbytes].view(rv.dtype).view(rv.shape))
-                at += size
+            out, pieces_out = _packed(send_views)
+            inbox, pieces_in = _packed(recv_views)
             self._plan.append((nb, send_views, recv_views, out, inbox, pieces_out, pieces_in))
         self._works = None
 
@@ -272,6 +274,92 @@ class HaloExchange:
         self.wait()
 
 
+class GraphExchange:
+    """A persistent exchange along a graph, for decompositions that are not a grid
+    (unstructured meshes, ``MPI_Dist_graph_create_adjacent``'s case): ``sends`` maps each
+    destination rank of the group to the tensors (views into the caller's fields, any
+    strides) this rank sends it every step, ``recvs`` each source rank to the tensors its
+    message fills, in the same order as that source lists them. One message per neighbour
+    and step carries all of a pair's tensors; a rank may name itself (a copy).
+
+    Collective over ``group``: the ranks swap their lists once, at construction, and every
+    rank checks the whole graph, so a send nobody receives, or one whose tensors differ
+    from the receiver's (count, dtype, elements), raises the same ValueError on every rank
+    before anything moves.
+    """
+
+    def __init__(self, sends: dict, recvs: dict, group=None, tag_base: int = DEFAULT_TAG_BASE):
+        load_extension()
+        if not 0 <= tag_base <= (1 << 31) - 1:
+            raise ValueError(f"commux.halo.GraphExchange: tag_base {tag_base} is no tag")
+        size, rank = dist.get_world_size(group), dist.get_rank(group)
+        sends = {int(r): list(ts) for r, ts in sends.items()}
+        recvs = {int(r): list(ts) for r, ts in recvs.items()}
+        for what, table in (("destination", sends), ("source", recvs)):
+            for r, ts in table.items():
+                if not 0 <= r < size:
+                    raise ValueError(f"commux.halo.GraphExchange: {what} rank {r} is outside the "
+                                     f"group of {size}")
+                if not ts or not all(isinstance(t, torch.Tensor) for t in ts):
+                    raise ValueError(f"commux.halo.GraphExchange: {what} rank {r} needs a list "
+                                     "of tensors")
+        mine = ({r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in sends.items()},
+                {r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in recvs.items()})
+        everyone = [None] * size
+        dist.all_gather_object(everyone, mine, group=group)
+        for a in range(size):
+            for b, items in everyone[a][0].items():
+                expected = everyone[b][1].get(a)
+                if expected is None:
+                    raise ValueError(f"commux.halo.GraphExchange: rank {a} sends to rank {b}, "
+                                     f"which receives nothing from it")
+                if expected != items:
+                    raise ValueError(f"commux.halo.GraphExchange: rank {a} sends rank {b} "
+                                     f"{items}, which receives {expected} (dtype, elements)")
+            for b in everyone[a][1]:
+                if a not in everyone[b][0]:
+                    raise ValueError(f"commux.halo.GraphExchange: rank {a} receives from rank "
+                                     f"{b}, which sends it nothing")
+        self.group, self.rank, self.tag = group, rank, tag_base
+        self._local = list(zip(sends.get(rank, []), recvs.get(rank, [])))
+        self._out = [(r, ts, _packed(ts)) for r, ts in sends.items() if r != rank]
+        self._in = [(r, ts, _packed(ts)) for r, ts in recvs.items() if r != rank]
+        self._works = None
+
+    def _peer(self, r: int) -> int:
+        return r if self.group is None else dist.get_global_rank(self.group, r)
+
+    def start(self):
+        """Posts this step's receives, packs what goes out and sends it."""
+        if self._works is not None:
+            raise RuntimeError("commux.halo.GraphExchange: start() twice without wait()")
+        works = [dist.irecv(buf, self._peer(r), group=self.group, tag=self.tag)
+                 for r, _, (buf, _) in self._in]
+        for r, ts, (buf, pieces) in self._out:
+            for piece, t in zip(pieces, ts):
+                piece.copy_(t)
+            works.append(dist.isend(buf, self._peer(r), group=self.group, tag=self.tag))
+        self._works = works
+
+    def wait(self):
+        """Waits for this step's messages and writes the received tensors."""
+        if self._works is None:
+            raise RuntimeError("commux.halo.GraphExchange: wait() without start()")
+        works, self._works = self._works, None
+        for w in works:
+            w.wait()
+        for _, ts, (_, pieces) in self._in:
+            for t, piece in zip(ts, pieces):
+                t.copy_(piece)
+        for src, dst in self._local:
+            dst.copy_(src)
+
+    def exchange(self):
+        """start() then wait()."""
+        self.start()
+        self.wait()
+
+
 def _dtype_code(dtype: torch.dtype) -> int:
     # A stable number per dtype for the neighbour check: its name's hash would differ
     # between processes (PYTHONHASHSEED), its position in this list does not.
@@ -279,4 +367,4 @@ def _dtype_code(dtype: torch.dtype) -> int:
     return names.index(str(dtype))
 
 
-__all__ = ["CartGrid", "HaloExchange", "Neighbour", "DEFAULT_TAG_BASE"]
+__all__ = ["CartGrid", "HaloExchange", "GraphExchange", "Neighbour", "DEFAULT_TAG_BASE"]

@@ -249,3 +249,65 @@ def _stencil(rank, world_size, steps):
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_a_3d_stencil_matches_the_serial_solve(world_size):
     run_ranks(_stencil, world_size, timeout=120, steps=5)
+
+
+def _graph(rank, world_size, seed):
+    """A seeded graph (self-edges included), 1-3 strided views per edge of several dtypes:
+    every received view holds exactly what its sender sent, two steps in a row."""
+    import torch
+    import torch.distributed as dist
+
+    import commux.halo as halo
+
+    rng = random.Random(seed)
+    dtypes = ["float64", "int32", "bfloat16", "uint8"]
+    edges = {}
+    for a in range(world_size):
+        for b in range(world_size):
+            if rng.random() < 0.5:
+                edges[a, b] = [(rng.choice(dtypes), rng.randint(1, 40)) for _ in range(rng.randint(1, 3))]
+
+    def values(a, b, i, dtype, n, step):
+        v = (torch.arange(n) * 7 + a * 1000 + b * 100 + i * 10 + step) % 250 + 1
+        return v.to(getattr(torch, dtype))
+
+    def views(items):  # strided views (every other element) into fresh tensors
+        return [torch.zeros(2 * n, dtype=getattr(torch, dt))[::2] for dt, n in items]
+
+    sends = {b: views(items) for (a, b), items in edges.items() if a == rank}
+    recvs = {a: views(items) for (a, b), items in edges.items() if b == rank}
+    ex = halo.GraphExchange(sends, recvs)
+    for step in range(2):
+        for b, ts in sends.items():
+            for i, t in enumerate(ts):
+                t.copy_(values(rank, b, i, str(t.dtype).split(".")[1], t.numel(), step))
+        ex.exchange()
+        for a, ts in recvs.items():
+            for i, t in enumerate(ts):
+                want = values(a, rank, i, str(t.dtype).split(".")[1], t.numel(), step)
+                assert torch.equal(t, want), (f"seed {seed}: rank {rank} step {step}, from {a} "
+                                              f"item {i}: {t} != {want}")
+    # A send nobody receives, and one whose size differs: refused on every rank.
+    from harness import expect_error
+
+    lonely = {(rank + 1) % world_size: [torch.zeros(3)]} if rank == 0 else {}
+    expect_error(lambda: halo.GraphExchange(lonely, {}), ["receives nothing"],
+                 "a send nobody receives", (ValueError,))
+    nxt, prev = (rank + 1) % world_size, (rank - 1) % world_size
+    expect_error(lambda: halo.GraphExchange({nxt: [torch.zeros(3 + rank)]},
+                                            {prev: [torch.zeros(4 + rank)]}),
+                 ["which receives"], "sizes that differ", (ValueError,))
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert torch.all(t == world_size)
+    return True
+
+
+@pytest.mark.parametrize("world_size", [1, 3, 4])
+def test_graph_exchange_delivers_every_edge(world_size):
+    seed = random.randrange(1 << 30)
+    try:
+        run_ranks(_graph, world_size, timeout=120, seed=seed)
+    except BaseException:
+        print(f"replay: seed={seed} world_size={world_size}")
+        raise
