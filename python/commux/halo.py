@@ -13,10 +13,12 @@ the direction it travels in, and a receive for the ghost cells on side d takes t
 neighbour there sent in direction -d: periodic dimensions of size 1 (a rank is its own
 neighbour on both sides) and 2 (one rank is both neighbours) keep their two directions apart.
 
-This first version posts tagged ``isend``/``irecv`` of packed faces through the group it is
-given; what does not change between steps (neighbours, tags, face views, scratch buffers) is
-computed once, and the ranks check once, at construction, that their neighbours' tensors fit
-theirs. It uses the tags ``tag_base`` to ``tag_base + 2 * 3**ndim`` of the group.
+This first version sends one message per neighbour rank and step (every face and field that
+goes to it, packed) with tagged ``isend``/``irecv`` on the group it is given; what does not
+change between steps (neighbours, face views, buffers) is set up once, and the ranks check
+once, at construction, that their neighbours' tensors fit theirs. ``GraphExchange`` is the
+same for a graph of ranks, and what ``HaloExchange`` runs on. An exchange uses the tags
+``tag_base`` to ``tag_base + 3 * 3**ndim`` of its group.
 """
 
 from __future__ import annotations
@@ -166,26 +168,23 @@ class HaloExchange:
         self._group = grid.group
         self._check_neighbours(shape, directions)
 
-        # Per direction with a neighbour and a non-empty face: the views and the scratch.
-        # This rank as its own neighbour (a periodic dimension of size 1) copies its face
-        # straight into its ghost cells on the other side, no message.
-        self._plan, self._local = [], []
-        for nb in grid.neighbours:
-            if nb.rank < 0 or any(o != 0 and w == 0 for o, w in zip(nb.offset, widths)):
-                continue
-            send_views = [f[_box(f.shape, widths, nb.offset, ghost=False)] for f in fields]
-            recv_views = [f[_box(f.shape, widths, nb.offset, ghost=True)] for f in fields]
-            if nb.rank == grid.rank:
-                back = tuple(-o for o in nb.offset)
-                self._local += [(f[_box(f.shape, widths, back, ghost=False)], rv)
-                                for f, rv in zip(fields, recv_views)]
-                continue
-            if all(v.numel() == 0 for v in send_views):
-                continue
-            out, pieces_out = _packed(send_views)
-            inbox, pieces_in = _packed(recv_views)
-            self._plan.append((nb, send_views, recv_views, out, inbox, pieces_out, pieces_in))
-        self._works = None
+        # A graph exchange underneath: to each neighbour rank, the faces of every direction
+        # that leads to it, in direction order; from it, the ghost cells of every direction
+        # it lies in, in the order of the directions its messages travel (`opposite`), so
+        # that item i of a message lands where it belongs even when one rank is the
+        # neighbour on both sides (periodic size 2) or this rank itself (size 1: a copy).
+        # A direction across a dimension of width 0 carries nothing.
+        live = [nb for nb in grid.neighbours
+                if nb.rank >= 0 and not any(o and not w for o, w in zip(nb.offset, widths))]
+        sends, recvs = {}, {}
+        for nb in sorted(live, key=lambda nb: nb.direction):
+            sends.setdefault(nb.rank, []).extend(
+                f[_box(f.shape, widths, nb.offset, ghost=False)] for f in fields)
+        for nb in sorted(live, key=lambda nb: nb.opposite):
+            recvs.setdefault(nb.rank, []).extend(
+                f[_box(f.shape, widths, nb.offset, ghost=True)] for f in fields)
+        self._graph = GraphExchange(sends, recvs, group=grid.group, tag_base=tag_base,
+                                    _checked=True)
 
     def _check_neighbours(self, shape, directions):
         """Every rank tells each neighbour its fields (dtype and shape in the grid's
@@ -242,36 +241,15 @@ class HaloExchange:
 
     def start(self):
         """Posts this step's receives, packs the faces and sends them."""
-        if self._works is not None:
-            raise RuntimeError("commux.halo.HaloExchange: start() twice without wait()")
-        works = []
-        for nb, _, _, _, inbox, _, _ in self._plan:
-            works.append(dist.irecv(inbox, self._peer(nb), group=self._group,
-                                    tag=self.tag_base + nb.opposite))
-        for nb, send_views, _, out, _, pieces_out, _ in self._plan:
-            for piece, view in zip(pieces_out, send_views):
-                piece.copy_(view)
-            works.append(dist.isend(out, self._peer(nb), group=self._group,
-                                    tag=self.tag_base + nb.direction))
-        self._works = works
+        self._graph.start()
 
     def wait(self):
         """Waits for this step's messages and writes the ghost cells."""
-        if self._works is None:
-            raise RuntimeError("commux.halo.HaloExchange: wait() without start()")
-        works, self._works = self._works, None
-        for w in works:
-            w.wait()
-        for _, _, recv_views, _, _, _, pieces_in in self._plan:
-            for view, piece in zip(recv_views, pieces_in):
-                view.copy_(piece)
-        for face, ghost in self._local:
-            ghost.copy_(face)
+        self._graph.wait()
 
     def exchange(self):
         """start() then wait()."""
-        self.start()
-        self.wait()
+        self._graph.exchange()
 
 
 class GraphExchange:
@@ -288,7 +266,8 @@ class GraphExchange:
     before anything moves.
     """
 
-    def __init__(self, sends: dict, recvs: dict, group=None, tag_base: int = DEFAULT_TAG_BASE):
+    def __init__(self, sends: dict, recvs: dict, group=None, tag_base: int = DEFAULT_TAG_BASE,
+                 _checked: bool = False):
         load_extension()
         if not 0 <= tag_base <= (1 << 31) - 1:
             raise ValueError(f"commux.halo.GraphExchange: tag_base {tag_base} is no tag")
@@ -303,23 +282,8 @@ class GraphExchange:
                 if not ts or not all(isinstance(t, torch.Tensor) for t in ts):
                     raise ValueError(f"commux.halo.GraphExchange: {what} rank {r} needs a list "
                                      "of tensors")
-        mine = ({r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in sends.items()},
-                {r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in recvs.items()})
-        everyone = [None] * size
-        dist.all_gather_object(everyone, mine, group=group)
-        for a in range(size):
-            for b, items in everyone[a][0].items():
-                expected = everyone[b][1].get(a)
-                if expected is None:
-                    raise ValueError(f"commux.halo.GraphExchange: rank {a} sends to rank {b}, "
-                                     f"which receives nothing from it")
-                if expected != items:
-                    raise ValueError(f"commux.halo.GraphExchange: rank {a} sends rank {b} "
-                                     f"{items}, which receives {expected} (dtype, elements)")
-            for b in everyone[a][1]:
-                if a not in everyone[b][0]:
-                    raise ValueError(f"commux.halo.GraphExchange: rank {a} receives from rank "
-                                     f"{b}, which sends it nothing")
+        if not _checked:  # (HaloExchange checked its neighbours itself, by name)
+            _check_graph(sends, recvs, size, group)
         self.group, self.rank, self.tag = group, rank, tag_base
         self._local = list(zip(sends.get(rank, []), recvs.get(rank, [])))
         self._out = [(r, ts, _packed(ts)) for r, ts in sends.items() if r != rank]
@@ -358,6 +322,27 @@ class GraphExchange:
         """start() then wait()."""
         self.start()
         self.wait()
+
+
+def _check_graph(sends, recvs, size, group):
+    """Every rank gets every rank's lists and checks every edge (a collective)."""
+    mine = ({r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in sends.items()},
+            {r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in recvs.items()})
+    everyone = [None] * size
+    dist.all_gather_object(everyone, mine, group=group)
+    for a in range(size):
+        for b, items in everyone[a][0].items():
+            expected = everyone[b][1].get(a)
+            if expected is None:
+                raise ValueError(f"commux.halo.GraphExchange: rank {a} sends to rank {b}, "
+                                 f"which receives nothing from it")
+            if expected != items:
+                raise ValueError(f"commux.halo.GraphExchange: rank {a} sends rank {b} "
+                                 f"{items}, which receives {expected} (dtype, elements)")
+        for b in everyone[a][1]:
+            if a not in everyone[b][0]:
+                raise ValueError(f"commux.halo.GraphExchange: rank {a} receives from rank "
+                                 f"{b}, which sends it nothing")
 
 
 def _dtype_code(dtype: torch.dtype) -> int:
