@@ -8,10 +8,11 @@ exchange of the ghost cells kept inside each rank's tensor.
         update(temperature, concentration)
 
 The grid and every neighbour's direction number come from commux's core
-(halo/cart_topology.hpp), so the C++ and Python sides agree. A message carries the number of
-the direction it travels in, and a receive for the ghost cells on side d takes the message its
-neighbour there sent in direction -d: periodic dimensions of size 1 (a rank is its own
-neighbour on both sides) and 2 (one rank is both neighbours) keep their two directions apart.
+(halo/cart_topology.hpp), so the C++ and Python sides agree. The ghost cells on side d take
+the face their neighbour there sent in direction -d: a message lists its faces by the number
+of the direction they travel in, and the receiver its ghost regions by the number of the
+direction they come from, so periodic dimensions of size 1 (a rank is its own neighbour on
+both sides) and 2 (one rank is both neighbours) keep their two directions apart.
 
 This first version sends one message per neighbour rank and step (every face and field that
 goes to it, packed) with tagged ``isend``/``irecv`` on the group it is given; what does not
