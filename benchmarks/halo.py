@@ -1,8 +1,12 @@
 """Time per halo exchange: commux.halo.HaloExchange against the same exchange written by hand
-(isend/irecv of .contiguous() faces, a tag per direction) on commux and on gloo, in one job,
-interleaved in blocks so that all three see the same machine.
+(isend/irecv of .contiguous() faces, a tag per direction) on commux and on gloo, and with
+--mpi against Open MPI's MPI_Neighbor_alltoallw with subarray datatypes on a Cartesian
+communicator (mpi4py, on the same tensors), in one job, interleaved in blocks so that all
+see the same machine.
 
     torchrun --standalone --nproc-per-node=4 benchmarks/halo.py --ndim 2 --sizes 64,256,1024
+    mpirun --allow-run-as-root --oversubscribe -np 4 -x MASTER_ADDR=127.0.0.1 \
+        -x MASTER_PORT=29561 python3 benchmarks/halo.py --mpi --ndim 2
 
 Each rank holds an n^d block (float64) with one ghost layer, on a periodic grid chosen as
 MPI_Dims_create would. Prints, on rank 0, the median over blocks of the max over ranks of the
@@ -10,13 +14,50 @@ mean time per exchange, and each one's ratio to commux.halo's.
 """
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
-import torch
-import torch.distributed as dist
+if "--mpi" in sys.argv:  # MPI first, as in an MPI program; torch's ranks from it
+    from mpi4py import MPI
 
-import commux.halo as halo
+    os.environ.setdefault("RANK", str(MPI.COMM_WORLD.Get_rank()))
+    os.environ.setdefault("WORLD_SIZE", str(MPI.COMM_WORLD.Get_size()))
+    os.environ.setdefault("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import commux.halo as halo  # noqa: E402
+
+
+def neighbour_alltoallw(grid, field):
+    """MPI_Neighbor_alltoallw on a periodic Cartesian communicator of the grid's shape: for
+    each dimension the negative then the positive neighbour, a subarray type for each face
+    sent and each ghost region received, straight in the tensor's memory."""
+    from mpi4py import MPI
+
+    cart = MPI.COMM_WORLD.Create_cart(grid.dims, periods=[True] * grid.ndim, reorder=False)
+    array = field.numpy()
+    shape = list(array.shape)
+    sends, recvs = [], []
+    for d in range(grid.ndim):
+        for side in (-1, 1):
+            sub = [n - 2 for n in shape]
+            sub[d] = 1
+            inner = [1] * grid.ndim
+            ghost = [1] * grid.ndim
+            inner[d] = 1 if side < 0 else shape[d] - 2
+            ghost[d] = 0 if side < 0 else shape[d] - 1
+            sends.append(MPI.DOUBLE.Create_subarray(shape, sub, inner).Commit())
+            recvs.append(MPI.DOUBLE.Create_subarray(shape, sub, ghost).Commit())
+    k = len(sends)
+    spec = ([1] * k, [0] * k)
+
+    def step():
+        cart.Neighbor_alltoallw([array, spec, sends], [array, spec, recvs])
+    return step
 
 
 def by_hand(grid, field, group, peer_of):
@@ -61,16 +102,21 @@ def main():
     p.add_argument("--blocks", type=int, default=5)
     p.add_argument("--block-ms", type=float, default=60.0)
     p.add_argument("--diagonals", action="store_true")
+    p.add_argument("--mpi", action="store_true",
+                   help="also MPI_Neighbor_alltoallw (start under mpirun; faces only)")
     args = p.parse_args()
+    if args.mpi and args.diagonals:
+        p.error("--mpi: a Cartesian communicator's neighbourhood has the faces only")
     dist.init_process_group("ucx")
     gloo = dist.new_group(backend="gloo")
     rank = dist.get_rank()
     grid = halo.CartGrid(ndim=args.ndim, periodic=True, diagonals=args.diagonals)
     if rank == 0:
         print(f"grid {grid.dims}, {'27/9' if args.diagonals else 'face'} neighbours, float64")
+        mpi_cols = (" MPI Neighbor_alltoallw us |", " MPI / halo |") if args.mpi else ("", "")
         print("| cells per side | halo bytes per rank | commux.halo us | by hand (commux) us | "
-              "by hand (gloo) us | by hand commux / halo | gloo / halo |")
-        print("|---|---|---|---|---|---|---|")
+              f"by hand (gloo) us |{mpi_cols[0]} by hand commux / halo | gloo / halo |{mpi_cols[1]}")
+        print("|---|---|---|---|---|---|---|" + ("---|---|" if args.mpi else ""))
     for n in [int(s) for s in args.sizes.split(",")]:
         if n ** args.ndim > 64 << 20:
             continue
@@ -79,6 +125,19 @@ def main():
         ways = {"halo": ex.exchange,
                 "hand": by_hand(grid, field, None, lambda r: r),
                 "gloo": by_hand(grid, field, gloo, lambda r: r)}
+        if args.mpi:
+            ways["mpi"] = neighbour_alltoallw(grid, field)
+            # Both must fill the same ghost cells: the faces' (not the corners, which neither
+            # exchanges) after MPI's step equal those after commux's.
+            ex.exchange()
+            ghosts = [halo._box(field.shape, [1] * grid.ndim, nb.offset, ghost=True)
+                      for nb in grid.neighbours]
+            want = [field[g].clone() for g in ghosts]
+            for g in ghosts:
+                field[g] = -1.0
+            ways["mpi"]()
+            assert all(torch.equal(field[g], w) for g, w in zip(ghosts, want)), \
+                "MPI_Neighbor_alltoallw filled other ghost cells than commux.halo"
         for step in ways.values():
             for _ in range(3):
                 step()
@@ -103,9 +162,11 @@ def main():
         halo_bytes = sum(field[tuple(slice(1, 2) if o else slice(1, n + 1) for o in nb.offset)]
                          .numel() * 8 for nb in grid.neighbours if nb.rank >= 0)
         if rank == 0:
+            mpi = (f" {med['mpi']:.1f} |", f" {med['mpi'] / med['halo']:.2f} |") if args.mpi \
+                else ("", "")
             print(f"| {n} | {halo_bytes} | {med['halo']:.1f} | {med['hand']:.1f} | "
-                  f"{med['gloo']:.1f} | {med['hand'] / med['halo']:.2f} | "
-                  f"{med['gloo'] / med['halo']:.2f} |", flush=True)
+                  f"{med['gloo']:.1f} |{mpi[0]} {med['hand'] / med['halo']:.2f} | "
+                  f"{med['gloo'] / med['halo']:.2f} |{mpi[1]}", flush=True)
     dist.destroy_process_group()
 
 
