@@ -66,16 +66,15 @@ def by_hand(grid, field, group, peer_of):
     # This rank as its own neighbour (periodic size 1): a copy, as such codes do it.
     own = [nb for nb in grid.neighbours if nb.rank == grid.rank]
 
+    # One ghost layer: the slices a hand-written code writes inline, computed once here.
+    boxes = {(nb.offset, g): halo._box(field.shape, [1] * grid.ndim, nb.offset, g)
+             for nb in grid.neighbours for g in (False, True)}
+    boxes.update({(tuple(-o for o in nb.offset), False):
+                  halo._box(field.shape, [1] * grid.ndim, tuple(-o for o in nb.offset), False)
+                  for nb in own})
+
     def box(offset, ghost):
-        out = []
-        for size, o in zip(field.shape, offset):
-            if o == 0:
-                out.append(slice(1, size - 1))
-            elif o < 0:
-                out.append(slice(0, 1) if ghost else slice(1, 2))
-            else:
-                out.append(slice(size - 1, size) if ghost else slice(size - 2, size - 1))
-        return tuple(out)
+        return boxes[tuple(offset), ghost]
 
     def step():
         inbox, works = [], []

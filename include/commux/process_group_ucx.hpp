@@ -392,6 +392,9 @@ class ProcessGroupUCX : public c10d::Backend {
   /// The same for a tagged message of `bytes`.
   c10::intrusive_ptr<c10d::Work> estimatedMessage(c10d::OpType type, std::size_t bytes,
                                                   std::vector<at::Tensor> tensors);
+  /// Adds `seconds` to the estimate; a completed Work of `outputs`.
+  c10::intrusive_ptr<c10d::Work> addEstimate(double seconds, c10d::OpType type,
+                                             std::vector<at::Tensor> outputs);
 
   /// 16 hex digits that tell this group apart from any other process's or group's.
   static std::string makeInstanceId();

@@ -93,16 +93,10 @@ class CartGrid:
 
 def _box(shape, widths, offset, ghost):
     """The slices of the face towards ``offset``: the interior cells next to it (``ghost``
-    False: what is sent) or the ghost cells beyond it (True: what is received)."""
-    out = []
-    for n, w, o in zip(shape, widths, offset):
-        if o == 0:
-            out.append(slice(w, n - w))
-        elif o < 0:
-            out.append(slice(0, w) if ghost else slice(w, 2 * w))
-        else:
-            out.append(slice(n - w, n) if ghost else slice(n - 2 * w, n - w))
-    return tuple(out)
+    False: what is sent) or the ghost cells beyond it (True: what is received). The core's
+    (halo/face_runs.hpp), which also refuses a halo wider than the interior."""
+    start, extent = load_extension().face_box(list(shape), list(widths), list(offset), ghost)
+    return tuple(slice(s, s + e) for s, e in zip(start, extent))
 
 
 def _packed(tensors):
@@ -153,14 +147,7 @@ class HaloExchange:
                                  f"in the grid's dimensions, field 0 {shape}")
             if f.device != fields[0].device:
                 raise ValueError("commux.halo.HaloExchange: the fields are on different devices")
-        for d, (extent, w) in enumerate(zip(shape, widths)):
-            if w < 0:
-                raise ValueError(f"commux.halo.HaloExchange: width {w} in dimension {d}")
-            if w and extent - 2 * w < w:
-                raise ValueError(
-                    f"commux.halo.HaloExchange: dimension {d} holds {extent} cells, of which "
-                    f"{extent - 2 * w} interior, narrower than the halo ({w}): a face would "
-                    "send ghost cells")
+        _box(shape, widths, [0] * n, ghost=False)  # the core refuses bad widths here
         directions = 3 ** n
         if not 0 <= tag_base <= (1 << 31) - 1 - 3 * directions:
             raise ValueError(f"commux.halo.HaloExchange: tag_base {tag_base} leaves no room for "

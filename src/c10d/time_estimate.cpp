@@ -71,23 +71,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::estimated(c10d::OpType type,
   request.cpu = !like.defined() || like.is_cpu();
   const HostLayout* layout = group_->layout();
   request.hosts = layout ? static_cast<int>(layout->hosts.size()) : 1;
-  const double seconds = collectives::estimateSeconds(request, thresholds(like, route.schedule));
-  {
-    std::lock_guard<std::mutex> lock(estimateMutex_);
-    estimatedSeconds_ += seconds;
-  }
-  return c10::make_intrusive<EstimatedWork>(rank_, type, std::move(outputs));
+  return addEstimate(collectives::estimateSeconds(request, thresholds(like, route.schedule)),
+                     type, std::move(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::estimatedMessage(c10d::OpType type,
                                                                  std::size_t bytes,
                                                                  std::vector<at::Tensor> tensors) {
-  const double seconds = collectives::estimateMessageSeconds(bytes);
+  return addEstimate(collectives::estimateMessageSeconds(bytes), type, std::move(tensors));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::addEstimate(double seconds, c10d::OpType type,
+                                                            std::vector<at::Tensor> outputs) {
   {
     std::lock_guard<std::mutex> lock(estimateMutex_);
     estimatedSeconds_ += seconds;
   }
-  return c10::make_intrusive<EstimatedWork>(rank_, type, std::move(tensors));
+  return c10::make_intrusive<EstimatedWork>(rank_, type, std::move(outputs));
 }
 
 }  // namespace commux

@@ -20,6 +20,7 @@
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
 #include "halo/cart_topology.hpp"
+#include "halo/face_runs.hpp"
 #include "core/error.hpp"
 #include "ucx/loaded_library.hpp"
 
@@ -250,6 +251,20 @@ PYBIND11_MODULE(_C, m) {
       py::arg("dims"), py::arg("periodic"), py::arg("diagonals"), py::arg("rank"),
       "(offset, rank or -1, direction, opposite) of every direction of `rank`, in direction "
       "order (halo/cart_topology.hpp)");
+  m.def(
+      "face_box",
+      [](std::vector<std::int64_t> shape, std::vector<std::int64_t> widths, std::vector<int> offset,
+         bool ghost) {
+        try {
+          const commux::halo::Box box = commux::halo::faceBox(shape, widths, offset, ghost);
+          return py::make_tuple(box.start, box.extent);
+        } catch (const commux::core::Error& e) {
+          throw py::value_error(e.what());
+        }
+      },
+      py::arg("shape"), py::arg("widths"), py::arg("offset"), py::arg("ghost"),
+      "(start, extent) of the face towards `offset`, or of the ghost cells beyond it "
+      "(halo/face_runs.hpp); ValueError for a halo wider than the interior");
   m.def("_shutdown", &commux::engine::Engine::shutdownInstance,
         py::call_guard<py::gil_scoped_release>(),
         "Stops the progress thread (registered with atexit)");
