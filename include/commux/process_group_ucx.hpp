@@ -72,6 +72,9 @@ class ProcessGroupUCX : public c10d::Backend {
   /// Sequence numbers start at 0 on every rank: there is nothing to agree on.
   void setSequenceNumberForGroup() override {}
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  /// The core group underneath, for core features torch has no call for (the
+  /// neighbourhood exchange, halo/neighbour_exchange.hpp); it lives as long as this.
+  group::Group& coreGroup() const noexcept { return *group_; }
   // Not marked override: c10d::Backend only declares setTimeout from torch 2.6 on; there
   // it overrides, before it is a plain member.
   void setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }

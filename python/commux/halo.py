@@ -14,12 +14,16 @@ of the direction they travel in, and the receiver its ghost regions by the numbe
 direction they come from, so periodic dimensions of size 1 (a rank is its own neighbour on
 both sides) and 2 (one rank is both neighbours) keep their two directions apart.
 
-This first version sends one message per neighbour rank and step (every face and field that
-goes to it, packed) with tagged ``isend``/``irecv`` on the group it is given; what does not
-change between steps (neighbours, face views, buffers) is set up once, and the ranks check
-once, at construction, that their neighbours' tensors fit theirs. ``GraphExchange`` is the
-same for a graph of ranks, and what ``HaloExchange`` runs on. An exchange uses the tags
-``tag_base`` to ``tag_base + 3 * 3**ndim`` of its group.
+One message goes to each neighbour rank per step, carrying every face and field that goes
+to it. On a commux group with CPU tensors a step is one C++ call each for start() and wait()
+(the core's exchange, halo/neighbour_exchange.hpp): the faces go as they lie (a UCX iov of
+their rows) or, where they are many short pieces (a column of a row-major grid), packed
+into a buffer the exchange keeps. Elsewhere (gloo, CUDA tensors) the steps are tagged
+``isend``/``irecv`` of packed buffers from Python. What does not change between steps
+(neighbours, face views, buffers) is set up once, and the ranks check once, at
+construction, that their neighbours' tensors fit theirs. ``GraphExchange`` is the same for
+a graph of ranks, and what ``HaloExchange`` runs on. An exchange uses the tags ``tag_base``
+to ``tag_base + 3 * 3**ndim`` of its group.
 """
 
 from __future__ import annotations
@@ -124,7 +128,8 @@ class HaloExchange:
     neighbour and what differs, on both sides, before any ghost cell moves).
     """
 
-    def __init__(self, fields, widths, grid: CartGrid, tag_base: int = DEFAULT_TAG_BASE):
+    def __init__(self, fields, widths, grid: CartGrid, tag_base: int = DEFAULT_TAG_BASE,
+                 pack_below=None):
         if isinstance(fields, torch.Tensor):
             fields = [fields]
         fields = list(fields)
@@ -172,13 +177,14 @@ class HaloExchange:
             recvs.setdefault(nb.rank, []).extend(
                 f[_box(f.shape, widths, nb.offset, ghost=True)] for f in fields)
         self._graph = GraphExchange(sends, recvs, group=grid.group, tag_base=tag_base,
-                                    _checked=True)
+                                    pack_below=pack_below, _checked=True)
 
     def _check_neighbours(self, shape, directions):
         """Every rank tells each neighbour its fields (dtype and shape in the grid's
         dimensions) and widths, and checks what it is told against its own."""
         n = self.grid.ndim
-        mine = [len(self.fields)] + self.widths
+        native = _native_backend(self._group, self.fields) is not None
+        mine = [len(self.fields), int(native)] + self.widths
         for f in self.fields:
             mine += [_dtype_code(f.dtype)] + list(shape)
         mine = torch.tensor(mine, dtype=torch.int64)
@@ -206,11 +212,15 @@ class HaloExchange:
             if t[0] != len(self.fields):
                 raise ValueError(f"commux.halo.HaloExchange: {what} exchanges {t[0]} fields, "
                                  f"this rank {len(self.fields)}")
-            if t[1:1 + n] != self.widths:
-                raise ValueError(f"commux.halo.HaloExchange: {what} has widths {t[1:1 + n]}, "
+            if t[1] != int(native):
+                where = "on the CPU" if t[1] else "not on the CPU"
+                raise ValueError(f"commux.halo.HaloExchange: the fields of {what} are {where}, "
+                                 "this rank's not: every rank's fields are on the CPU, or none")
+            if t[2:2 + n] != self.widths:
+                raise ValueError(f"commux.halo.HaloExchange: {what} has widths {t[2:2 + n]}, "
                                  f"this rank {self.widths}")
             for i in range(len(self.fields)):
-                rec = t[1 + n + i * (1 + n):1 + n + (i + 1) * (1 + n)]
+                rec = t[2 + n + i * (1 + n):2 + n + (i + 1) * (1 + n)]
                 if rec[0] != _dtype_code(self.fields[i].dtype):
                     raise ValueError(f"commux.halo.HaloExchange: field {i} of {what} has another "
                                      f"dtype than this rank's {self.fields[i].dtype}")
@@ -226,6 +236,15 @@ class HaloExchange:
         if self._group is None:
             return nb.rank
         return dist.get_global_rank(self._group, nb.rank)
+
+    @property
+    def native(self) -> bool:
+        """Whether the steps run in commux's core (see GraphExchange.native)."""
+        return self._graph.native
+
+    def packing(self) -> dict:
+        """See GraphExchange.packing."""
+        return self._graph.packing()
 
     def start(self):
         """Posts this step's receives, packs the faces and sends them."""
@@ -255,7 +274,7 @@ class GraphExchange:
     """
 
     def __init__(self, sends: dict, recvs: dict, group=None, tag_base: int = DEFAULT_TAG_BASE,
-                 _checked: bool = False):
+                 pack_below=None, _checked: bool = False):
         load_extension()
         if not 0 <= tag_base <= (1 << 31) - 1:
             raise ValueError(f"commux.halo.GraphExchange: tag_base {tag_base} is no tag")
@@ -273,16 +292,43 @@ class GraphExchange:
         if not _checked:  # (HaloExchange checked its neighbours itself, by name)
             _check_graph(sends, recvs, size, group)
         self.group, self.rank, self.tag = group, rank, tag_base
+        backend = _native_backend(group, [t for ts in (*sends.values(), *recvs.values())
+                                          for t in ts])
+        self._native = None
+        if backend is not None:
+            # One C++ call per step: the core's exchange (halo/neighbour_exchange.hpp).
+            ranks = sorted(set(sends) | set(recvs))
+            self._native = load_extension().NeighbourExchange(
+                backend, [(r, sends.get(r), recvs.get(r)) for r in ranks], tag_base,
+                **({} if pack_below is None else {"pack_below": int(pack_below)}))
+            self._ranks = ranks
+            return
         self._local = list(zip(sends.get(rank, []), recvs.get(rank, [])))
         self._out = [(r, ts, _packed(ts)) for r, ts in sends.items() if r != rank]
         self._in = [(r, ts, _packed(ts)) for r, ts in recvs.items() if r != rank]
         self._works = None
+
+    @property
+    def native(self) -> bool:
+        """Whether the steps run in commux's core (a commux group, CPU tensors), not as
+        torch p2p calls from Python."""
+        return self._native is not None
+
+    def packing(self) -> dict:
+        """How each neighbour's messages travel on the native path: ``{rank: (send packed,
+        receive packed)}``; a side not packed goes as a UCX iov of the tensors' memory."""
+        if self._native is None:
+            return {}
+        return dict(zip(self._ranks, self._native.packing()))
 
     def _peer(self, r: int) -> int:
         return r if self.group is None else dist.get_global_rank(self.group, r)
 
     def start(self):
         """Posts this step's receives, packs what goes out and sends it."""
+        if self._native is not None:
+            self._native.start()
+            return
         if self._works is not None:
             raise RuntimeError("commux.halo.GraphExchange: start() twice without wait()")
         works = [dist.irecv(buf, self._peer(r), group=self.group, tag=self.tag)
@@ -295,6 +341,9 @@ class GraphExchange:
 
     def wait(self):
         """Waits for this step's messages and writes the received tensors."""
+        if self._native is not None:
+            self._native.wait()
+            return
         if self._works is None:
             raise RuntimeError("commux.halo.GraphExchange: wait() without start()")
         works, self._works = self._works, None
@@ -310,6 +359,22 @@ class GraphExchange:
         """start() then wait()."""
         self.start()
         self.wait()
+
+
+def _native_backend(group, tensors):
+    """The commux backend of `group` when every tensor is on the CPU (the core's exchange
+    runs the steps), else None (torch p2p calls from Python). Every rank of a group has the
+    same backend; a rank whose tensors are elsewhere sends messages the others' native
+    receives refuse clearly (their packing differs)."""
+    if any(t.device.type != "cpu" for t in tensors):
+        return None
+    if group is None:
+        group = dist.group.WORLD
+    try:
+        backend = group._get_backend(torch.device("cpu"))
+    except (RuntimeError, ValueError, AttributeError):
+        return None
+    return backend if isinstance(backend, load_extension().ProcessGroupUCX) else None
 
 
 def _check_graph(sends, recvs, size, group):

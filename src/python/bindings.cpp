@@ -19,8 +19,7 @@
 #include "commux/process_group_ucx.hpp"
 #include "cuda/cuda_support.hpp"
 #include "engine/engine.hpp"
-#include "halo/cart_topology.hpp"
-#include "halo/face_runs.hpp"
+#include "python/halo_bindings.hpp"
 #include "core/error.hpp"
 #include "ucx/loaded_library.hpp"
 
@@ -221,50 +220,7 @@ PYBIND11_MODULE(_C, m) {
       },
       "Operations and UCX requests in flight in this process (leak checks). A live group "
       "that spans hosts keeps one of each posted: its death-notice receive");
-  // The Cartesian grid of a neighbourhood exchange (commux.halo): the core's, so that Python
-  // and C++ agree on every neighbour and direction number.
-  m.def(
-      "dims_create",
-      [](int ranks, std::vector<int> dims) {
-        try {
-          return commux::halo::dimsCreate(ranks, std::move(dims));
-        } catch (const commux::core::Error& e) {
-          throw py::value_error(e.what());
-        }
-      },
-      py::arg("ranks"), py::arg("dims"), "MPI_Dims_create: a balanced grid (0 entries chosen)");
-  m.def(
-      "cart_neighbours",
-      [](std::vector<int> dims, std::vector<bool> periodic, bool diagonals, int rank) {
-        try {
-          const commux::halo::CartTopology grid(std::move(dims), std::move(periodic), diagonals);
-          std::vector<py::tuple> out;
-          for (const auto& n : grid.neighbours(rank)) {
-            out.push_back(py::make_tuple(py::tuple(py::cast(n.offset)), n.rank, n.direction,
-                                         n.opposite));
-          }
-          return out;
-        } catch (const commux::core::Error& e) {
-          throw py::value_error(e.what());
-        }
-      },
-      py::arg("dims"), py::arg("periodic"), py::arg("diagonals"), py::arg("rank"),
-      "(offset, rank or -1, direction, opposite) of every direction of `rank`, in direction "
-      "order (halo/cart_topology.hpp)");
-  m.def(
-      "face_box",
-      [](std::vector<std::int64_t> shape, std::vector<std::int64_t> widths, std::vector<int> offset,
-         bool ghost) {
-        try {
-          const commux::halo::Box box = commux::halo::faceBox(shape, widths, offset, ghost);
-          return py::make_tuple(box.start, box.extent);
-        } catch (const commux::core::Error& e) {
-          throw py::value_error(e.what());
-        }
-      },
-      py::arg("shape"), py::arg("widths"), py::arg("offset"), py::arg("ghost"),
-      "(start, extent) of the face towards `offset`, or of the ghost cells beyond it "
-      "(halo/face_runs.hpp); ValueError for a halo wider than the interior");
+  bindHalo(m);
   m.def("_shutdown", &commux::engine::Engine::shutdownInstance,
         py::call_guard<py::gil_scoped_release>(),
         "Stops the progress thread (registered with atexit)");

@@ -109,7 +109,10 @@ def _exchange_cases(rank, world_size, seed, cases):
             local[inner] = g[tuple(slice(lo, hi) for lo, hi in block)]
             fields.append(local)
             globals_.append(g)
-        ex = halo.HaloExchange(fields, case["widths"], grid)
+        # Faces as UCX iovs of their rows, always packed, or as measured.
+        pack_below = rng.choice([None, 0, 1 << 40])
+        ex = halo.HaloExchange(fields, case["widths"], grid, pack_below=pack_below)
+        assert ex.native, where
         for _ in range(2):  # persistent: the second step must land alike
             ex.start()
             ex.wait()
@@ -209,10 +212,12 @@ def test_bad_input_is_refused_before_anything_moves():
     run_ranks(_bad_input, 3, timeout=60)
 
 
-def _stencil(rank, world_size, steps):
+def _stencil(rank, world_size, steps, field_backend):
     """A 3-D 7-point heat stencil, periodic in x, fixed walls in y and z, split over the
-    ranks, against a serial solve of the same update: equal to round-off (bit for bit)."""
+    ranks, against a serial solve of the same update: equal to round-off (bit for bit). On
+    a gloo group the exchange runs its steps as torch p2p calls from Python."""
     import torch
+    import torch.distributed as dist
 
     import commux.halo as halo
 
@@ -233,11 +238,13 @@ def _stencil(rank, world_size, steps):
         serial[0], serial[-1] = serial[-2], serial[1]  # periodic in x
         serial[1:-1, 1:-1, 1:-1] = update(serial)
 
-    grid = halo.CartGrid(ndim=3, periodic=[True, False, False])
+    group = None if field_backend == "ucx" else dist.new_group(backend=field_backend)
+    grid = halo.CartGrid(ndim=3, periodic=[True, False, False], group=group)
     block = [grid.split(shape[d], d) for d in range(3)]
     local = torch.zeros([hi - lo + 2 for lo, hi in block], dtype=torch.float64)
     local[1:-1, 1:-1, 1:-1] = full[tuple(slice(lo, hi) for lo, hi in block)]
     ex = halo.HaloExchange(local, 1, grid)
+    assert ex.native == (field_backend == "ucx")
     for _ in range(steps):
         ex.exchange()
         local[1:-1, 1:-1, 1:-1] = update(local)
@@ -246,9 +253,9 @@ def _stencil(rank, world_size, steps):
     return True
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
-def test_a_3d_stencil_matches_the_serial_solve(world_size):
-    run_ranks(_stencil, world_size, timeout=120, steps=5)
+@pytest.mark.parametrize("world_size,backend", [(2, "ucx"), (4, "ucx"), (3, "gloo")])
+def test_a_3d_stencil_matches_the_serial_solve(world_size, backend):
+    run_ranks(_stencil, world_size, timeout=120, steps=5, field_backend=backend)
 
 
 def _graph(rank, world_size, seed):
@@ -276,7 +283,8 @@ def _graph(rank, world_size, seed):
 
     sends = {b: views(items) for (a, b), items in edges.items() if a == rank}
     recvs = {a: views(items) for (a, b), items in edges.items() if b == rank}
-    ex = halo.GraphExchange(sends, recvs)
+    ex = halo.GraphExchange(sends, recvs, pack_below=rng.choice([None, 0, 1 << 40]))
+    assert ex.native
     for step in range(2):
         for b, ts in sends.items():
             for i, t in enumerate(ts):
@@ -311,3 +319,46 @@ def test_graph_exchange_delivers_every_edge(world_size):
     except BaseException:
         print(f"replay: seed={seed} world_size={world_size}")
         raise
+
+
+def _misuse(rank, world_size):
+    """Steps out of order raise and leave the exchange usable; a column of a row-major
+    field goes packed or as an iov as asked; the exchange's messages do not disturb the
+    user's own tagged messages."""
+    import torch
+    import torch.distributed as dist
+
+    import commux.halo as halo
+    from harness import expect_error
+
+    grid = halo.CartGrid(dims=[1, world_size], periodic=[False, True])
+    t = torch.zeros(6, 8)
+    t[1:-1, 1:-1] = rank + 1
+    packed = halo.HaloExchange(t, 1, grid, pack_below=1 << 40)
+    iov = halo.HaloExchange(t, 1, grid, pack_below=0, tag_base=1000)
+    peers = {r for r in ((rank - 1) % world_size, (rank + 1) % world_size)}
+    assert set(packed.packing()) == peers, packed.packing()
+    assert all(s and r for s, r in packed.packing().values()), packed.packing()
+    assert not any(s or r for s, r in iov.packing().values()), iov.packing()
+    expect_error(packed.wait, ["without start"], "wait() before start()", (RuntimeError,))
+    packed.start()
+    expect_error(packed.start, ["in flight"], "start() twice", (RuntimeError,))
+    # A message of the user's with its own tag, posted across the exchange's step.
+    mine, theirs = torch.full((3,), float(rank)), torch.zeros(3)
+    works = [dist.irecv(theirs, (rank - 1) % world_size, tag=5),
+             dist.isend(mine, (rank + 1) % world_size, tag=5)]
+    packed.wait()
+    for w in works:
+        w.wait()
+    assert torch.all(theirs == (rank - 1) % world_size)
+    for ex in (packed, iov):
+        t[:, 0] = t[:, -1] = -1
+        ex.exchange()
+        assert torch.all(t[1:-1, 0] == (rank - 1) % world_size + 1), t
+        assert torch.all(t[1:-1, -1] == (rank + 1) % world_size + 1), t
+    return True
+
+
+@pytest.mark.parametrize("shm", ["1", "0"])
+def test_steps_out_of_order_raise_and_both_transports_deliver(shm):
+    run_ranks(_misuse, 3, timeout=60, env={"COMMUX_SHM": shm})

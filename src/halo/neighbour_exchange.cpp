@@ -1,0 +1,226 @@
+#include "halo/neighbour_exchange.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "core/error.hpp"
+#include "engine/description.hpp"
+#include "engine/p2p_op.hpp"
+#include "group/group.hpp"
+#include "group/peer_table.hpp"
+#include "group/request.hpp"
+#include "wire/tag.hpp"
+
+namespace commux::halo {
+namespace {
+
+std::size_t totalBytes(const std::vector<Piece>& pieces) {
+  std::size_t bytes = 0;
+  for (const auto& p : pieces) bytes += p.bytes;
+  return bytes;
+}
+
+// Many short pieces cost UCX more per byte than one copy into a staging buffer does.
+bool packs(const std::vector<Piece>& pieces, std::size_t bytes, std::size_t packBelow) {
+  return pieces.size() > 1 && bytes < packBelow * pieces.size();
+}
+
+void gather(const std::vector<Piece>& pieces, char* out) {
+  for (const auto& p : pieces) {
+    std::memcpy(out, p.data, p.bytes);
+    out += p.bytes;
+  }
+}
+
+void scatter(const char* in, const std::vector<Piece>& pieces) {
+  for (const auto& p : pieces) {
+    std::memcpy(p.data, in, p.bytes);
+    in += p.bytes;
+  }
+}
+
+// This rank's own message: the bytes of `from`, in order, into `to` (cut differently).
+void copyStream(const std::vector<Piece>& from, const std::vector<Piece>& to) {
+  std::size_t i = 0, iAt = 0;
+  for (const auto& out : to) {
+    std::size_t done = 0;
+    while (done < out.bytes) {
+      while (from[i].bytes == iAt) {
+        ++i;
+        iAt = 0;
+      }
+      const std::size_t n = std::min(out.bytes - done, from[i].bytes - iAt);
+      std::memmove(static_cast<char*>(out.data) + done, static_cast<const char*>(from[i].data) + iAt,
+                   n);
+      done += n;
+      iAt += n;
+    }
+  }
+}
+
+engine::P2POp::Buffers buffersOf(const std::vector<Piece>& pieces, char* staging,
+                                 std::size_t bytes) {
+  engine::P2POp::Buffers buffers;
+  if (staging != nullptr) {
+    buffers.push_back(core::bufferOf(staging, bytes, core::Dtype::UInt8));
+    return buffers;
+  }
+  for (const auto& p : pieces) {
+    buffers.push_back(core::bufferOf(p.data, p.bytes, core::Dtype::UInt8));
+  }
+  return buffers;
+}
+
+}  // namespace
+
+NeighbourExchange::NeighbourExchange(group::Group& group,
+                                     std::vector<NeighbourMessages> neighbours, int tag,
+                                     std::chrono::milliseconds timeout, std::size_t packBelow)
+    : group_(group), tag_(tag), timeout_(timeout) {
+  COMMUX_CHECK(tag >= 0, InvalidArgument, "commux: neighbourhood exchange: tag must be in [0, ",
+               wire::kMaxUserTag, "], got ", tag);
+  std::vector<bool> named(static_cast<std::size_t>(group.size()), false);
+  for (auto& n : neighbours) {
+    COMMUX_CHECK(n.rank >= 0 && n.rank < group.size(), InvalidArgument,
+                 "commux: neighbourhood exchange: neighbour rank ", n.rank,
+                 " is not a rank of this group of ", group.size());
+    COMMUX_CHECK(!named[static_cast<std::size_t>(n.rank)], InvalidArgument,
+                 "commux: neighbourhood exchange: rank ", n.rank,
+                 " is named twice (one entry per neighbour rank, one message each way)");
+    named[static_cast<std::size_t>(n.rank)] = true;
+    COMMUX_CHECK(n.sends || n.receives, InvalidArgument, "commux: neighbourhood exchange: rank ",
+                 n.rank, " neither sends nor receives");
+    for (const auto* list : {&n.send, &n.recv}) {
+      for (const auto& p : *list) {
+        COMMUX_CHECK(p.data != nullptr || p.bytes == 0, InvalidArgument,
+                     "commux: neighbourhood exchange: a piece for rank ", n.rank, " holds ",
+                     p.bytes, " bytes at a null address");
+      }
+    }
+    Side side;
+    side.sendBytes = totalBytes(n.send);
+    side.recvBytes = totalBytes(n.recv);
+    if (n.rank == group.rank()) {
+      COMMUX_CHECK(n.sends && n.receives && side.sendBytes == side.recvBytes, InvalidArgument,
+                   "commux: neighbourhood exchange: this rank (", n.rank,
+                   ") is its own neighbour, so what it sends itself (",
+                   n.sends ? side.sendBytes : 0, " bytes) must fill what it receives (",
+                   n.receives ? side.recvBytes : 0, " bytes)");
+    } else {
+      if (n.sends && packs(n.send, side.sendBytes, packBelow)) {
+        side.sendStaging.reset(new char[side.sendBytes]);
+      }
+      if (n.receives && packs(n.recv, side.recvBytes, packBelow)) {
+        side.recvStaging.reset(new char[side.recvBytes]);
+      }
+    }
+    side.messages = std::move(n);
+    sides_.push_back(std::move(side));
+  }
+}
+
+NeighbourExchange::~NeighbourExchange() {
+  // A step still in flight reads and writes the caller's memory: end it first.
+  for (auto& r : requests_) {
+    if (r && !r->done()) r->abort();
+  }
+  for (auto& r : requests_) {
+    if (r) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+  }
+}
+
+void NeighbourExchange::start() {
+  COMMUX_CHECK(requests_.empty(), Runtime,
+               "commux: neighbourhood exchange: start() while a step is in flight (wait() first)");
+  group_.checkUsable();
+  const int me = group_.rank();
+  requests_.reserve(2 * sides_.size());
+  unpack_.clear();
+  try {
+    for (std::size_t i = 0; i < sides_.size(); ++i) {
+      auto& s = sides_[i];
+      const auto& n = s.messages;
+      if (!n.receives || n.rank == me) continue;
+      group_.peers().get(n.rank, "a receive from it");  // watched: its death ends the step
+      auto request = std::make_shared<group::Request>(
+          group::Request::Kind::Recv,
+          engine::Description::p2p("neighbourhood receive", "from", n.rank, tag_, s.recvBytes,
+                                   n.recv.size()),
+          timeout_, group_.sharedEngine());
+      request->setPeer(n.rank);
+      const wire::Tag wireTag = wire::p2pTag(group_.context(), static_cast<std::uint32_t>(n.rank),
+                                             static_cast<std::uint32_t>(tag_));
+      group_.launch(request,
+                    std::make_shared<engine::P2POp>(
+                        engine::P2POp::Kind::Recv, buffersOf(n.recv, s.recvStaging.get(), s.recvBytes),
+                        nullptr, wireTag, wire::kExactMask, /*pack=*/true, request->parts(),
+                        request->completer()),
+                    std::nullopt);
+      requests_.push_back(std::move(request));
+      if (s.recvStaging) unpack_.push_back(i);
+    }
+    for (auto& s : sides_) {
+      const auto& n = s.messages;
+      if (!n.sends || n.rank == me) continue;
+      if (s.sendStaging) gather(n.send, s.sendStaging.get());
+      auto route = group_.peers().get(n.rank, "a send to it");
+      auto request = std::make_shared<group::Request>(
+          group::Request::Kind::Send,
+          engine::Description::p2p("neighbourhood send", "to", n.rank, tag_, s.sendBytes,
+                                   n.send.size()),
+          timeout_, group_.sharedEngine());
+      request->setPeer(n.rank);
+      const wire::Tag wireTag =
+          wire::p2pTag(route->context, static_cast<std::uint32_t>(me),
+                       static_cast<std::uint32_t>(tag_), /*packed=*/true);
+      group_.launch(request,
+                    std::make_shared<engine::P2POp>(
+                        engine::P2POp::Kind::Send, buffersOf(n.send, s.sendStaging.get(), s.sendBytes),
+                        std::move(route), wireTag, wire::kExactMask, /*pack=*/true,
+                        request->parts(), request->completer()),
+                    std::nullopt);
+      requests_.push_back(std::move(request));
+    }
+  } catch (...) {
+    // Nothing half-posted is left behind: what went out is ended before the error returns.
+    for (auto& r : requests_) r->abort();
+    for (auto& r : requests_) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+    requests_.clear();
+    throw;
+  }
+  for (const auto& s : sides_) {
+    if (s.messages.rank == me) copyStream(s.messages.send, s.messages.recv);
+  }
+  if (requests_.empty()) requests_.push_back(nullptr);  // a step of local copies only
+}
+
+void NeighbourExchange::wait() {
+  COMMUX_CHECK(!requests_.empty(), Runtime,
+               "commux: neighbourhood exchange: wait() without start()");
+  auto requests = std::move(requests_);
+  requests_.clear();
+  std::exception_ptr first;
+  for (auto& r : requests) {
+    if (!r) continue;
+    if (first) {  // the step failed: end the rest rather than wait for each to time out
+      if (!r->done()) r->abort();
+      r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+      continue;
+    }
+    try {
+      r->wait(timeout_);
+    } catch (...) {
+      r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+      first = std::current_exception();
+      continue;
+    }
+    if (auto error = r->error()) first = error;
+  }
+  if (first) std::rethrow_exception(first);
+  for (std::size_t i : unpack_) scatter(sides_[i].recvStaging.get(), sides_[i].messages.recv);
+}
+
+}  // namespace commux::halo

@@ -1,0 +1,87 @@
+#pragma once
+// A persistent neighbourhood exchange on a core Group: built once from what goes to each
+// neighbour and what comes from it (pieces of contiguous host memory, in message order),
+// then started and waited every step, one call each. Each neighbour pair swaps ONE message
+// per step: a UCX iov message straight from and into the pieces where they are long, or
+// packed into (unpacked from) a staging buffer the exchange keeps where they are many and
+// short. Sender and receiver choose independently: the bytes on the wire are the same.
+// A rank that is its own neighbour copies. (docs/halo.md)
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "core/buffer.hpp"
+
+namespace commux::group {
+class Group;
+class Request;
+}  // namespace commux::group
+
+namespace commux::halo {
+
+/// A piece of a message: contiguous host memory the caller keeps alive.
+struct Piece {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// What this rank swaps with one neighbour every step. `send` goes to it as one message,
+/// `recv` is filled from the one it sends; either may be absent (a one-way edge of a
+/// graph) but not both.
+struct NeighbourMessages {
+  int rank = -1;
+  bool sends = false;
+  bool receives = false;
+  std::vector<Piece> send;
+  std::vector<Piece> recv;
+};
+
+/// Below this average piece size (bytes) a message is packed into a staging buffer rather
+/// than sent as an iov of its pieces (benchmarks/halo.py, docs/performance.md).
+inline constexpr std::size_t kDefaultPackBelow = 256;
+
+class NeighbourExchange {
+ public:
+  /// Checks the plan (ranks of `group`, each named once; this rank's own message as long as
+  /// what it fills) and raises InvalidArgument before anything moves. Messages use the
+  /// user tag `tag` of the group. `group` must outlive the exchange.
+  NeighbourExchange(group::Group& group, std::vector<NeighbourMessages> neighbours, int tag,
+                    std::chrono::milliseconds timeout,
+                    std::size_t packBelow = kDefaultPackBelow);
+  ~NeighbourExchange();
+  NeighbourExchange(const NeighbourExchange&) = delete;
+  NeighbourExchange& operator=(const NeighbourExchange&) = delete;
+
+  /// Posts this step's receives, then sends (packing what is packed), then copies this
+  /// rank's own message. Raises when a step is in flight.
+  void start();
+  /// Waits for the step's messages and unpacks what came packed. Raises the first error
+  /// (a dead neighbour, a message of the wrong size, the timeout) once every message of
+  /// the step has ended; the exchange may then be started again.
+  void wait();
+  bool inFlight() const noexcept { return !requests_.empty(); }
+
+  /// How each side of neighbour `i` travels (for tests and the benchmark).
+  bool sendPacked(std::size_t i) const { return sides_.at(i).sendStaging != nullptr; }
+  bool recvPacked(std::size_t i) const { return sides_.at(i).recvStaging != nullptr; }
+  std::size_t neighbours() const noexcept { return sides_.size(); }
+
+ private:
+  struct Side {
+    NeighbourMessages messages;
+    std::size_t sendBytes = 0;
+    std::size_t recvBytes = 0;
+    std::unique_ptr<char[]> sendStaging;  // set when the send is packed
+    std::unique_ptr<char[]> recvStaging;  // set when the receive is packed
+  };
+
+  group::Group& group_;
+  std::vector<Side> sides_;
+  int tag_;
+  std::chrono::milliseconds timeout_;
+  std::vector<std::shared_ptr<group::Request>> requests_;  // this step's, receives first
+  std::vector<std::size_t> unpack_;  // sides whose receive is staged, this step
+};
+
+}  // namespace commux::halo
