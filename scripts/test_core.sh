@@ -49,5 +49,5 @@ for kind in address thread; do
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     UCX_TLS=^cma UCX_MEM_EVENTS=no UCX_MEM_MMAP_HOOK_MODE=none \
-    ctest --test-dir "$dir" --output-on-failure --timeout 300 -R '^(EngineWait\.|EngineTeardown\.|CoreRanks\.|CoreGroup\.|CoreCollectives\.|FakeWorker\.|BootstrapStore\.|UniqueId\.|CApi\.|StepInterleavings$)'
+    ctest --test-dir "$dir" --output-on-failure --timeout 300 -R '^(EngineWait\.|EngineTeardown\.|CoreRanks\.|CoreGroup\.|CoreCollectives\.|NeighbourExchange\.|FakeWorker\.|BootstrapStore\.|UniqueId\.|CApi\.|StepInterleavings$)'
 done

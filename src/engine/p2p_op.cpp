@@ -34,12 +34,22 @@ void* P2POp::address(const core::Buffer& b) {
 }
 
 void P2POp::start(Engine& engine) {
-  if (pack_) {
+  if (pack_ && !iov_.empty()) {
     if (kind_ == Kind::Send) {
       postSend(engine, engine.endpoint(*route_), iov_.data(), iov_.size(), tag_, 0,
                memory_, ucp_dt_make_iov());
     } else {
       postRecv(engine, iov_.data(), iov_.size(), tag_, mask_, 0, memory_, ucp_dt_make_iov());
+    }
+    return;
+  }
+  if (pack_) {
+    // Nothing to carry: UCX refuses an iov of no pieces, so the (equally packed) message
+    // goes as zero contiguous bytes; the receiving side's iov of nothing takes it alike.
+    if (kind_ == Kind::Send) {
+      postSend(engine, engine.endpoint(*route_), nullptr, 0, tag_, 0, memory_);
+    } else {
+      postRecv(engine, nullptr, 0, tag_, mask_, 0, memory_);
     }
     return;
   }

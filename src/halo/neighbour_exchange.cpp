@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/group_health.hpp"
 #include "engine/description.hpp"
 #include "engine/p2p_op.hpp"
 #include "group/group.hpp"
@@ -28,22 +29,65 @@ bool packs(const std::vector<Piece>& pieces, std::size_t bytes, std::size_t pack
   return pieces.size() > 1 && bytes < packBelow * pieces.size();
 }
 
-void gather(const std::vector<Piece>& pieces, char* out) {
-  for (const auto& p : pieces) {
-    std::memcpy(out, p.data, p.bytes);
-    out += p.bytes;
+// `count` rows of `bytes`, `srcStride` apart, to rows `dstStride` apart. A face's rows are
+// often one element (a column of a row-major grid): a fixed-size copy the compiler turns
+// into one load and one store, where memcpy's call would cost more than the bytes.
+template <std::size_t N>
+void copyFixedRows(char* dst, std::ptrdiff_t dstStride, const char* src,
+                   std::ptrdiff_t srcStride, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i, dst += dstStride, src += srcStride) {
+    std::memcpy(dst, src, N);
   }
 }
 
-void scatter(const char* in, const std::vector<Piece>& pieces) {
-  for (const auto& p : pieces) {
-    std::memcpy(p.data, in, p.bytes);
-    in += p.bytes;
+void copyRows(char* dst, std::ptrdiff_t dstStride, const char* src, std::ptrdiff_t srcStride,
+              std::size_t bytes, std::size_t count) {
+  switch (bytes) {
+    case 1: return copyFixedRows<1>(dst, dstStride, src, srcStride, count);
+    case 2: return copyFixedRows<2>(dst, dstStride, src, srcStride, count);
+    case 4: return copyFixedRows<4>(dst, dstStride, src, srcStride, count);
+    case 8: return copyFixedRows<8>(dst, dstStride, src, srcStride, count);
+    case 16: return copyFixedRows<16>(dst, dstStride, src, srcStride, count);
+    default:
+      for (std::size_t i = 0; i < count; ++i, dst += dstStride, src += srcStride) {
+        std::memcpy(dst, src, bytes);
+      }
   }
 }
 
-// This rank's own message: the bytes of `from`, in order, into `to` (cut differently).
-void copyStream(const std::vector<Piece>& from, const std::vector<Piece>& to) {
+void gather(const std::vector<Rows>& rows, char* out) {
+  for (const auto& r : rows) {
+    copyRows(out, static_cast<std::ptrdiff_t>(r.bytes), r.data, r.stride, r.bytes, r.count);
+    out += r.bytes * r.count;
+  }
+}
+
+void scatter(const char* in, const std::vector<Rows>& rows) {
+  for (const auto& r : rows) {
+    copyRows(r.data, r.stride, in, static_cast<std::ptrdiff_t>(r.bytes), r.bytes, r.count);
+    in += r.bytes * r.count;
+  }
+}
+
+bool sameShape(const std::vector<Rows>& a, const std::vector<Rows>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].bytes != b[i].bytes || a[i].count != b[i].count) return false;
+  }
+  return true;
+}
+
+// This rank's own message: the bytes of `from`, in order, into `to`. Cut alike (a face and
+// the ghost cells it fills): row for row; else piece by piece as the cuts fall.
+void copyOwn(const std::vector<Rows>& fromRows, const std::vector<Rows>& toRows,
+             const std::vector<Piece>& from, const std::vector<Piece>& to) {
+  if (sameShape(fromRows, toRows)) {
+    for (std::size_t i = 0; i < fromRows.size(); ++i) {
+      copyRows(toRows[i].data, toRows[i].stride, fromRows[i].data, fromRows[i].stride,
+               fromRows[i].bytes, fromRows[i].count);
+    }
+    return;
+  }
   std::size_t i = 0, iAt = 0;
   for (const auto& out : to) {
     std::size_t done = 0;
@@ -53,8 +97,8 @@ void copyStream(const std::vector<Piece>& from, const std::vector<Piece>& to) {
         iAt = 0;
       }
       const std::size_t n = std::min(out.bytes - done, from[i].bytes - iAt);
-      std::memmove(static_cast<char*>(out.data) + done, static_cast<const char*>(from[i].data) + iAt,
-                   n);
+      std::memcpy(static_cast<char*>(out.data) + done, static_cast<const char*>(from[i].data) + iAt,
+                  n);
       done += n;
       iAt += n;
     }
@@ -75,6 +119,30 @@ engine::P2POp::Buffers buffersOf(const std::vector<Piece>& pieces, char* staging
 }
 
 }  // namespace
+
+std::vector<Rows> rowsOf(const std::vector<Piece>& pieces) {
+  std::vector<Rows> rows;
+  for (const auto& p : pieces) {
+    if (p.bytes == 0) continue;
+    char* at = static_cast<char*>(p.data);
+    if (!rows.empty()) {
+      Rows& r = rows.back();
+      if (r.bytes == p.bytes) {
+        if (r.count == 1) {
+          r.stride = at - r.data;
+          r.count = 2;
+          continue;
+        }
+        if (at == r.data + r.stride * static_cast<std::ptrdiff_t>(r.count)) {
+          ++r.count;
+          continue;
+        }
+      }
+    }
+    rows.push_back(Rows{at, p.bytes, static_cast<std::ptrdiff_t>(p.bytes), 1});
+  }
+  return rows;
+}
 
 NeighbourExchange::NeighbourExchange(group::Group& group,
                                      std::vector<NeighbourMessages> neighbours, int tag,
@@ -103,6 +171,8 @@ NeighbourExchange::NeighbourExchange(group::Group& group,
     Side side;
     side.sendBytes = totalBytes(n.send);
     side.recvBytes = totalBytes(n.recv);
+    side.sendRows = rowsOf(n.send);
+    side.recvRows = rowsOf(n.recv);
     if (n.rank == group.rank()) {
       COMMUX_CHECK(n.sends && n.receives && side.sendBytes == side.recvBytes, InvalidArgument,
                    "commux: neighbourhood exchange: this rank (", n.rank,
@@ -137,6 +207,15 @@ void NeighbourExchange::start() {
                "commux: neighbourhood exchange: start() while a step is in flight (wait() first)");
   group_.checkUsable();
   const int me = group_.rank();
+  // A dead neighbour fails the step before any of it is posted (nothing half-sent).
+  for (const auto& s : sides_) {
+    const int peer = s.messages.rank;
+    if (peer == me) continue;
+    group_.peers().get(peer, "a neighbourhood exchange with it");  // watched from now on
+    const std::string why = group_.deadWhy(peer);
+    COMMUX_CHECK(why.empty(), Backend, "commux: neighbourhood exchange: ",
+                 core::lostMember(peer, why), "; a step with it cannot run");
+  }
   requests_.reserve(2 * sides_.size());
   unpack_.clear();
   try {
@@ -144,7 +223,6 @@ void NeighbourExchange::start() {
       auto& s = sides_[i];
       const auto& n = s.messages;
       if (!n.receives || n.rank == me) continue;
-      group_.peers().get(n.rank, "a receive from it");  // watched: its death ends the step
       auto request = std::make_shared<group::Request>(
           group::Request::Kind::Recv,
           engine::Description::p2p("neighbourhood receive", "from", n.rank, tag_, s.recvBytes,
@@ -165,7 +243,7 @@ void NeighbourExchange::start() {
     for (auto& s : sides_) {
       const auto& n = s.messages;
       if (!n.sends || n.rank == me) continue;
-      if (s.sendStaging) gather(n.send, s.sendStaging.get());
+      if (s.sendStaging) gather(s.sendRows, s.sendStaging.get());
       auto route = group_.peers().get(n.rank, "a send to it");
       auto request = std::make_shared<group::Request>(
           group::Request::Kind::Send,
@@ -192,7 +270,7 @@ void NeighbourExchange::start() {
     throw;
   }
   for (const auto& s : sides_) {
-    if (s.messages.rank == me) copyStream(s.messages.send, s.messages.recv);
+    if (s.messages.rank == me) copyOwn(s.sendRows, s.recvRows, s.messages.send, s.messages.recv);
   }
   if (requests_.empty()) requests_.push_back(nullptr);  // a step of local copies only
 }
@@ -220,7 +298,7 @@ void NeighbourExchange::wait() {
     if (auto error = r->error()) first = error;
   }
   if (first) std::rethrow_exception(first);
-  for (std::size_t i : unpack_) scatter(sides_[i].recvStaging.get(), sides_[i].messages.recv);
+  for (std::size_t i : unpack_) scatter(sides_[i].recvStaging.get(), sides_[i].recvRows);
 }
 
 }  // namespace commux::halo

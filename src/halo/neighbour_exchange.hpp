@@ -26,6 +26,17 @@ struct Piece {
   std::size_t bytes = 0;
 };
 
+/// Pieces of equal size at equal distances: `count` rows of `bytes`, `stride` bytes apart
+/// (a face of a grid is a few of these, however many pieces it has).
+struct Rows {
+  char* data = nullptr;
+  std::size_t bytes = 0;
+  std::ptrdiff_t stride = 0;
+  std::size_t count = 0;
+};
+/// `pieces` (in order; empty ones dropped) as runs of Rows.
+std::vector<Rows> rowsOf(const std::vector<Piece>& pieces);
+
 /// What this rank swaps with one neighbour every step. `send` goes to it as one message,
 /// `recv` is filled from the one it sends; either may be absent (a one-way edge of a
 /// graph) but not both.
@@ -54,7 +65,7 @@ class NeighbourExchange {
   NeighbourExchange& operator=(const NeighbourExchange&) = delete;
 
   /// Posts this step's receives, then sends (packing what is packed), then copies this
-  /// rank's own message. Raises when a step is in flight.
+  /// rank's own message (its send and receive memory must not overlap, as in MPI). Raises when a step is in flight.
   void start();
   /// Waits for the step's messages and unpacks what came packed. Raises the first error
   /// (a dead neighbour, a message of the wrong size, the timeout) once every message of
@@ -72,6 +83,8 @@ class NeighbourExchange {
     NeighbourMessages messages;
     std::size_t sendBytes = 0;
     std::size_t recvBytes = 0;
+    std::vector<Rows> sendRows;  // for packing and this rank's own copy
+    std::vector<Rows> recvRows;
     std::unique_ptr<char[]> sendStaging;  // set when the send is packed
     std::unique_ptr<char[]> recvStaging;  // set when the receive is packed
   };

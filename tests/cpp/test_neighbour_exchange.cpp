@@ -1,0 +1,211 @@
+// The core's persistent neighbourhood exchange on real ranks (forked processes, no torch):
+// every rank swaps a message with every rank (itself too), sender and receiver cutting it
+// into different pieces at random places of their memory, packed or as iovs, several steps
+// in a row; a bad plan is refused before anything moves; a dead neighbour ends the step
+// with an error that names it.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core_group_rig.hpp"
+#include "fork_ranks.hpp"
+#include "group/group.hpp"
+#include "halo/neighbour_exchange.hpp"
+#include "test_seed.hpp"
+
+namespace {
+
+using namespace commux;
+using namespace std::chrono_literals;
+using commux::testing::check;
+using commux::testing::Folder;
+using commux::testing::Member;
+
+// A message of `bytes` cut into random pieces, laid out with random gaps in `memory`.
+std::vector<halo::Piece> cut(std::mt19937& random, std::vector<std::uint8_t>& memory,
+                             std::size_t bytes) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t left = bytes; left > 0;) {
+    // Mostly short pieces (a column), sometimes long ones (rows).
+    const std::size_t n = std::min<std::size_t>(left, random() % 4 == 0 ? 1 + random() % 4096
+                                                                        : 1 + random() % 16);
+    sizes.push_back(n);
+    left -= n;
+  }
+  if (random() % 3 == 0) sizes.insert(sizes.begin() + random() % (sizes.size() + 1), 0);
+  memory.assign(bytes + 8 * sizes.size() + 8, 0);
+  std::vector<halo::Piece> pieces;
+  std::size_t at = random() % 8;
+  for (std::size_t n : sizes) {
+    pieces.push_back({memory.data() + at, n});
+    at += n + random() % 8;
+  }
+  return pieces;
+}
+
+std::uint8_t byteOf(int from, int to, int step, std::size_t i) {
+  return static_cast<std::uint8_t>(from * 37 + to * 11 + step * 5 + i * 13);
+}
+
+TEST(NeighbourExchange, RowsOfMergesEvenlySpacedPiecesOnly) {
+  std::vector<char> m(1000);
+  char* b = m.data();
+  const auto rows = halo::rowsOf({{b, 8}, {b + 40, 8}, {b + 80, 8}, {b + 100, 0}, {b + 120, 8},
+                                  {b + 200, 8}, {b + 210, 4}, {b + 300, 4}});
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].data, b);
+  EXPECT_EQ(rows[0].count, 4u);  // 0, 40, 80, 120: the empty piece between drops out
+  EXPECT_EQ(rows[0].stride, 40);
+  EXPECT_EQ(rows[1].data, b + 200);  // 200 is not 160: a new run
+  EXPECT_EQ(rows[1].count, 1u);
+  EXPECT_EQ(rows[2].count, 2u);  // 4 bytes at 210 and 300
+  EXPECT_EQ(rows[2].stride, 90);
+}
+
+TEST(NeighbourExchange, EveryRankGetsItsNeighboursBytesPackedOrAsTheyLie) {
+  const unsigned s = commux::testing::testSeed();
+  Folder folder;
+  const int size = 3;
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    Member me(folder.path(), rank, size);
+    group::Group& g = *me.group;
+    std::mt19937 mine(s * 7 + static_cast<unsigned>(rank));
+    const auto bytesOf = [&](int from, int to) {
+      std::mt19937 pair(s ^ static_cast<unsigned>(from * 131 + to));
+      return static_cast<std::size_t>(pair() % 3 == 0 ? pair() % 64 : pair() % 70000);
+    };
+    for (const std::size_t packBelow : {std::size_t{0}, halo::kDefaultPackBelow,
+                                        std::size_t{1} << 40}) {
+      std::vector<std::vector<std::uint8_t>> out(size), in(size);
+      std::vector<halo::NeighbourMessages> plan;
+      for (int peer = 0; peer < size; ++peer) {
+        halo::NeighbourMessages n;
+        n.rank = peer;
+        n.sends = n.receives = true;
+        n.send = cut(mine, out[peer], bytesOf(rank, peer));
+        n.recv = cut(mine, in[peer], bytesOf(peer, rank));
+        plan.push_back(std::move(n));
+      }
+      const auto pieces = plan;  // the exchange takes its plan
+      halo::NeighbourExchange ex(g, std::move(plan), 77, 20s, packBelow);
+      for (int step = 0; step < 3; ++step) {
+        for (int peer = 0; peer < size; ++peer) {
+          std::size_t i = 0;
+          for (const auto& p : pieces[peer].send) {
+            for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
+              static_cast<std::uint8_t*>(p.data)[k] = byteOf(rank, peer, step, i);
+            }
+          }
+        }
+        ex.start();
+        check(ex.inFlight(), "no step in flight after start()");
+        ex.wait();
+        for (int peer = 0; peer < size; ++peer) {
+          std::size_t i = 0;
+          for (const auto& p : pieces[peer].recv) {
+            for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
+              check(static_cast<std::uint8_t*>(p.data)[k] == byteOf(peer, rank, step, i),
+                    "rank " + std::to_string(rank) + " step " + std::to_string(step) +
+                        ": byte " + std::to_string(i) + " from rank " + std::to_string(peer) +
+                        " is wrong (pack below " + std::to_string(packBelow) + ")");
+            }
+          }
+        }
+      }
+    }
+    commux::testing::leaveTogether(g);
+  });
+  EXPECT_EQ(problems, "") << "COMMUX_TEST_SEED=" << s;
+}
+
+std::string refusal(group::Group& g, std::vector<halo::NeighbourMessages> plan) {
+  try {
+    halo::NeighbourExchange ex(g, std::move(plan), 1, 20s);
+  } catch (const core::Error& e) {
+    return e.kind() == core::ErrorKind::InvalidArgument ? e.what() : "";
+  }
+  return "";
+}
+
+TEST(NeighbourExchange, BadPlansAreRefusedAndADeadNeighbourEndsTheStep) {
+  Folder folder;
+  const int size = 3;
+  const int victim = 2;
+  const std::string problems = commux::testing::forkRanks(
+      size,
+      [&](int rank) {
+        Member me(folder.path(), rank, size);
+        group::Group& g = *me.group;
+        std::vector<std::uint8_t> a(64), b(64);
+        const auto message = [&](int peer, std::size_t sent, std::size_t received) {
+          halo::NeighbourMessages n;
+          n.rank = peer;
+          n.sends = n.receives = true;
+          n.send = {{a.data(), sent}};
+          n.recv = {{b.data(), received}};
+          return n;
+        };
+        check(refusal(g, {message(3, 8, 8)}).find("not a rank") != std::string::npos,
+              "a neighbour outside the group was not refused");
+        check(refusal(g, {message(1, 8, 8), message(1, 8, 8)}).find("twice") != std::string::npos,
+              "a neighbour named twice was not refused");
+        check(refusal(g, {message(rank, 8, 16)}).find("own neighbour") != std::string::npos,
+              "an own message that does not fill its receive was not refused");
+        // Every rank swaps 64 bytes with every other once, so all have met.
+        std::vector<halo::NeighbourMessages> all;
+        for (int peer = 0; peer < size; ++peer) {
+          if (peer != rank) all.push_back(message(peer, 64, 64));
+        }
+        // Then the survivors swap with the victim alone, on a tag of their own.
+        std::vector<std::uint8_t> c(32), d(32);
+        std::vector<halo::NeighbourMessages> withVictim(1);
+        withVictim[0].rank = victim;
+        withVictim[0].sends = withVictim[0].receives = true;
+        withVictim[0].send = {{c.data(), c.size()}};
+        withVictim[0].recv = {{d.data(), d.size()}};
+        halo::NeighbourExchange first(g, std::move(all), 1, 20s);
+        first.start();
+        first.wait();
+        if (rank == victim) {
+          ::usleep(100000);
+          ::raise(SIGKILL);
+        }
+        halo::NeighbourExchange second(g, std::move(withVictim), 2, 20s);
+        std::string why;
+        try {
+          second.start();
+          second.wait();
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+        check(why.find("rank 2") != std::string::npos,
+              "the step with a dead neighbour ended with: '" + why + "'");
+        check(!second.inFlight(), "a failed step is still in flight");
+        // The survivors still swap, on the first exchange's plan less the victim.
+        std::vector<std::uint8_t> e(8, static_cast<std::uint8_t>(rank)), f(8);
+        std::vector<halo::NeighbourMessages> survivors(1);
+        survivors[0].rank = 1 - rank;
+        survivors[0].sends = survivors[0].receives = true;
+        survivors[0].send = {{e.data(), e.size()}};
+        survivors[0].recv = {{f.data(), f.size()}};
+        halo::NeighbourExchange third(g, std::move(survivors), 3, 20s);
+        third.start();
+        third.wait();
+        check(f == std::vector<std::uint8_t>(8, static_cast<std::uint8_t>(1 - rank)),
+              "the survivors' exchange delivered the wrong bytes");
+        // Neither leaves before the other is done (a leaving rank looks dead).
+        third.start();
+        third.wait();
+      },
+      {victim});
+  EXPECT_EQ(problems, "");
+}
+
+}  // namespace
