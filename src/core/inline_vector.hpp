@@ -68,7 +68,9 @@ class InlineVector {
       inline_[size_++] = std::move(value);
       return;
     }
-    spill(size_ + 1);
+    // Once on the heap the vector grows geometrically: reserving size + 1 on every push
+    // made n pushes cost n reallocations (a packed message of many pieces).
+    if (!onHeap_) spill(2 * N + 2);
     heap_.push_back(std::move(value));
     ++size_;
   }

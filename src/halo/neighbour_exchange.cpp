@@ -112,6 +112,7 @@ engine::P2POp::Buffers buffersOf(const std::vector<Piece>& pieces, char* staging
     buffers.push_back(core::bufferOf(staging, bytes, core::Dtype::UInt8));
     return buffers;
   }
+  buffers.reserve(pieces.size());
   for (const auto& p : pieces) {
     buffers.push_back(core::bufferOf(p.data, p.bytes, core::Dtype::UInt8));
   }
