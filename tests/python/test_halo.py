@@ -362,3 +362,26 @@ def _misuse(rank, world_size):
 @pytest.mark.parametrize("shm", ["1", "0"])
 def test_steps_out_of_order_raise_and_both_transports_deliver(shm):
     run_ranks(_misuse, 3, timeout=60, env={"COMMUX_SHM": shm})
+
+
+def _example(rank, world_size, exchange, field_backend):
+    """examples/halo_exchange.py (the demo's stencil) against its serial solve."""
+    import os
+    import sys
+
+    import torch.distributed as dist
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "examples"))
+    import halo_exchange
+
+    group = None if field_backend == "ucx" else dist.new_group(backend=field_backend)
+    stats = halo_exchange.run(group, n=37, m=23, steps=15, exchange=exchange)
+    assert stats["ok"], stats
+    return True
+
+
+@pytest.mark.parametrize("world_size,exchange,backend",
+                         [(3, "halo", "ucx"), (3, "hand", "ucx"), (2, "halo", "gloo")])
+def test_the_example_stencil_matches_its_serial_solve(world_size, exchange, backend):
+    run_ranks(_example, world_size, timeout=120, exchange=exchange, field_backend=backend)
