@@ -1,5 +1,7 @@
 // A 1-D halo exchange with the C++ wrapper: each rank swaps its edge cells with both
-// neighbours (tags say which edge), then the ranks agree on a global maximum.
+// neighbours (tags say which edge), the same with a one-sided window, then with the
+// persistent exchange (built once, one call a step); then the ranks agree on a global
+// maximum.
 //   cmake -S . -B build -DCMAKE_PREFIX_PATH=<commux install> && cmake --build build
 //   COMMUX_BOOTSTRAP=127.0.0.1:29601 COMMUX_SIZE=3 COMMUX_RANK=<r> build/neighbours  (each r)
 #include <commux/commux.hpp>
@@ -36,6 +38,17 @@ int main() try {
   }
   if (inbox[0] != left) {
     std::fprintf(stderr, "rank %d: window got %g\n", rank, inbox[0]);
+    return 1;
+  }
+  // The persistent exchange: a periodic 1-D grid of `size` ranks, one ghost cell each side.
+  {
+    cells[0] = cells[99] = -1.0;
+    commux::Exchange halo = commux::Exchange::halo<double>(comm, {size}, {1}, false,
+                                                           {cells.data()}, {100}, {1}, 10);
+    for (int step = 0; step < 3; ++step) halo.exchange();  // each step: start(), wait()
+  }
+  if (cells[0] != left || cells[99] != right) {
+    std::fprintf(stderr, "rank %d: exchange halo %g %g\n", rank, cells[0], cells[99]);
     return 1;
   }
   std::vector<double> top{static_cast<double>(rank)};

@@ -101,6 +101,7 @@ typedef enum {
 typedef struct commuxComm* commuxComm_t;
 typedef struct commuxRequest* commuxRequest_t;
 typedef struct commuxWin* commuxWin_t;
+typedef struct commuxExchange* commuxExchange_t;
 
 /* Names the job's meeting point: where the bootstrap store of the rank that made it
  * listens, and a random secret that keeps other jobs out. Opaque; copy it as bytes. */
@@ -334,6 +335,68 @@ commuxResult_t commuxScatter(const void* sendbuf, void* recvbuf, size_t recvcoun
                              commuxDataType_t datatype, int root, commuxComm_t comm, void* stream);
 /* Returns once every rank has entered it. */
 commuxResult_t commuxBarrier(commuxComm_t comm, void* stream);
+
+/* ---- Neighbourhood exchanges (halo exchanges) ---------------------------------------- *
+ * Built once, started every step: each step swaps one message with each neighbour, sent
+ * from and received into the caller's memory as it lies (a UCX iov of its pieces) or, for
+ * many short pieces, packed by the exchange. What is set up once (neighbours, layouts,
+ * staging) is not redone per step. Host memory; the memory must stay allocated, and the
+ * communicator alive, until commuxExchangeFree. A step moves nothing another step's does:
+ * each exchange uses its own `tag` (give exchanges that may be in flight together distinct
+ * tags, and keep them apart from the tags of the code's own messages). */
+
+/* A piece of a message: `bytes` contiguous bytes at `data`. */
+typedef struct {
+  void* data;
+  size_t bytes;
+} commuxPiece;
+
+/* This rank's messages with rank `rank` each step: `send` (sendCount pieces, in order) go
+ * to it as one message, its message fills `recv` (recvCount pieces). send == NULL: none
+ * goes to it; recv == NULL: none comes from it (not both). A rank may be its own neighbour
+ * (a copy; its send and receive memory must not overlap). */
+typedef struct {
+  int rank;
+  const commuxPiece* send;
+  size_t sendCount;
+  const commuxPiece* recv;
+  size_t recvCount;
+} commuxNeighbour;
+
+/* MPI_Dims_create: fills the 0 entries of dims[ndims] with a balanced factorisation of
+ * nranks (the others kept). commuxInvalidArgument if the kept ones do not divide it. */
+commuxResult_t commuxDimsCreate(int nranks, int ndims, int* dims);
+
+/* An exchange along a graph: `count` neighbours, each rank named once. Local (no rank waits
+ * for another here); what a neighbour sends must be as long as what this rank receives from
+ * it, or the step fails (commuxInvalidArgument naming both sizes). */
+commuxResult_t commuxExchangeCreate(commuxComm_t comm, const commuxNeighbour* neighbours,
+                                    size_t count, int tag, commuxExchange_t* exchange);
+
+/* A halo exchange on a Cartesian grid of dims[ndims] ranks (their product the
+ * communicator's size, ranks in row-major order as MPI_Cart_create lays them out),
+ * periodic[d] nonzero for a periodic dimension, diagonals nonzero for the edge and corner
+ * neighbours too (27-point stencils). Each of the nfields fields is a dense row-major array
+ * of shape[fieldNdims] elements of types[i] (fieldNdims >= ndims: the grid's dimensions
+ * first, trailing ones whole) holding widths[d] ghost cells on both sides of each grid
+ * dimension d. The face a rank sends towards side d fills its neighbour's ghost cells on
+ * side -d, also where one rank is both neighbours (periodic size 2) or the rank itself
+ * (size 1). Every rank passes the same grid, widths and field types, and shapes that agree
+ * on their shared faces. */
+commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims,
+                                const int* periodic, int diagonals, int nfields,
+                                void* const* fields, const commuxDataType_t* types,
+                                int fieldNdims, const int64_t* shape, const int64_t* widths,
+                                int tag, commuxExchange_t* exchange);
+
+/* Posts the step's receives, sends, and copies this rank's own message. */
+commuxResult_t commuxExchangeStart(commuxExchange_t exchange);
+/* Waits (up to the communicator's timeout) for the step: its received memory is filled when
+ * it returns commuxSuccess. On an error (a dead neighbour, a size mismatch) the step is
+ * over and the exchange may be started again. */
+commuxResult_t commuxExchangeWait(commuxExchange_t exchange);
+/* Ends a step in flight, then frees the exchange. */
+commuxResult_t commuxExchangeFree(commuxExchange_t exchange);
 
 #ifdef __cplusplus
 }

@@ -296,4 +296,62 @@ class Window {
   commuxWin_t win_ = nullptr;
 };
 
+/// MPI_Dims_create (commuxDimsCreate): `dims` with its 0 entries filled for `ranks`.
+inline std::vector<int> dimsCreate(int ranks, std::vector<int> dims) {
+  detail::check(commuxDimsCreate(ranks, static_cast<int>(dims.size()), dims.data()));
+  return dims;
+}
+
+/// A persistent neighbourhood exchange (commuxExchangeCreate / commuxHaloCreate): built
+/// once, then start() and wait() (or exchange()) each step. The memory and the
+/// communicator must outlive it; destroying it ends a step in flight.
+class Exchange {
+ public:
+  /// Along a graph: per neighbour, the pieces sent to it and those its message fills.
+  Exchange(Comm& comm, const std::vector<commuxNeighbour>& neighbours, int tag) {
+    detail::check(
+        commuxExchangeCreate(comm.raw(), neighbours.data(), neighbours.size(), tag, &ex_));
+  }
+  /// The ghost cells of `fields` (dense row-major arrays of `shape`, the grid's dimensions
+  /// first) on a Cartesian grid of `dims` ranks, `widths` cells on each side.
+  template <typename T>
+  static Exchange halo(Comm& comm, const std::vector<int>& dims, const std::vector<int>& periodic,
+                       bool diagonals, const std::vector<T*>& fields,
+                       const std::vector<std::int64_t>& shape,
+                       const std::vector<std::int64_t>& widths, int tag) {
+    std::vector<void*> raw(fields.begin(), fields.end());
+    std::vector<commuxDataType_t> types(fields.size(), dataTypeOf<T>());
+    Exchange out;
+    detail::check(commuxHaloCreate(comm.raw(), static_cast<int>(dims.size()), dims.data(),
+                                   periodic.data(), diagonals ? 1 : 0,
+                                   static_cast<int>(fields.size()), raw.data(), types.data(),
+                                   static_cast<int>(shape.size()), shape.data(), widths.data(),
+                                   tag, &out.ex_));
+    return out;
+  }
+  Exchange(Exchange&& other) noexcept : ex_(std::exchange(other.ex_, nullptr)) {}
+  Exchange& operator=(Exchange&& other) noexcept {
+    if (this != &other) {
+      commuxExchangeFree(ex_);
+      ex_ = std::exchange(other.ex_, nullptr);
+    }
+    return *this;
+  }
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+  ~Exchange() { commuxExchangeFree(ex_); }
+
+  void start() { detail::check(commuxExchangeStart(ex_)); }
+  void wait() { detail::check(commuxExchangeWait(ex_)); }
+  void exchange() {
+    start();
+    wait();
+  }
+  commuxExchange_t raw() const noexcept { return ex_; }
+
+ private:
+  Exchange() = default;
+  commuxExchange_t ex_ = nullptr;
+};
+
 }  // namespace commux

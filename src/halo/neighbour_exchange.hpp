@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/buffer.hpp"
+#include "halo/messages.hpp"
 
 namespace commux::group {
 class Group;
@@ -19,12 +19,6 @@ class Request;
 }  // namespace commux::group
 
 namespace commux::halo {
-
-/// A piece of a message: contiguous host memory the caller keeps alive.
-struct Piece {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-};
 
 /// Pieces of equal size at equal distances: `count` rows of `bytes`, `stride` bytes apart
 /// (a face of a grid is a few of these, however many pieces it has).
@@ -36,17 +30,6 @@ struct Rows {
 };
 /// `pieces` (in order; empty ones dropped) as runs of Rows.
 std::vector<Rows> rowsOf(const std::vector<Piece>& pieces);
-
-/// What this rank swaps with one neighbour every step. `send` goes to it as one message,
-/// `recv` is filled from the one it sends; either may be absent (a one-way edge of a
-/// graph) but not both.
-struct NeighbourMessages {
-  int rank = -1;
-  bool sends = false;
-  bool receives = false;
-  std::vector<Piece> send;
-  std::vector<Piece> recv;
-};
 
 /// Below this average piece size (bytes) a message is packed into a staging buffer rather
 /// than sent as an iov of its pieces (benchmarks/halo.py, docs/performance.md).

@@ -344,6 +344,100 @@ static void test_windows(commuxComm_t comm, int rank, int size) {
   free(mem);
 }
 
+/* The value of global cell (x, y) of field f at step `step`: tells every cell apart. */
+static double halo_value(int f, int step, long x, long y) {
+  return (double)(f * 1000003 + step * 7919) + (double)x * 1000.0 + (double)y;
+}
+
+/* A 2-D periodic grid (diagonals drawn from the seed) of equal blocks, two fields of two
+ * types with their ghost cells inside: after each step every ghost cell holds the global
+ * array's value across its face (wrapped), and a corner's only with diagonals. Then a graph
+ * exchange around a ring, cut differently on each side, and the refusals. */
+static void test_halo(commuxComm_t comm, int rank, int size) {
+  int dims[2] = {0, 0};
+  OK(commuxDimsCreate(size, 2, dims));
+  if (dims[0] * dims[1] != size) fail("halo: commuxDimsCreate gave %d x %d for %d", dims[0], dims[1], size);
+  const int periodic[2] = {1, 1}, diagonals = (int)shared_random(2);
+  const long wx = 1 + (long)shared_random(2), wy = 1, nx = 3 + (long)shared_random(4), ny = 2 + (long)shared_random(5);
+  const int64_t shape[2] = {nx + 2 * wx, ny + 2 * wy}, widths[2] = {wx, wy};
+  const size_t cells = (size_t)(shape[0] * shape[1]);
+  double* a = malloc(cells * sizeof(double));
+  float* b = malloc(cells * sizeof(float));
+  void* fields[2] = {a, b};
+  const commuxDataType_t types[2] = {commuxFloat64, commuxFloat32};
+  const int cx = rank / dims[1], cy = rank % dims[1];
+  commuxExchange_t ex = NULL;
+  OK(commuxHaloCreate(comm, 2, dims, periodic, diagonals, 2, fields, types, 2, shape, widths, 77, &ex));
+  const long gx = nx * dims[0], gy = ny * dims[1];
+  for (int step = 0; step < 2; ++step) {
+    for (long i = 0; i < shape[0]; ++i)
+      for (long j = 0; j < shape[1]; ++j) {
+        const int inside = i >= wx && i < wx + nx && j >= wy && j < wy + ny;
+        const long x = cx * nx + i - wx, y = cy * ny + j - wy;
+        a[i * shape[1] + j] = inside ? halo_value(0, step, x, y) : -1.0;
+        b[i * shape[1] + j] = inside ? (float)(halo_value(1, step, x, y) / 1024.0) : -1.0f;
+      }
+    OK(commuxExchangeStart(ex));
+    OK(commuxExchangeWait(ex));
+    for (long i = 0; i < shape[0]; ++i)
+      for (long j = 0; j < shape[1]; ++j) {
+        const int outX = i < wx || i >= wx + nx, outY = j < wy || j >= wy + ny;
+        const long x = ((cx * nx + i - wx) % gx + gx) % gx, y = ((cy * ny + j - wy) % gy + gy) % gy;
+        const int filled = !(outX && outY) || diagonals;
+        const double wantA = filled ? halo_value(0, step, x, y) : -1.0;
+        const float wantB = filled ? (float)(halo_value(1, step, x, y) / 1024.0) : -1.0f;
+        if (a[i * shape[1] + j] != wantA || b[i * shape[1] + j] != wantB)
+          fail("halo: step %d cell (%ld, %ld) holds %g / %g, not %g / %g (grid %d x %d, widths %ld %ld, diagonals %d)",
+               step, i, j, a[i * shape[1] + j], (double)b[i * shape[1] + j], wantA, (double)wantB,
+               dims[0], dims[1], wx, wy, diagonals);
+      }
+  }
+  REFUSED(commuxExchangeWait(ex), commuxInvalidUsage, "without start");
+  OK(commuxExchangeFree(ex));
+
+  /* A ring: 24 bytes to the next rank in three pieces, from the one before into two. */
+  const int next = (rank + 1) % size, before = (rank + size - 1) % size;
+  unsigned char out[40], in[40];
+  for (int i = 0; i < 40; ++i) out[i] = (unsigned char)(rank * 50 + i);
+  memset(in, 0, sizeof(in));
+  const commuxPiece sendPieces[3] = {{out, 4}, {out + 10, 12}, {out + 30, 8}};
+  const commuxPiece recvPieces[2] = {{in + 1, 15}, {in + 20, 9}};
+  commuxNeighbour ring[2];
+  memset(ring, 0, sizeof(ring));
+  size_t count = 0;
+  if (next == before) { /* 2 ranks (or 1): one neighbour both ways */
+    ring[0] = (commuxNeighbour){next, sendPieces, 3, recvPieces, 2};
+    count = 1;
+  } else {
+    ring[0] = (commuxNeighbour){next, sendPieces, 3, NULL, 0};
+    ring[1] = (commuxNeighbour){before, NULL, 0, recvPieces, 2};
+    count = 2;
+  }
+  OK(commuxExchangeCreate(comm, ring, count, 78, &ex));
+  OK(commuxExchangeStart(ex));
+  OK(commuxExchangeWait(ex));
+  const int from[24] = {0, 1, 2, 3, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 30, 31, 32, 33, 34, 35, 36, 37};
+  for (int k = 0; k < 24; ++k) {
+    const unsigned char got = k < 15 ? in[1 + k] : in[20 + k - 15];
+    if (got != (unsigned char)(before * 50 + from[k])) fail("graph exchange: byte %d is %u", k, got);
+  }
+  if (in[0] != 0 || in[16] != 0 || in[29] != 0) fail("graph exchange wrote outside its pieces");
+  OK(commuxExchangeFree(ex));
+
+  /* Refusals, before anything moves. */
+  int wrong[2] = {size + 1, 1};
+  REFUSED(commuxHaloCreate(comm, 2, wrong, periodic, 0, 2, fields, types, 2, shape, widths, 79, &ex),
+          commuxInvalidArgument, "");
+  const int64_t thin[2] = {3, shape[1]}, wide[2] = {2, 1};
+  REFUSED(commuxHaloCreate(comm, 2, dims, periodic, 0, 2, fields, types, 2, thin, wide, 79, &ex),
+          commuxInvalidArgument, "narrower than the halo");
+  const commuxNeighbour twice[2] = {{next, sendPieces, 3, recvPieces, 2}, {next, sendPieces, 3, recvPieces, 2}};
+  REFUSED(commuxExchangeCreate(comm, twice, 2, 80, &ex), commuxInvalidArgument, "named twice");
+  if (ex != NULL) fail("a refused exchange was handed out");
+  free(a);
+  free(b);
+}
+
 /* Even and odd ranks in communicators of their own, ranked in reverse by key; rank 0 (with
  * 3 ranks or more) takes no color and gets none. Each works alone, and the parent after. */
 static void test_split(commuxComm_t comm, int rank, int size) {
@@ -501,6 +595,7 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
     test_memory(comm, rank, size);
     test_split(comm, rank, size);
     test_windows(comm, rank, size);
+    test_halo(comm, rank, size);
     OK(commuxBarrier(comm, NULL));
   }
   if (mode != 2 && mode != 5 && mode != 6) OK(commuxCommFinalize(comm)); /* no rank leaves while a peer still needs it */

@@ -1,0 +1,132 @@
+// Neighbourhood exchanges (halo/neighbour_exchange.hpp) behind the C API's handles: a graph
+// of pieces as given, or a Cartesian grid's faces planned by the core (halo/cart_plan.hpp).
+#include <memory>
+#include <vector>
+
+#include "capi/comm.hpp"
+#include "core/error.hpp"
+#include "halo/cart_plan.hpp"
+#include "halo/cart_topology.hpp"
+#include "halo/neighbour_exchange.hpp"
+
+struct commuxExchange {
+  std::unique_ptr<commux::halo::NeighbourExchange> exchange;
+};
+
+namespace commux::capi {
+namespace {
+
+commuxExchange_t made(commuxComm& comm, std::vector<halo::NeighbourMessages> plan, int tag) {
+  auto out = std::make_unique<commuxExchange>();
+  out->exchange = std::make_unique<halo::NeighbourExchange>(*comm.group, std::move(plan), tag,
+                                                            timeoutOf(&comm));
+  return out.release();
+}
+
+std::vector<halo::Piece> piecesOf(const commuxPiece* pieces, std::size_t count, int rank,
+                                  const char* side) {
+  COMMUX_CHECK(pieces != nullptr || count == 0, InvalidArgument,
+               "commux: commuxExchangeCreate: rank ", rank, "'s ", side, " is NULL with ", count,
+               " pieces");
+  std::vector<halo::Piece> out;
+  out.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) out.push_back({pieces[i].data, pieces[i].bytes});
+  return out;
+}
+
+halo::NeighbourExchange& checked(commuxExchange_t exchange, const char* what) {
+  COMMUX_CHECK(exchange != nullptr && exchange->exchange != nullptr, InvalidArgument, "commux: ",
+               what, ": the exchange is NULL");
+  return *exchange->exchange;
+}
+
+}  // namespace
+}  // namespace commux::capi
+
+using namespace commux;
+using capi::guarded;
+
+extern "C" {
+
+commuxResult_t commuxDimsCreate(int nranks, int ndims, int* dims) {
+  return guarded([&] {
+    COMMUX_CHECK(ndims > 0 && dims != nullptr, InvalidArgument,
+                 "commux: commuxDimsCreate: needs ndims > 0 and dims");
+    const auto out = halo::dimsCreate(nranks, std::vector<int>(dims, dims + ndims));
+    for (int d = 0; d < ndims; ++d) dims[d] = out[static_cast<std::size_t>(d)];
+  });
+}
+
+commuxResult_t commuxExchangeCreate(commuxComm_t comm, const commuxNeighbour* neighbours,
+                                    size_t count, int tag, commuxExchange_t* exchange) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    COMMUX_CHECK(exchange != nullptr, InvalidArgument,
+                 "commux: commuxExchangeCreate: exchange is NULL");
+    *exchange = nullptr;
+    COMMUX_CHECK(neighbours != nullptr || count == 0, InvalidArgument,
+                 "commux: commuxExchangeCreate: neighbours is NULL with count ", count);
+    std::vector<halo::NeighbourMessages> plan;
+    for (std::size_t i = 0; i < count; ++i) {
+      const commuxNeighbour& n = neighbours[i];
+      halo::NeighbourMessages m;
+      m.rank = n.rank;
+      m.sends = n.send != nullptr;
+      m.receives = n.recv != nullptr;
+      if (m.sends) m.send = capi::piecesOf(n.send, n.sendCount, n.rank, "send");
+      if (m.receives) m.recv = capi::piecesOf(n.recv, n.recvCount, n.rank, "recv");
+      plan.push_back(std::move(m));
+    }
+    *exchange = capi::made(c, std::move(plan), tag);
+  });
+}
+
+commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims,
+                                const int* periodic, int diagonals, int nfields,
+                                void* const* fields, const commuxDataType_t* types,
+                                int fieldNdims, const int64_t* shape, const int64_t* widths,
+                                int tag, commuxExchange_t* exchange) {
+  return guarded([&] {
+    auto& c = capi::checkComm(comm);
+    COMMUX_CHECK(exchange != nullptr, InvalidArgument,
+                 "commux: commuxHaloCreate: exchange is NULL");
+    *exchange = nullptr;
+    COMMUX_CHECK(ndims > 0 && dims != nullptr && periodic != nullptr && widths != nullptr,
+                 InvalidArgument,
+                 "commux: commuxHaloCreate: needs ndims > 0, dims, periodic and widths");
+    COMMUX_CHECK(nfields > 0 && fields != nullptr && types != nullptr, InvalidArgument,
+                 "commux: commuxHaloCreate: needs nfields > 0, fields and types");
+    COMMUX_CHECK(fieldNdims >= ndims && shape != nullptr, InvalidArgument,
+                 "commux: commuxHaloCreate: the fields have ", fieldNdims,
+                 " dimensions (shape), fewer than the grid's ", ndims);
+    const halo::CartTopology grid(std::vector<int>(dims, dims + ndims),
+                                  std::vector<bool>(periodic, periodic + ndims), diagonals != 0);
+    COMMUX_CHECK(grid.size() == c.group->size(), InvalidArgument,
+                 "commux: commuxHaloCreate: a grid of ", grid.size(),
+                 " ranks for a communicator of ", c.group->size());
+    std::vector<halo::Field> list;
+    for (int i = 0; i < nfields; ++i) {
+      const core::Dtype dtype = capi::dtypeOf(types[i], "commuxHaloCreate");
+      list.push_back({fields[i], core::sizeOf(dtype)});
+    }
+    *exchange = capi::made(
+        c,
+        halo::cartMessages(grid, c.group->rank(), std::vector<std::int64_t>(shape, shape + fieldNdims),
+                           std::vector<std::int64_t>(widths, widths + ndims), list),
+        tag);
+  });
+}
+
+commuxResult_t commuxExchangeStart(commuxExchange_t exchange) {
+  return guarded([&] { capi::checked(exchange, "commuxExchangeStart").start(); });
+}
+
+commuxResult_t commuxExchangeWait(commuxExchange_t exchange) {
+  return guarded([&] { capi::checked(exchange, "commuxExchangeWait").wait(); });
+}
+
+commuxResult_t commuxExchangeFree(commuxExchange_t exchange) {
+  return guarded([&] { delete exchange; });
+}
+
+}  // extern "C"
