@@ -101,6 +101,11 @@ def main():
     p.add_argument("--blocks", type=int, default=5)
     p.add_argument("--block-ms", type=float, default=60.0)
     p.add_argument("--diagonals", action="store_true")
+    p.add_argument("--dims", default=None,
+                   help="the process grid, e.g. 1,2 (default: chosen as MPI_Dims_create)")
+    p.add_argument("--packing", action="store_true",
+                   help="also time commux.halo with every face packed and with none packed "
+                        "(the default chooses by piece size)")
     p.add_argument("--mpi", action="store_true",
                    help="also MPI_Neighbor_alltoallw (start under mpirun; faces only)")
     args = p.parse_args()
@@ -109,13 +114,17 @@ def main():
     dist.init_process_group("ucx")
     gloo = dist.new_group(backend="gloo")
     rank = dist.get_rank()
-    grid = halo.CartGrid(ndim=args.ndim, periodic=True, diagonals=args.diagonals)
+    dims = [int(d) for d in args.dims.split(",")] if args.dims else None
+    grid = halo.CartGrid(dims=dims, ndim=args.ndim, periodic=True, diagonals=args.diagonals)
     if rank == 0:
         print(f"grid {grid.dims}, {'27/9' if args.diagonals else 'face'} neighbours, float64")
         mpi_cols = (" MPI Neighbor_alltoallw us |", " MPI / halo |") if args.mpi else ("", "")
+        pack_cols = " all packed us | none packed us |" if args.packing else ""
         print("| cells per side | halo bytes per rank | commux.halo us | by hand (commux) us | "
-              f"by hand (gloo) us |{mpi_cols[0]} by hand commux / halo | gloo / halo |{mpi_cols[1]}")
-        print("|---|---|---|---|---|---|---|" + ("---|---|" if args.mpi else ""))
+              f"by hand (gloo) us |{mpi_cols[0]}{pack_cols} by hand commux / halo | gloo / halo |"
+              f"{mpi_cols[1]}")
+        print("|---|---|---|---|---|---|---|" + ("---|---|" if args.mpi else "")
+              + ("---|---|" if args.packing else ""))
     for n in [int(s) for s in args.sizes.split(",")]:
         if n ** args.ndim > 64 << 20:
             continue
@@ -124,6 +133,9 @@ def main():
         ways = {"halo": ex.exchange,
                 "hand": by_hand(grid, field, None, lambda r: r),
                 "gloo": by_hand(grid, field, gloo, lambda r: r)}
+        if args.packing:
+            ways["packed"] = halo.HaloExchange(field, 1, grid, pack_below=1 << 40).exchange
+            ways["iov"] = halo.HaloExchange(field, 1, grid, pack_below=0).exchange
         if args.mpi:
             ways["mpi"] = neighbour_alltoallw(grid, field)
             # Both must fill the same ghost cells: the faces' (not the corners, which neither
@@ -170,8 +182,9 @@ def main():
         if rank == 0:
             mpi = (f" {med['mpi']:.1f} |", f" {med['mpi'] / med['halo']:.2f} |") if args.mpi \
                 else ("", "")
+            pack = f" {med['packed']:.1f} | {med['iov']:.1f} |" if args.packing else ""
             print(f"| {n} | {halo_bytes} | {med['halo']:.1f} | {med['hand']:.1f} | "
-                  f"{med['gloo']:.1f} |{mpi[0]} {med['hand'] / med['halo']:.2f} | "
+                  f"{med['gloo']:.1f} |{mpi[0]}{pack} {med['hand'] / med['halo']:.2f} | "
                   f"{med['gloo'] / med['halo']:.2f} |{mpi[1]}", flush=True)
     dist.destroy_process_group()
 

@@ -389,10 +389,10 @@ commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims,
                                 int fieldNdims, const int64_t* shape, const int64_t* widths,
                                 int tag, commuxExchange_t* exchange);
 
-/* Posts the step's receives, sends, and copies this rank's own message. */
+/* Posts the step's receives and sends. */
 commuxResult_t commuxExchangeStart(commuxExchange_t exchange);
-/* Waits (up to the communicator's timeout) for the step: its received memory is filled when
- * it returns commuxSuccess. On an error (a dead neighbour, a size mismatch) the step is
+/* Waits (up to the communicator's timeout) for the step, then copies this rank's own
+ * message: its received memory is filled when it returns commuxSuccess. On an error (a dead neighbour, a size mismatch) the step is
  * over and the exchange may be started again. */
 commuxResult_t commuxExchangeWait(commuxExchange_t exchange);
 /* Ends a step in flight, then frees the exchange. */

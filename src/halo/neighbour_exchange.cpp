@@ -270,9 +270,6 @@ void NeighbourExchange::start() {
     requests_.clear();
     throw;
   }
-  for (const auto& s : sides_) {
-    if (s.messages.rank == me) copyOwn(s.sendRows, s.recvRows, s.messages.send, s.messages.recv);
-  }
   if (requests_.empty()) requests_.push_back(nullptr);  // a step of local copies only
 }
 
@@ -299,6 +296,15 @@ void NeighbourExchange::wait() {
     if (auto error = r->error()) first = error;
   }
   if (first) std::rethrow_exception(first);
+  // This rank's own message last, once the network's are done. Copied in start(), with the
+  // messages under way, a long copy (a column of a large grid) made a 2-D 4096^2 step at 2
+  // ranks 25% slower: its peer's rendezvous waited, and the progress thread, woken by the
+  // arriving messages, took turns on the copying core (docs/performance.md). Polling the
+  // worker between chunks of the copy did not help.
+  const int me = group_.rank();
+  for (const auto& s : sides_) {
+    if (s.messages.rank == me) copyOwn(s.sendRows, s.recvRows, s.messages.send, s.messages.recv);
+  }
   for (std::size_t i : unpack_) scatter(sides_[i].recvStaging.get(), sides_[i].recvRows);
 }
 

@@ -5,7 +5,7 @@
 // per step: a UCX iov message straight from and into the pieces where they are long, or
 // packed into (unpacked from) a staging buffer the exchange keeps where they are many and
 // short. Sender and receiver choose independently: the bytes on the wire are the same.
-// A rank that is its own neighbour copies. (docs/halo.md)
+// A rank that is its own neighbour copies, in wait(). (docs/halo.md)
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -47,12 +47,13 @@ class NeighbourExchange {
   NeighbourExchange(const NeighbourExchange&) = delete;
   NeighbourExchange& operator=(const NeighbourExchange&) = delete;
 
-  /// Posts this step's receives, then sends (packing what is packed), then copies this
-  /// rank's own message (its send and receive memory must not overlap, as in MPI). Raises when a step is in flight.
+  /// Posts this step's receives, then its sends (packing what is packed). Raises when a
+  /// step is in flight, or when a neighbour is dead (nothing posted then).
   void start();
-  /// Waits for the step's messages and unpacks what came packed. Raises the first error
-  /// (a dead neighbour, a message of the wrong size, the timeout) once every message of
-  /// the step has ended; the exchange may then be started again.
+  /// Waits for the step's messages, unpacks what came packed, then copies this rank's own
+  /// message (its send and receive memory must not overlap, as in MPI). Raises the first
+  /// error (a dead neighbour, a message of the wrong size, the timeout) once every message
+  /// of the step has ended; the exchange may then be started again.
   void wait();
   bool inFlight() const noexcept { return !requests_.empty(); }
 

@@ -155,9 +155,10 @@ void bindHalo(py::module_& m) {
            "`neighbours` lists (group rank, tensors sent to it or None, tensors received "
            "from it or None), each rank once; any strides; CPU tensors")
       .def("start", &TensorNeighbourExchange::start, py::call_guard<py::gil_scoped_release>(),
-           "Posts the step's receives, sends, and copies this rank's own message")
+           "Posts the step's receives and sends")
       .def("wait", &TensorNeighbourExchange::wait, py::call_guard<py::gil_scoped_release>(),
-           "Waits for the step and writes what came packed; raises the step's first error")
+           "Waits for the step, writes what came packed and this rank's own message; raises the "
+           "step's first error")
       .def_property_readonly("in_flight", &TensorNeighbourExchange::inFlight)
       .def("packing", &TensorNeighbourExchange::packing,
            "(send packed, receive packed) per neighbour, in the order given");
