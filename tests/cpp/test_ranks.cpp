@@ -241,13 +241,17 @@ TEST(Ranks, KilledPeerFailsWaitsWithinSecondsNamingIt) {
     check(std::chrono::steady_clock::now() - start < 5s, "death seen within 5 s");
     const auto health = pg.health();
     check(!health.healthy && health.deadRanks == std::vector<int>{2}, "health names rank 2");
-    // The survivors still talk to each other.
+    // The survivors still talk to each other. Rank 0 leaves only once rank 1 answered: a
+    // rank that left early is a second dead rank to the other's health check (seen under
+    // load).
     std::vector<at::Tensor> y{at::full({4}, 3.0)};
     if (rank == 0) {
       pg.send(y, 1, 4)->wait();
+      pg.recv(y, 1, 5)->wait();
     } else {
       pg.recv(y, 0, 4)->wait();
       check(y[0][0].item<double>() == 3.0, "survivor p2p");
+      pg.send(y, 0, 5)->wait();
     }
   }, {2}), "");
 }

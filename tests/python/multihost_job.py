@@ -15,7 +15,9 @@ all_to_all_single with uneven splits, gather, scatter, barrier (one line per hos
 each one's time in ms); (d) one subgroup per host (shared memory) and one per local rank
 (across hosts), an all_reduce in each, and with commux exactly one shared-memory channel in
 every rank, the host group's (the world and the cross-host groups must stay on UCX); (e)
-DDP steps of a tiny CPU model, after which every rank holds the same parameters.
+DDP steps of a tiny CPU model, after which every rank holds the same parameters; (f) a
+commux.halo exchange on a periodic 2-D grid of every rank, diagonals included, checked cell
+by cell.
 
 Environment (set by the script): MULTIHOST_BACKEND (default ucx), MULTIHOST_PG_TIMEOUT
 (seconds, default 60), MULTIHOST_BREAK_DIR (the --break mode: after the first collective
@@ -352,6 +354,40 @@ def check_ddp():
         check_equal(outs[r], outs[0], f"DDP: parameters of rank {r} differ from rank 0's")
 
 
+def check_halo():
+    """(f) commux.halo across hosts: a periodic 2-D grid of every rank (27-point, so edges and
+    corners cross hosts too), two fields of two dtypes; after each of two steps every ghost
+    cell holds the global array's value across its face. On gloo the same exchange runs as
+    torch p2p calls."""
+    import commux.halo as halo
+
+    grid = halo.CartGrid(ndim=2, periodic=True, diagonals=True)
+    nx, ny = 5, 3
+    gx, gy = nx * grid.dims[0], ny * grid.dims[1]
+    cx, cy = grid.coords
+    fields = [torch.full((nx + 2, ny + 2), -1.0, dtype=torch.float64),
+              torch.full((nx + 2, ny + 2), -1, dtype=torch.int32)]
+    ex = halo.HaloExchange(fields, widths=1, grid=grid)
+    check(ex.native == (BACKEND in ("ucx", "commux")), f"halo: native path {ex.native}")
+
+    def value(f, step, x, y):
+        return (f * 100000 + step * 1000 + (x % gx) * gy + (y % gy))
+
+    for step in range(2):
+        for f, t in enumerate(fields):
+            for i in range(1, nx + 1):
+                for j in range(1, ny + 1):
+                    t[i, j] = value(f, step, cx * nx + i - 1, cy * ny + j - 1)
+        ex.exchange()
+        for f, t in enumerate(fields):
+            for i in range(nx + 2):
+                for j in range(ny + 2):
+                    want = value(f, step, cx * nx + i - 1, cy * ny + j - 1)
+                    check(t[i, j].item() == want,
+                          f"halo: step {step} field {f} cell ({i}, {j}) is {t[i, j].item()}, "
+                          f"not {want} (grid {grid.dims})")
+
+
 def wait_for_break(break_dir):
     """--break mode: say we are past the first collective, then wait until the script has
     cut host 1's link (bounded: the script's own timeout is the backstop)."""
@@ -436,6 +472,7 @@ def main():
         ("collectives", check_collectives),
         ("subgroups", check_subgroups),
         ("ddp", check_ddp),
+        ("halo", check_halo),
     ]
     for name, fn in steps:
         t = time.monotonic()
