@@ -31,7 +31,7 @@ run_both() {
   COMMUX_BENCH=1 COMMUX_BENCH_V=4 timeout 180 "$dir/test_commux" --spawn 2
   for n in 2 3; do
     echo "-- $dir: halo on $n ranks (torchrun)"
-    COMMUX_GROUP=1 timeout 180 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$n" \
+    timeout 180 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$n" \
       --no-python "$dir/halo/halo" 500 100
   done
 }

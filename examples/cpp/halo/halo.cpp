@@ -1,13 +1,12 @@
 // A 1-D halo exchange in C++ over commux: two fields (u, v) diffuse on a line split across
-// the ranks; each step every rank trades one boundary value of each field with each
-// neighbour (a message of two tensors, a tag per direction), then updates its points.
-// At the end every rank checks its part against a serial solve of the whole line.
+// the ranks, each kept with one ghost cell on either side. A persistent exchange
+// (commux::TensorExchange::halo, built once) fills the ghost cells every step: one message
+// per neighbour carrying both fields. At the end every rank checks its part against a
+// serial solve of the whole line.
 //
 // Launch it like any torch.distributed job (it reads RANK, WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT), e.g.:
 //   torchrun --standalone --nproc-per-node 3 --no-python ./halo [points-per-rank] [steps]
-// COMMUX_GROUP=1 posts each step's window as one batch, COMMUX_COALESCE=1 sends each
-// two-tensor message as one UCX message.
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
@@ -18,11 +17,11 @@
 #include <vector>
 
 #include <commux/process_group_ucx.hpp>
+#include <commux/tensor_exchange.hpp>
 
 namespace {
 
-constexpr int kToLeft = 1;   // tag of messages travelling left
-constexpr int kToRight = 2;  // tag of messages travelling right
+constexpr int kHaloTag = 1;  // the tag the exchange's messages carry
 constexpr double kAlpha = 0.25;
 
 std::string env(const char* name, const char* fallback) {
@@ -63,35 +62,36 @@ int main(int argc, char** argv) {
   auto store = c10::make_intrusive<c10d::TCPStore>(env("MASTER_ADDR", "127.0.0.1"), opts);
   auto pg = c10::make_intrusive<commux::ProcessGroupUCX>(store, rank, size);
 
-  std::vector<at::Tensor> fields = initial(rank * local, local, total);
-  const at::Tensor zero = at::zeros({1}, at::kDouble);
+  // Each field with a ghost cell on either side; beyond the ends of the line they stay 0.
+  std::vector<at::Tensor> fields;
+  for (const at::Tensor& f : initial(rank * local, local, total)) {
+    at::Tensor padded = at::zeros({local + 2}, at::kDouble);
+    padded.narrow(0, 1, local).copy_(f);
+    fields.push_back(padded);
+  }
+  commux::TensorExchange halo = commux::TensorExchange::halo(
+      pg, /*dims=*/{size}, /*periodic=*/{false}, /*diagonals=*/false, fields, /*widths=*/{1},
+      kHaloTag);
   const auto t0 = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
-    // Edges beyond the line stay 0; inner edges come from the neighbours.
-    std::vector<at::Tensor> fromLeft{zero.clone(), zero.clone()};
-    std::vector<at::Tensor> fromRight{zero.clone(), zero.clone()};
-    std::vector<at::Tensor> toLeft{fields[0].narrow(0, 0, 1), fields[1].narrow(0, 0, 1)};
-    std::vector<at::Tensor> toRight{fields[0].narrow(0, local - 1, 1), fields[1].narrow(0, local - 1, 1)};
-    pg->startCoalescing();
-    // Receives first, in the reverse order of the neighbours' sends: matching is by
-    // (sender, tag), so the order of posting does not matter.
-    if (rank + 1 < size) pg->recv(fromRight, rank + 1, kToLeft);
-    if (rank > 0) pg->recv(fromLeft, rank - 1, kToRight);
-    if (rank > 0) pg->send(toLeft, rank - 1, kToLeft);
-    if (rank + 1 < size) pg->send(toRight, rank + 1, kToRight);
-    pg->endCoalescing()->wait();
-    for (int f = 0; f < 2; ++f) fields[f] = diffuse(fields[f], fromLeft[f], fromRight[f]);
+    halo.exchange();  // or start(), work on the interior, wait()
+    for (at::Tensor& f : fields) {
+      f.narrow(0, 1, local).copy_(diffuse(f.narrow(0, 1, local), f.narrow(0, 0, 1),
+                                          f.narrow(0, local + 1, 1)));
+    }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // The serial solve of the whole line, and this rank's part of it.
   std::vector<at::Tensor> serial = initial(0, total, total);
+  const at::Tensor zero = at::zeros({1}, at::kDouble);
   for (int step = 0; step < steps; ++step) {
     for (int f = 0; f < 2; ++f) serial[f] = diffuse(serial[f], zero, zero);
   }
   double error = 0;
   for (int f = 0; f < 2; ++f) {
-    error = std::max(error, (fields[f] - serial[f].narrow(0, rank * local, local)).abs().max().item<double>());
+    error = std::max(error, (fields[f].narrow(0, 1, local) - serial[f].narrow(0, rank * local, local))
+                                .abs().max().item<double>());
   }
   std::vector<at::Tensor> worst{at::full({1}, error, at::kDouble)};
   c10d::AllreduceOptions maxOpts;

@@ -1,0 +1,78 @@
+#pragma once
+// A persistent neighbourhood exchange of CPU tensors on a commux process group: built once
+// (neighbours, the tensors' memory as pieces, staging), then start() and wait() each step,
+// one message per neighbour rank and step (the core's halo/neighbour_exchange underneath:
+// faces sent as they lie, as a UCX iov, or packed where they are many short pieces).
+// commux.halo in Python runs on it; C++ codes on torch use it directly.
+#include <ATen/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "commux/process_group_ucx.hpp"
+
+namespace commux {
+namespace halo {
+class NeighbourExchange;
+}
+
+class TensorExchange {
+ public:
+  /// What this rank swaps with group rank `rank` every step: `send` (views of any strides,
+  /// in order) go to it as one message, the one it sends fills `recv`; either may be absent
+  /// (a one-way edge) but not both. A rank may be its own neighbour (a copy).
+  struct Neighbour {
+    int rank = -1;
+    std::optional<std::vector<at::Tensor>> send;
+    std::optional<std::vector<at::Tensor>> recv;
+  };
+
+  /// Along a graph. CPU tensors, each neighbour rank once; ValueError-kind errors (c10's)
+  /// before anything moves. `tag`: the group's user tag the exchange's messages carry.
+  /// `packBelow`: pack a message whose pieces average fewer bytes (default: measured).
+  TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg, const std::vector<Neighbour>& neighbours,
+                 int tag, std::optional<std::size_t> packBelow = std::nullopt);
+  /// The ghost cells of `fields` (contiguous CPU tensors of one shape, the grid's
+  /// dimensions first) on a Cartesian grid of `dims` ranks (row-major, as MPI_Cart_create),
+  /// `widths` ghost cells on both sides of each grid dimension. The face sent towards side
+  /// d fills the neighbour's ghost cells on side -d, also where one rank is both neighbours
+  /// (periodic size 2) or this rank itself (size 1). Every rank passes the same grid,
+  /// widths and dtypes, and shapes that agree on their shared faces (commux.halo checks
+  /// that across ranks; here a mismatch fails the first step with a size error).
+  static TensorExchange halo(c10::intrusive_ptr<ProcessGroupUCX> pg, std::vector<int> dims,
+                             std::vector<bool> periodic, bool diagonals,
+                             std::vector<at::Tensor> fields, std::vector<std::int64_t> widths,
+                             int tag);
+  ~TensorExchange();
+  TensorExchange(TensorExchange&&) noexcept;
+  TensorExchange& operator=(TensorExchange&&) noexcept;
+  TensorExchange(const TensorExchange&) = delete;
+  TensorExchange& operator=(const TensorExchange&) = delete;
+
+  /// Posts the step's receives and sends.
+  void start();
+  /// Waits for the step, writes what came packed and this rank's own message; raises the
+  /// step's first error (the exchange may start again after it).
+  void wait();
+  void exchange() {
+    start();
+    wait();
+  }
+  bool inFlight() const;
+  /// (send packed, receive packed) per neighbour, in the order given (rank order for halo()).
+  std::vector<std::pair<bool, bool>> packing() const;
+
+ private:
+  TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg, std::vector<at::Tensor> keep);
+
+  c10::intrusive_ptr<ProcessGroupUCX> pg_;
+  std::vector<at::Tensor> keep_;                      // the memory the exchange reads and writes
+  std::unique_ptr<halo::NeighbourExchange> exchange_;  // after what it uses
+};
+
+}  // namespace commux

@@ -1,0 +1,115 @@
+#include "commux/tensor_exchange.hpp"
+
+#include <ATen/MemoryOverlap.h>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "halo/cart_plan.hpp"
+#include "halo/cart_topology.hpp"
+#include "halo/face_runs.hpp"
+#include "halo/neighbour_exchange.hpp"
+
+namespace commux {
+namespace {
+
+// A view's elements as contiguous pieces of its memory, in row-major order of the view.
+void appendPieces(const at::Tensor& t, bool receive, int rank, std::vector<halo::Piece>& out) {
+  COMMUX_CHECK(t.device().is_cpu(), InvalidArgument,
+               "commux: neighbourhood exchange: its tensors must be CPU tensors; one for rank ",
+               rank, " is on ", t.device().str());
+  COMMUX_CHECK(!t.is_sparse() && t.layout() == c10::kStrided, InvalidArgument,
+               "commux: neighbourhood exchange: it takes dense tensors");
+  COMMUX_CHECK(!receive || at::has_internal_overlap(t) != at::MemOverlap::Yes, InvalidArgument,
+               "commux: neighbourhood exchange: a tensor received from rank ", rank,
+               " has elements that share memory (a zero stride): it cannot be written");
+  const auto esize = static_cast<std::size_t>(t.element_size());
+  char* base = static_cast<char*>(t.data_ptr());
+  if (t.numel() == 0) return;
+  if (t.dim() == 0) {
+    out.push_back({base, esize});
+    return;
+  }
+  const halo::Box box{std::vector<std::int64_t>(static_cast<std::size_t>(t.dim()), 0),
+                      t.sizes().vec()};
+  for (const auto& run : halo::contiguousRuns(box, t.strides().vec())) {
+    out.push_back({base + run.offset * static_cast<std::int64_t>(esize),
+                   static_cast<std::size_t>(run.length) * esize});
+  }
+}
+
+}  // namespace
+
+TensorExchange::TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg, std::vector<at::Tensor> keep)
+    : pg_(std::move(pg)), keep_(std::move(keep)) {}
+
+TensorExchange::TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg,
+                               const std::vector<Neighbour>& neighbours, int tag,
+                               std::optional<std::size_t> packBelow)
+    : pg_(std::move(pg)) {
+  COMMUX_CHECK(pg_, InvalidArgument, "commux: neighbourhood exchange: no process group");
+  std::vector<halo::NeighbourMessages> plan;
+  for (const auto& nb : neighbours) {
+    halo::NeighbourMessages n;
+    n.rank = nb.rank;
+    n.sends = nb.send.has_value();
+    n.receives = nb.recv.has_value();
+    for (const auto* list : {&nb.send, &nb.recv}) {
+      if (!list->has_value()) continue;
+      const bool receive = list == &nb.recv;
+      for (const auto& t : **list) {
+        appendPieces(t, receive, nb.rank, receive ? n.recv : n.send);
+        keep_.push_back(t);
+      }
+    }
+    plan.push_back(std::move(n));
+  }
+  exchange_ = std::make_unique<halo::NeighbourExchange>(
+      pg_->coreGroup(), std::move(plan), tag, pg_->timeout(),
+      packBelow.value_or(halo::kDefaultPackBelow));
+}
+
+TensorExchange TensorExchange::halo(c10::intrusive_ptr<ProcessGroupUCX> pg,
+                                    std::vector<int> dims, std::vector<bool> periodic,
+                                    bool diagonals, std::vector<at::Tensor> fields,
+                                    std::vector<std::int64_t> widths, int tag) {
+  COMMUX_CHECK(pg, InvalidArgument, "commux: halo exchange: no process group");
+  const halo::CartTopology grid(std::move(dims), std::move(periodic), diagonals);
+  COMMUX_CHECK(grid.size() == pg->getSize(), InvalidArgument, "commux: halo exchange: a grid of ",
+               grid.size(), " ranks for a group of ", pg->getSize());
+  COMMUX_CHECK(!fields.empty(), InvalidArgument, "commux: halo exchange: no fields");
+  std::vector<halo::Field> list;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const at::Tensor& f = fields[i];
+    COMMUX_CHECK(f.device().is_cpu() && f.layout() == c10::kStrided && f.is_contiguous(),
+                 InvalidArgument, "commux: halo exchange: field ", i,
+                 " must be a contiguous CPU tensor");
+    COMMUX_CHECK(f.sizes() == fields[0].sizes(), InvalidArgument, "commux: halo exchange: field ",
+                 i, " has shape ", f.sizes(), ", field 0 ", fields[0].sizes());
+    list.push_back({f.data_ptr(), static_cast<std::size_t>(f.element_size())});
+  }
+  TensorExchange out(std::move(pg), fields);
+  out.exchange_ = std::make_unique<halo::NeighbourExchange>(
+      out.pg_->coreGroup(),
+      halo::cartMessages(grid, out.pg_->getRank(), fields[0].sizes().vec(), widths, list), tag,
+      out.pg_->timeout());
+  return out;
+}
+
+TensorExchange::~TensorExchange() = default;
+TensorExchange::TensorExchange(TensorExchange&&) noexcept = default;
+TensorExchange& TensorExchange::operator=(TensorExchange&&) noexcept = default;
+
+void TensorExchange::start() { exchange_->start(); }
+void TensorExchange::wait() { exchange_->wait(); }
+bool TensorExchange::inFlight() const { return exchange_->inFlight(); }
+
+std::vector<std::pair<bool, bool>> TensorExchange::packing() const {
+  std::vector<std::pair<bool, bool>> out;
+  for (std::size_t i = 0; i < exchange_->neighbours(); ++i) {
+    out.emplace_back(exchange_->sendPacked(i), exchange_->recvPacked(i));
+  }
+  return out;
+}
+
+}  // namespace commux
