@@ -391,6 +391,14 @@ commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims,
 
 /* Posts the step's receives and sends. */
 commuxResult_t commuxExchangeStart(commuxExchange_t exchange);
+/* Partitioned steps: posts the step's receives only. Then commuxExchangeReady sends the
+ * message to a neighbour as soon as its memory holds this step's values (the faces next
+ * to it computed), and commuxExchangeWait sends whatever was not marked ready. */
+commuxResult_t commuxExchangeStartReceives(commuxExchange_t exchange);
+/* Sends this step's message to neighbour `rank` now. Nothing for this rank itself or a
+ * neighbour it sends nothing; commuxInvalidUsage outside a step or when that message
+ * already went, commuxInvalidArgument for a rank that is no neighbour. */
+commuxResult_t commuxExchangeReady(commuxExchange_t exchange, int rank);
 /* Waits (up to the communicator's timeout) for the step, then copies this rank's own
  * message: its received memory is filled when it returns commuxSuccess. On an error (a dead neighbour, a size mismatch) the step is
  * over and the exchange may be started again. */

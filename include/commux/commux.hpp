@@ -342,6 +342,9 @@ class Exchange {
   ~Exchange() { commuxExchangeFree(ex_); }
 
   void start() { detail::check(commuxExchangeStart(ex_)); }
+  /// Partitioned: the receives only; ready(rank) sends a neighbour's message, wait() the rest.
+  void startReceives() { detail::check(commuxExchangeStartReceives(ex_)); }
+  void ready(int rank) { detail::check(commuxExchangeReady(ex_, rank)); }
   void wait() { detail::check(commuxExchangeWait(ex_)); }
   void exchange() {
     start();

@@ -56,6 +56,10 @@ class TensorExchange {
 
   /// Posts the step's receives and sends.
   void start();
+  /// Partitioned: posts the step's receives only; then ready(rank) sends the message to a
+  /// neighbour as soon as its faces hold this step's values, and wait() sends the rest.
+  void startReceives();
+  void ready(int rank);
   /// Waits for the step, writes what came packed and this rank's own message; raises the
   /// step's first error (the exchange may start again after it).
   void wait();

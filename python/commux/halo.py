@@ -178,6 +178,13 @@ class HaloExchange:
                 f[_box(f.shape, widths, nb.offset, ghost=True)] for f in fields)
         self._graph = GraphExchange(sends, recvs, group=grid.group, tag_base=tag_base,
                                     pack_below=pack_below, _checked=True)
+        # For ready(): the faces each neighbour rank's message carries (none to this rank).
+        self._rank_of = {nb.offset: nb.rank for nb in live}
+        self._faces = {}
+        for nb in live:
+            if nb.rank != grid.rank:
+                self._faces.setdefault(nb.rank, set()).add(nb.offset)
+        self._pending = {}
 
     def _check_neighbours(self, shape, directions):
         """Every rank tells each neighbour its fields (dtype and shape in the grid's
@@ -246,9 +253,36 @@ class HaloExchange:
         """See GraphExchange.packing."""
         return self._graph.packing()
 
-    def start(self):
-        """Posts this step's receives, packs the faces and sends them."""
-        self._graph.start()
+    def start(self, ready: bool = True):
+        """Posts this step's receives, packs the faces and sends them. ``ready=False``
+        (partitioned): posts the receives only; ``ready(offset)`` then marks the face
+        towards ``offset`` computed, a neighbour's message going once every face in it is,
+        and ``wait()`` sends the rest."""
+        self._graph.start(ready)
+        self._pending = {} if ready else {r: set(offsets) for r, offsets in self._faces.items()}
+
+    @property
+    def faces(self) -> list:
+        """The offsets of the faces this exchange moves (what ``ready`` takes), in
+        direction order."""
+        return list(self._rank_of)
+
+    def ready(self, offset):
+        """The face towards ``offset`` (e.g. ``(0, 1)``) holds this step's values: its
+        message goes once every face it carries is ready. ValueError for an offset that
+        is no face of this exchange."""
+        offset = tuple(int(o) for o in offset)
+        rank = self._rank_of.get(offset)
+        if rank is None:
+            raise ValueError(f"commux.halo.HaloExchange: {offset} is no face of this "
+                             f"exchange (its faces: {sorted(self._rank_of)})")
+        waiting = self._pending.get(rank)
+        if waiting is None:
+            return  # this rank itself, a step started ready, or the message gone already
+        waiting.discard(offset)
+        if not waiting:
+            del self._pending[rank]
+            self._graph.ready(rank)
 
     def wait(self):
         """Waits for this step's messages and writes the ghost cells."""
@@ -303,8 +337,10 @@ class GraphExchange:
                 **({} if pack_below is None else {"pack_below": int(pack_below)}))
             self._ranks = ranks
             return
+        self._ranks = set(sends) | set(recvs)
         self._local = list(zip(sends.get(rank, []), recvs.get(rank, [])))
-        self._out = [(r, ts, _packed(ts)) for r, ts in sends.items() if r != rank]
+        self._outs = {r: (ts, _packed(ts)) for r, ts in sends.items() if r != rank}
+        self._unsent = set()
         self._in = [(r, ts, _packed(ts)) for r, ts in recvs.items() if r != rank]
         self._works = None
 
@@ -324,20 +360,51 @@ class GraphExchange:
     def _peer(self, r: int) -> int:
         return r if self.group is None else dist.get_global_rank(self.group, r)
 
-    def start(self):
-        """Posts this step's receives, packs what goes out and sends it."""
+    def start(self, ready: bool = True):
+        """Posts this step's receives, packs what goes out and sends it. ``ready=False``
+        (partitioned): posts the receives only; ``ready(rank)`` then sends each message as
+        soon as its tensors hold this step's values, and ``wait()`` sends the rest."""
         if self._native is not None:
-            self._native.start()
+            if ready:
+                self._native.start()
+            else:
+                self._native.start_receives()
             return
         if self._works is not None:
             raise RuntimeError("commux.halo.GraphExchange: start() twice without wait()")
-        works = [dist.irecv(buf, self._peer(r), group=self.group, tag=self.tag)
-                 for r, _, (buf, _) in self._in]
-        for r, ts, (buf, pieces) in self._out:
-            for piece, t in zip(pieces, ts):
-                piece.copy_(t)
-            works.append(dist.isend(buf, self._peer(r), group=self.group, tag=self.tag))
-        self._works = works
+        self._works = [dist.irecv(buf, self._peer(r), group=self.group, tag=self.tag)
+                       for r, _, (buf, _) in self._in]
+        self._unsent = set(self._outs)
+        if ready:
+            for r in list(self._unsent):
+                self._send(r)
+
+    def ready(self, rank: int):
+        """Sends this step's message to group rank ``rank`` now (after ``start(ready=False)``).
+        Nothing for this rank itself or a rank it sends nothing; RuntimeError outside a
+        step or for a message already sent, ValueError for a rank that is no neighbour."""
+        if self._native is not None:
+            self._native.ready(int(rank))
+            return
+        if self._works is None:
+            raise RuntimeError("commux.halo.GraphExchange: ready() outside a step (start first)")
+        rank = int(rank)
+        if rank not in self._ranks:
+            raise ValueError(f"commux.halo.GraphExchange: rank {rank} is not a neighbour of "
+                             "this exchange")
+        if rank == self.rank or rank not in self._outs:
+            return
+        if rank not in self._unsent:
+            raise RuntimeError(f"commux.halo.GraphExchange: the message to rank {rank} was "
+                               "already sent this step")
+        self._send(rank)
+
+    def _send(self, r):
+        ts, (buf, pieces) = self._outs[r]
+        for piece, t in zip(pieces, ts):
+            piece.copy_(t)
+        self._works.append(dist.isend(buf, self._peer(r), group=self.group, tag=self.tag))
+        self._unsent.discard(r)
 
     def wait(self):
         """Waits for this step's messages and writes the received tensors."""
@@ -346,6 +413,8 @@ class GraphExchange:
             return
         if self._works is None:
             raise RuntimeError("commux.halo.GraphExchange: wait() without start()")
+        for r in list(self._unsent):
+            self._send(r)
         works, self._works = self._works, None
         for w in works:
             w.wait()

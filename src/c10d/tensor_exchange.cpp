@@ -102,6 +102,8 @@ TensorExchange& TensorExchange::operator=(TensorExchange&&) noexcept = default;
 
 void TensorExchange::start() { exchange_->start(); }
 void TensorExchange::wait() { exchange_->wait(); }
+void TensorExchange::startReceives() { exchange_->startReceives(); }
+void TensorExchange::ready(int rank) { exchange_->ready(rank); }
 bool TensorExchange::inFlight() const { return exchange_->inFlight(); }
 
 std::vector<std::pair<bool, bool>> TensorExchange::packing() const {

@@ -121,6 +121,14 @@ commuxResult_t commuxExchangeStart(commuxExchange_t exchange) {
   return guarded([&] { capi::checked(exchange, "commuxExchangeStart").start(); });
 }
 
+commuxResult_t commuxExchangeStartReceives(commuxExchange_t exchange) {
+  return guarded([&] { capi::checked(exchange, "commuxExchangeStartReceives").startReceives(); });
+}
+
+commuxResult_t commuxExchangeReady(commuxExchange_t exchange, int rank) {
+  return guarded([&] { capi::checked(exchange, "commuxExchangeReady").ready(rank); });
+}
+
 commuxResult_t commuxExchangeWait(commuxExchange_t exchange) {
   return guarded([&] { capi::checked(exchange, "commuxExchangeWait").wait(); });
 }

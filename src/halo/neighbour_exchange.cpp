@@ -196,15 +196,28 @@ NeighbourExchange::NeighbourExchange(group::Group& group,
 NeighbourExchange::~NeighbourExchange() {
   // A step still in flight reads and writes the caller's memory: end it first.
   for (auto& r : requests_) {
-    if (r && !r->done()) r->abort();
+    if (!r->done()) r->abort();
   }
-  for (auto& r : requests_) {
-    if (r) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+  for (auto& r : requests_) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+}
+
+template <typename Body>
+void NeighbourExchange::guarded(Body&& body) {
+  try {
+    body();
+  } catch (...) {
+    // Nothing half-posted is left behind: what went out is ended, and the step closed,
+    // before the error returns.
+    for (auto& r : requests_) r->abort();
+    for (auto& r : requests_) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+    requests_.clear();
+    stepOpen_ = false;
+    throw;
   }
 }
 
-void NeighbourExchange::start() {
-  COMMUX_CHECK(requests_.empty(), Runtime,
+void NeighbourExchange::startReceives() {
+  COMMUX_CHECK(!stepOpen_, Runtime,
                "commux: neighbourhood exchange: start() while a step is in flight (wait() first)");
   group_.checkUsable();
   const int me = group_.rank();
@@ -219,7 +232,9 @@ void NeighbourExchange::start() {
   }
   requests_.reserve(2 * sides_.size());
   unpack_.clear();
-  try {
+  stepOpen_ = true;
+  for (auto& s : sides_) s.sent = !s.messages.sends || s.messages.rank == me;
+  guarded([&] {
     for (std::size_t i = 0; i < sides_.size(); ++i) {
       auto& s = sides_[i];
       const auto& n = s.messages;
@@ -241,46 +256,67 @@ void NeighbourExchange::start() {
       requests_.push_back(std::move(request));
       if (s.recvStaging) unpack_.push_back(i);
     }
+  });
+}
+
+void NeighbourExchange::postSend(Side& s) {
+  const auto& n = s.messages;
+  if (s.sendStaging) gather(s.sendRows, s.sendStaging.get());
+  auto route = group_.peers().get(n.rank, "a send to it");
+  auto request = std::make_shared<group::Request>(
+      group::Request::Kind::Send,
+      engine::Description::p2p("neighbourhood send", "to", n.rank, tag_, s.sendBytes,
+                               n.send.size()),
+      timeout_, group_.sharedEngine());
+  request->setPeer(n.rank);
+  const wire::Tag wireTag = wire::p2pTag(route->context, static_cast<std::uint32_t>(group_.rank()),
+                                         static_cast<std::uint32_t>(tag_), /*packed=*/true);
+  s.sent = true;
+  group_.launch(request,
+                std::make_shared<engine::P2POp>(
+                    engine::P2POp::Kind::Send, buffersOf(n.send, s.sendStaging.get(), s.sendBytes),
+                    std::move(route), wireTag, wire::kExactMask, /*pack=*/true, request->parts(),
+                    request->completer()),
+                std::nullopt);
+  requests_.push_back(std::move(request));
+}
+
+void NeighbourExchange::start() {
+  startReceives();
+  guarded([&] {
     for (auto& s : sides_) {
-      const auto& n = s.messages;
-      if (!n.sends || n.rank == me) continue;
-      if (s.sendStaging) gather(s.sendRows, s.sendStaging.get());
-      auto route = group_.peers().get(n.rank, "a send to it");
-      auto request = std::make_shared<group::Request>(
-          group::Request::Kind::Send,
-          engine::Description::p2p("neighbourhood send", "to", n.rank, tag_, s.sendBytes,
-                                   n.send.size()),
-          timeout_, group_.sharedEngine());
-      request->setPeer(n.rank);
-      const wire::Tag wireTag =
-          wire::p2pTag(route->context, static_cast<std::uint32_t>(me),
-                       static_cast<std::uint32_t>(tag_), /*packed=*/true);
-      group_.launch(request,
-                    std::make_shared<engine::P2POp>(
-                        engine::P2POp::Kind::Send, buffersOf(n.send, s.sendStaging.get(), s.sendBytes),
-                        std::move(route), wireTag, wire::kExactMask, /*pack=*/true,
-                        request->parts(), request->completer()),
-                    std::nullopt);
-      requests_.push_back(std::move(request));
+      if (!s.sent) postSend(s);
     }
-  } catch (...) {
-    // Nothing half-posted is left behind: what went out is ended before the error returns.
-    for (auto& r : requests_) r->abort();
-    for (auto& r : requests_) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
-    requests_.clear();
-    throw;
+  });
+}
+
+void NeighbourExchange::ready(int rank) {
+  COMMUX_CHECK(stepOpen_, Runtime,
+               "commux: neighbourhood exchange: ready() outside a step (start first)");
+  Side* side = nullptr;
+  for (auto& s : sides_) {
+    if (s.messages.rank == rank) side = &s;
   }
-  if (requests_.empty()) requests_.push_back(nullptr);  // a step of local copies only
+  COMMUX_CHECK(side != nullptr, InvalidArgument, "commux: neighbourhood exchange: rank ", rank,
+               " is not a neighbour of this exchange");
+  if (side->messages.rank == group_.rank() || !side->messages.sends) return;  // nothing goes
+  COMMUX_CHECK(!side->sent, Runtime, "commux: neighbourhood exchange: the message to rank ",
+               rank, " was already sent this step");
+  guarded([&] { postSend(*side); });
 }
 
 void NeighbourExchange::wait() {
-  COMMUX_CHECK(!requests_.empty(), Runtime,
-               "commux: neighbourhood exchange: wait() without start()");
+  COMMUX_CHECK(stepOpen_, Runtime, "commux: neighbourhood exchange: wait() without start()");
+  guarded([&] {  // what was not marked ready goes now
+    for (auto& s : sides_) {
+      if (!s.sent) postSend(s);
+    }
+  });
   auto requests = std::move(requests_);
   requests_.clear();
+  stepOpen_ = false;
   std::exception_ptr first;
   for (auto& r : requests) {
-    if (!r) continue;
     if (first) {  // the step failed: end the rest rather than wait for each to time out
       if (!r->done()) r->abort();
       r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);

@@ -50,12 +50,19 @@ class NeighbourExchange {
   /// Posts this step's receives, then its sends (packing what is packed). Raises when a
   /// step is in flight, or when a neighbour is dead (nothing posted then).
   void start();
+  /// Partitioned steps: posts this step's receives only; each message then goes at
+  /// ready(rank), as soon as its faces are computed, and wait() sends what is left.
+  void startReceives();
+  /// Sends this step's message to `rank` now (its memory must hold this step's values).
+  /// Nothing for this rank itself or a neighbour it sends nothing. Raises outside a step,
+  /// for a rank that is no neighbour, or a message already sent this step.
+  void ready(int rank);
   /// Waits for the step's messages, unpacks what came packed, then copies this rank's own
   /// message (its send and receive memory must not overlap, as in MPI). Raises the first
   /// error (a dead neighbour, a message of the wrong size, the timeout) once every message
   /// of the step has ended; the exchange may then be started again.
   void wait();
-  bool inFlight() const noexcept { return !requests_.empty(); }
+  bool inFlight() const noexcept { return stepOpen_; }
 
   /// How each side of neighbour `i` travels (for tests and the benchmark).
   bool sendPacked(std::size_t i) const { return sides_.at(i).sendStaging != nullptr; }
@@ -71,12 +78,19 @@ class NeighbourExchange {
     std::vector<Rows> recvRows;
     std::unique_ptr<char[]> sendStaging;  // set when the send is packed
     std::unique_ptr<char[]> recvStaging;  // set when the receive is packed
+    bool sent = false;                    // this step's message went (or none goes)
   };
+
+  void postSend(Side& side);
+  /// Runs `body`; if it throws, ends what the step posted and closes the step first.
+  template <typename Body>
+  void guarded(Body&& body);
 
   group::Group& group_;
   std::vector<Side> sides_;
   int tag_;
   std::chrono::milliseconds timeout_;
+  bool stepOpen_ = false;
   std::vector<std::shared_ptr<group::Request>> requests_;  // this step's, receives first
   std::vector<std::size_t> unpack_;  // sides whose receive is staged, this step
 };

@@ -90,6 +90,12 @@ void bindHalo(py::module_& m) {
       .def("wait", &commux::TensorExchange::wait, py::call_guard<py::gil_scoped_release>(),
            "Waits for the step, writes what came packed and this rank's own message; raises the "
            "step's first error")
+      .def("start_receives", &commux::TensorExchange::startReceives,
+           py::call_guard<py::gil_scoped_release>(),
+           "Partitioned steps: posts the step's receives only")
+      .def("ready", &commux::TensorExchange::ready, py::arg("rank"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Sends the step's message to group rank `rank` now")
       .def_property_readonly("in_flight", &commux::TensorExchange::inFlight)
       .def("packing", &commux::TensorExchange::packing,
            "(send packed, receive packed) per neighbour, in the order given");

@@ -414,7 +414,12 @@ static void test_halo(commuxComm_t comm, int rank, int size) {
     count = 2;
   }
   OK(commuxExchangeCreate(comm, ring, count, 78, &ex));
-  OK(commuxExchangeStart(ex));
+  /* Partitioned: the receives first, then the message as soon as it is "computed". */
+  REFUSED(commuxExchangeReady(ex, next), commuxInvalidUsage, "outside a step");
+  OK(commuxExchangeStartReceives(ex));
+  OK(commuxExchangeReady(ex, next));
+  if (next != rank) REFUSED(commuxExchangeReady(ex, next), commuxInvalidUsage, "already sent");
+  REFUSED(commuxExchangeReady(ex, size + 5), commuxInvalidArgument, "not a neighbour");
   OK(commuxExchangeWait(ex));
   const int from[24] = {0, 1, 2, 3, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 30, 31, 32, 33, 34, 35, 36, 37};
   for (int k = 0; k < 24; ++k) {

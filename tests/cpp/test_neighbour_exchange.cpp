@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -104,7 +105,19 @@ TEST(NeighbourExchange, EveryRankGetsItsNeighboursBytesPackedOrAsTheyLie) {
             }
           }
         }
-        ex.start();
+        if (step == 1) {
+          // Partitioned: receives first, then messages one by one as they are "computed"
+          // (a random subset, in a random order); wait() sends the rest.
+          ex.startReceives();
+          std::vector<int> order(size);
+          for (int r = 0; r < size; ++r) order[r] = r;
+          std::shuffle(order.begin(), order.end(), mine);
+          for (int r : order) {
+            if (mine() % 3 != 0) ex.ready(r);
+          }
+        } else {
+          ex.start();
+        }
         check(ex.inFlight(), "no step in flight after start()");
         ex.wait();
         for (int peer = 0; peer < size; ++peer) {
@@ -171,7 +184,25 @@ TEST(NeighbourExchange, BadPlansAreRefusedAndADeadNeighbourEndsTheStep) {
         withVictim[0].send = {{c.data(), c.size()}};
         withVictim[0].recv = {{d.data(), d.size()}};
         halo::NeighbourExchange first(g, std::move(all), 1, 20s);
-        first.start();
+        const auto refusedWith = [](auto&& call, core::ErrorKind kind, const std::string& says) {
+          try {
+            call();
+          } catch (const core::Error& e) {
+            return e.kind() == kind && std::string(e.what()).find(says) != std::string::npos;
+          }
+          return false;
+        };
+        check(refusedWith([&] { first.ready(1 - (rank == 1)); }, core::ErrorKind::Runtime,
+                          "outside a step"),
+              "ready() outside a step was not refused");
+        first.startReceives();
+        const int peer = rank == 0 ? 1 : 0;
+        first.ready(peer);
+        check(refusedWith([&] { first.ready(peer); }, core::ErrorKind::Runtime, "already sent"),
+              "ready() twice was not refused");
+        check(refusedWith([&] { first.ready(rank); }, core::ErrorKind::InvalidArgument,
+                          "not a neighbour"),
+              "ready() for a rank that is no neighbour was not refused");
         first.wait();
         if (rank == victim) {
           ::usleep(100000);

@@ -113,8 +113,18 @@ def _exchange_cases(rank, world_size, seed, cases):
         pack_below = rng.choice([None, 0, 1 << 40])
         ex = halo.HaloExchange(fields, case["widths"], grid, pack_below=pack_below)
         assert ex.native, where
-        for _ in range(2):  # persistent: the second step must land alike
-            ex.start()
+        for step in range(2):  # persistent: the second step must land alike
+            # (This rank's own draws: the shared rng must stay in step across ranks.)
+            mine = random.Random(seed * 7919 + k * 31 + rank)
+            if step == 1 and mine.random() < 0.5:
+                # Partitioned: faces marked computed one by one, some left to wait().
+                ex.start(ready=False)
+                faces = ex.faces
+                mine.shuffle(faces)
+                for offset in faces[:mine.randint(0, len(faces))]:
+                    ex.ready(offset)
+            else:
+                ex.start()
             ex.wait()
             for f, (local, g) in enumerate(zip(fields, globals_)):
                 want = _expected(g, grid, case, block, tuple(local.shape))
@@ -245,8 +255,14 @@ def _stencil(rank, world_size, steps, field_backend):
     local[1:-1, 1:-1, 1:-1] = full[tuple(slice(lo, hi) for lo, hi in block)]
     ex = halo.HaloExchange(local, 1, grid)
     assert ex.native == (field_backend == "ucx")
-    for _ in range(steps):
-        ex.exchange()
+    for step in range(steps):
+        if step % 2:
+            ex.exchange()
+        else:  # partitioned: every face marked computed, in reverse order
+            ex.start(ready=False)
+            for offset in reversed(ex.faces):
+                ex.ready(offset)
+            ex.wait()
         local[1:-1, 1:-1, 1:-1] = update(local)
     mine = serial[1:-1, 1:-1, 1:-1][tuple(slice(lo, hi) for lo, hi in block)]
     assert torch.equal(local[1:-1, 1:-1, 1:-1], mine), (local - 0)[1:-1, 1:-1, 1:-1] - mine
@@ -341,6 +357,9 @@ def _misuse(rank, world_size):
     assert all(s and r for s, r in packed.packing().values()), packed.packing()
     assert not any(s or r for s, r in iov.packing().values()), iov.packing()
     expect_error(packed.wait, ["without start"], "wait() before start()", (RuntimeError,))
+    expect_error(lambda: packed.ready((0, 7)), ["no face"], "ready() for no face", (ValueError,))
+    expect_error(lambda: packed._graph.ready((rank + 1) % world_size), ["outside a step"],
+                 "ready() outside a step", (RuntimeError,))
     packed.start()
     expect_error(packed.start, ["in flight"], "start() twice", (RuntimeError,))
     # A message of the user's with its own tag, posted across the exchange's step.
