@@ -331,7 +331,14 @@ void NeighbourExchange::wait() {
     }
     if (auto error = r->error()) first = error;
   }
-  if (first) std::rethrow_exception(first);
+  if (first) {
+    // A fresh exception, not the Request's: the Requests' last owner may be another thread
+    // (a death's handler), and the shared one's reference count is not ordered with this
+    // thread's reads of it (ThreadSanitizer saw the race).
+    const core::ErrorReading reading = core::readError(first);
+    first = nullptr;
+    core::fail(reading.kind, reading.message, {__func__, __FILE__, __LINE__});
+  }
   // This rank's own message last, once the network's are done. Copied in start(), with the
   // messages under way, a long copy (a column of a large grid) made a 2-D 4096^2 step at 2
   // ranks 25% slower: its peer's rendezvous waited, and the progress thread, woken by the
