@@ -41,7 +41,8 @@ def _case(rng: random.Random, world_size: int):
     # Global extents: every rank's interior at least its width (and at least 1 cell).
     extents = [dims[d] * max(widths[d], 1) + rng.randint(0, 3) for d in range(ndim)]
     dtypes = ["float64"] + rng.sample(["float32", "int32", "int64", "bfloat16", "uint8",
-                                       "float16"], rng.randint(0, 2))
+                                       "float16", "int8", "int16", "complex64", "complex128"],
+                                      rng.randint(0, 2))
     trailing = rng.choice([(), (), (3,)])
     return dict(dims=dims, periodic=periodic, diagonals=diagonals, widths=widths,
                 extents=extents, dtypes=dtypes, trailing=trailing)
@@ -54,8 +55,8 @@ def _global(extents, trailing, field, dtype):
     for e in list(extents) + list(trailing):
         n *= e
     values = torch.arange(n, dtype=torch.int64) * 3 + field
-    if dtype in ("uint8", "bfloat16", "float16"):
-        values = values % 200 + 1  # exact in these types, and never the sentinel
+    if dtype in ("uint8", "int8", "bfloat16", "float16"):
+        values = values % 100 + 1  # exact in these types, and never the sentinel
     return values.view(*extents, *trailing).to(getattr(torch, dtype))
 
 
