@@ -239,46 +239,42 @@ void NeighbourExchange::startReceives() {
       auto& s = sides_[i];
       const auto& n = s.messages;
       if (!n.receives || n.rank == me) continue;
-      auto request = std::make_shared<group::Request>(
-          group::Request::Kind::Recv,
-          engine::Description::p2p("neighbourhood receive", "from", n.rank, tag_, s.recvBytes,
-                                   n.recv.size()),
-          timeout_, group_.sharedEngine());
-      request->setPeer(n.rank);
-      const wire::Tag wireTag = wire::p2pTag(group_.context(), static_cast<std::uint32_t>(n.rank),
-                                             static_cast<std::uint32_t>(tag_));
-      group_.launch(request,
-                    std::make_shared<engine::P2POp>(
-                        engine::P2POp::Kind::Recv, buffersOf(n.recv, s.recvStaging.get(), s.recvBytes),
-                        nullptr, wireTag, wire::kExactMask, /*pack=*/true, request->parts(),
-                        request->completer()),
-                    std::nullopt);
-      requests_.push_back(std::move(request));
+      launchMessage(engine::P2POp::Kind::Recv, n.rank, s.recvBytes, n.recv.size(),
+                    buffersOf(n.recv, s.recvStaging.get(), s.recvBytes), nullptr,
+                    wire::p2pTag(group_.context(), static_cast<std::uint32_t>(n.rank),
+                                 static_cast<std::uint32_t>(tag_)));
       if (s.recvStaging) unpack_.push_back(i);
     }
   });
+}
+
+void NeighbourExchange::launchMessage(engine::P2POp::Kind kind, int peer, std::size_t bytes,
+                                      std::size_t pieces, engine::P2POp::Buffers buffers,
+                                      std::shared_ptr<const engine::Route> route, wire::Tag tag) {
+  const bool send = kind == engine::P2POp::Kind::Send;
+  auto request = std::make_shared<group::Request>(
+      send ? group::Request::Kind::Send : group::Request::Kind::Recv,
+      engine::Description::p2p(send ? "neighbourhood send" : "neighbourhood receive",
+                               send ? "to" : "from", peer, tag_, bytes, pieces),
+      timeout_, group_.sharedEngine());
+  request->setPeer(peer);
+  group_.launch(request,
+                std::make_shared<engine::P2POp>(kind, std::move(buffers), std::move(route), tag,
+                                                wire::kExactMask, /*pack=*/true, request->parts(),
+                                                request->completer()),
+                std::nullopt);
+  requests_.push_back(std::move(request));
 }
 
 void NeighbourExchange::postSend(Side& s) {
   const auto& n = s.messages;
   if (s.sendStaging) gather(s.sendRows, s.sendStaging.get());
   auto route = group_.peers().get(n.rank, "a send to it");
-  auto request = std::make_shared<group::Request>(
-      group::Request::Kind::Send,
-      engine::Description::p2p("neighbourhood send", "to", n.rank, tag_, s.sendBytes,
-                               n.send.size()),
-      timeout_, group_.sharedEngine());
-  request->setPeer(n.rank);
-  const wire::Tag wireTag = wire::p2pTag(route->context, static_cast<std::uint32_t>(group_.rank()),
-                                         static_cast<std::uint32_t>(tag_), /*packed=*/true);
+  const wire::Tag tag = wire::p2pTag(route->context, static_cast<std::uint32_t>(group_.rank()),
+                                     static_cast<std::uint32_t>(tag_), /*packed=*/true);
   s.sent = true;
-  group_.launch(request,
-                std::make_shared<engine::P2POp>(
-                    engine::P2POp::Kind::Send, buffersOf(n.send, s.sendStaging.get(), s.sendBytes),
-                    std::move(route), wireTag, wire::kExactMask, /*pack=*/true, request->parts(),
-                    request->completer()),
-                std::nullopt);
-  requests_.push_back(std::move(request));
+  launchMessage(engine::P2POp::Kind::Send, n.rank, s.sendBytes, n.send.size(),
+                buffersOf(n.send, s.sendStaging.get(), s.sendBytes), std::move(route), tag);
 }
 
 void NeighbourExchange::start() {

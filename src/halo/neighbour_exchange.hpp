@@ -11,7 +11,9 @@
 #include <memory>
 #include <vector>
 
+#include "engine/p2p_op.hpp"
 #include "halo/messages.hpp"
+#include "wire/tag.hpp"
 
 namespace commux::group {
 class Group;
@@ -82,6 +84,10 @@ class NeighbourExchange {
   };
 
   void postSend(Side& side);
+  /// One message of the step, tracked by the group and kept in requests_.
+  void launchMessage(engine::P2POp::Kind kind, int peer, std::size_t bytes, std::size_t pieces,
+                     engine::P2POp::Buffers buffers, std::shared_ptr<const engine::Route> route,
+                     wire::Tag tag);
   /// Runs `body`; if it throws, ends what the step posted and closes the step first.
   template <typename Body>
   void guarded(Body&& body);
