@@ -399,9 +399,12 @@ commuxResult_t commuxExchangeStartReceives(commuxExchange_t exchange);
  * neighbour it sends nothing; commuxInvalidUsage outside a step or when that message
  * already went, commuxInvalidArgument for a rank that is no neighbour. */
 commuxResult_t commuxExchangeReady(commuxExchange_t exchange, int rank);
-/* Waits (up to the communicator's timeout) for the step, then copies this rank's own
- * message: its received memory is filled when it returns commuxSuccess. On an error (a dead neighbour, a size mismatch) the step is
- * over and the exchange may be started again. */
+/* Waits (up to the communicator's timeout, for the whole step) for the step, then copies
+ * this rank's own message: its received memory is filled when it returns commuxSuccess. On
+ * an error (a dead neighbour, a size mismatch, the timeout) the step is over on this rank
+ * but may not be on its neighbours, whose late messages would match the next step's
+ * receives: free the exchange and build a new one with another tag on every rank (or a new
+ * communicator after a death). */
 commuxResult_t commuxExchangeWait(commuxExchange_t exchange);
 /* Ends a step in flight, then frees the exchange. */
 commuxResult_t commuxExchangeFree(commuxExchange_t exchange);

@@ -319,6 +319,12 @@ class Exchange {
                        bool diagonals, const std::vector<T*>& fields,
                        const std::vector<std::int64_t>& shape,
                        const std::vector<std::int64_t>& widths, int tag) {
+    if (periodic.size() != dims.size() || widths.size() != dims.size() ||
+        shape.size() < dims.size()) {
+      throw Error(commuxInvalidArgument,
+                  "commux: Exchange::halo: periodic and widths need one entry per grid "
+                  "dimension, shape at least one");
+    }
     std::vector<void*> raw(fields.begin(), fields.end());
     std::vector<commuxDataType_t> types(fields.size(), dataTypeOf<T>());
     Exchange out;

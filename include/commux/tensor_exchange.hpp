@@ -61,7 +61,8 @@ class TensorExchange {
   void startReceives();
   void ready(int rank);
   /// Waits for the step, writes what came packed and this rank's own message; raises the
-  /// step's first error (the exchange may start again after it).
+  /// step's first error. After one, every rank builds a new exchange with another tag: a
+  /// late message of the failed step would match the next step's receive.
   void wait();
   void exchange() {
     start();
@@ -73,6 +74,7 @@ class TensorExchange {
 
  private:
   TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg, std::vector<at::Tensor> keep);
+  halo::NeighbourExchange& live() const;  // raises for a moved-from object
 
   c10::intrusive_ptr<ProcessGroupUCX> pg_;
   std::vector<at::Tensor> keep_;                      // the memory the exchange reads and writes

@@ -184,7 +184,7 @@ class HaloExchange:
         for nb in live:
             if nb.rank != grid.rank:
                 self._faces.setdefault(nb.rank, set()).add(nb.offset)
-        self._pending = {}
+        self._open, self._pending = False, {}
 
     def _check_neighbours(self, shape, directions):
         """Every rank tells each neighbour its fields (dtype and shape in the grid's
@@ -259,6 +259,7 @@ class HaloExchange:
         towards ``offset`` computed, a neighbour's message going once every face in it is,
         and ``wait()`` sends the rest."""
         self._graph.start(ready)
+        self._open = True
         self._pending = {} if ready else {r: set(offsets) for r, offsets in self._faces.items()}
 
     @property
@@ -271,6 +272,8 @@ class HaloExchange:
         """The face towards ``offset`` (e.g. ``(0, 1)``) holds this step's values: its
         message goes once every face it carries is ready. ValueError for an offset that
         is no face of this exchange."""
+        if not self._open:
+            raise RuntimeError("commux.halo.HaloExchange: ready() outside a step (start first)")
         offset = tuple(int(o) for o in offset)
         rank = self._rank_of.get(offset)
         if rank is None:
@@ -286,11 +289,13 @@ class HaloExchange:
 
     def wait(self):
         """Waits for this step's messages and writes the ghost cells."""
+        self._open, self._pending = False, {}
         self._graph.wait()
 
     def exchange(self):
         """start() then wait()."""
-        self._graph.exchange()
+        self.start()
+        self.wait()
 
 
 class GraphExchange:
@@ -448,8 +453,10 @@ def _native_backend(group, tensors):
 
 def _check_graph(sends, recvs, size, group):
     """Every rank gets every rank's lists and checks every edge (a collective)."""
+    native = _native_backend(group, [t for ts in (*sends.values(), *recvs.values())
+                                     for t in ts]) is not None
     mine = ({r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in sends.items()},
-            {r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in recvs.items()})
+            {r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in recvs.items()}, native)
     everyone = [None] * size
     dist.all_gather_object(everyone, mine, group=group)
     for a in range(size):
@@ -461,6 +468,11 @@ def _check_graph(sends, recvs, size, group):
             if expected != items:
                 raise ValueError(f"commux.halo.GraphExchange: rank {a} sends rank {b} "
                                  f"{items}, which receives {expected} (dtype, elements)")
+            if everyone[a][2] != everyone[b][2]:
+                raise ValueError(f"commux.halo.GraphExchange: rank {a}'s tensors are "
+                                 f"{'' if everyone[a][2] else 'not '}all on the CPU and rank "
+                                 f"{b}'s {'' if everyone[b][2] else 'not '}: the two would "
+                                 "exchange in different ways (every rank's on the CPU, or none)")
         for b in everyone[a][1]:
             if a not in everyone[b][0]:
                 raise ValueError(f"commux.halo.GraphExchange: rank {a} receives from rank "

@@ -20,6 +20,11 @@ void appendPieces(const at::Tensor& t, bool receive, int rank, std::vector<halo:
                rank, " is on ", t.device().str());
   COMMUX_CHECK(!t.is_sparse() && t.layout() == c10::kStrided, InvalidArgument,
                "commux: neighbourhood exchange: it takes dense tensors");
+  // Their memory holds other values than they read as: resolve_conj()/resolve_neg() first.
+  COMMUX_CHECK(!t.is_conj() && !t.is_neg(), InvalidArgument,
+               "commux: neighbourhood exchange: a tensor for rank ", rank,
+               " is a lazily conjugated or negated view; pass t.resolve_conj() or "
+               "t.resolve_neg()");
   COMMUX_CHECK(!receive || at::has_internal_overlap(t) != at::MemOverlap::Yes, InvalidArgument,
                "commux: neighbourhood exchange: a tensor received from rank ", rank,
                " has elements that share memory (a zero stride): it cannot be written");
@@ -81,9 +86,10 @@ TensorExchange TensorExchange::halo(c10::intrusive_ptr<ProcessGroupUCX> pg,
   std::vector<halo::Field> list;
   for (std::size_t i = 0; i < fields.size(); ++i) {
     const at::Tensor& f = fields[i];
-    COMMUX_CHECK(f.device().is_cpu() && f.layout() == c10::kStrided && f.is_contiguous(),
+    COMMUX_CHECK(f.device().is_cpu() && f.layout() == c10::kStrided && f.is_contiguous() &&
+                     !f.is_conj() && !f.is_neg(),
                  InvalidArgument, "commux: halo exchange: field ", i,
-                 " must be a contiguous CPU tensor");
+                 " must be a contiguous CPU tensor (not a lazily conjugated or negated view)");
     COMMUX_CHECK(f.sizes() == fields[0].sizes(), InvalidArgument, "commux: halo exchange: field ",
                  i, " has shape ", f.sizes(), ", field 0 ", fields[0].sizes());
     list.push_back({f.data_ptr(), static_cast<std::size_t>(f.element_size())});
@@ -98,17 +104,32 @@ TensorExchange TensorExchange::halo(c10::intrusive_ptr<ProcessGroupUCX> pg,
 
 TensorExchange::~TensorExchange() = default;
 TensorExchange::TensorExchange(TensorExchange&&) noexcept = default;
-TensorExchange& TensorExchange::operator=(TensorExchange&&) noexcept = default;
+TensorExchange& TensorExchange::operator=(TensorExchange&& other) noexcept {
+  if (this != &other) {
+    // The old exchange first: a step of it in flight still uses the old tensors.
+    exchange_.reset();
+    pg_ = std::move(other.pg_);
+    keep_ = std::move(other.keep_);
+    exchange_ = std::move(other.exchange_);
+  }
+  return *this;
+}
 
-void TensorExchange::start() { exchange_->start(); }
-void TensorExchange::wait() { exchange_->wait(); }
-void TensorExchange::startReceives() { exchange_->startReceives(); }
-void TensorExchange::ready(int rank) { exchange_->ready(rank); }
-bool TensorExchange::inFlight() const { return exchange_->inFlight(); }
+halo::NeighbourExchange& TensorExchange::live() const {
+  COMMUX_CHECK(exchange_ != nullptr, Runtime,
+               "commux: neighbourhood exchange: this TensorExchange was moved from");
+  return *exchange_;
+}
+
+void TensorExchange::start() { live().start(); }
+void TensorExchange::wait() { live().wait(); }
+void TensorExchange::startReceives() { live().startReceives(); }
+void TensorExchange::ready(int rank) { live().ready(rank); }
+bool TensorExchange::inFlight() const { return exchange_ != nullptr && exchange_->inFlight(); }
 
 std::vector<std::pair<bool, bool>> TensorExchange::packing() const {
   std::vector<std::pair<bool, bool>> out;
-  for (std::size_t i = 0; i < exchange_->neighbours(); ++i) {
+  for (std::size_t i = 0; i < live().neighbours(); ++i) {
     out.emplace_back(exchange_->sendPacked(i), exchange_->recvPacked(i));
   }
   return out;

@@ -32,8 +32,24 @@ std::vector<NeighbourMessages> cartMessages(const CartTopology& grid, int rank,
                " widths for a grid of ", n, " dimensions");
   COMMUX_CHECK(!fields.empty(), InvalidArgument, "commux: halo: no fields");
   for (std::size_t i = 0; i < fields.size(); ++i) {
-    COMMUX_CHECK(fields[i].data != nullptr && fields[i].elementSize > 0, InvalidArgument,
-                 "commux: halo: field ", i, " has no memory or no element size");
+    COMMUX_CHECK(fields[i].data != nullptr && fields[i].elementSize > 0 &&
+                     fields[i].elementSize <= 16,
+                 InvalidArgument, "commux: halo: field ", i,
+                 " has no memory or no element size (1 to 16 bytes)");
+  }
+  // Sizes a caller's memory could hold: no product of them (strides, byte offsets) wraps.
+  std::int64_t cells = 1;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    COMMUX_CHECK(shape[d] >= 0, InvalidArgument, "commux: halo: dimension ", d, " of the fields is ",
+                 shape[d]);
+    std::int64_t bytes = 0;
+    COMMUX_CHECK(!__builtin_mul_overflow(cells, shape[d], &cells) &&
+                     !__builtin_mul_overflow(cells, static_cast<std::int64_t>(16), &bytes),
+                 InvalidArgument, "commux: halo: the fields' shape holds more cells than memory");
+  }
+  for (std::size_t d = 0; d < n; ++d) {
+    COMMUX_CHECK(widths[d] >= 0 && widths[d] <= shape[d], InvalidArgument, "commux: halo: width ",
+                 widths[d], " in dimension ", d, " of a field ", shape[d], " cells wide");
   }
   std::vector<std::int64_t> gridShape(shape.begin(), shape.begin() + static_cast<long>(n));
   checkHalo(gridShape, widths);

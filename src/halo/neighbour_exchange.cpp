@@ -26,7 +26,9 @@ std::size_t totalBytes(const std::vector<Piece>& pieces) {
 
 // Many short pieces cost UCX more per byte than one copy into a staging buffer does.
 bool packs(const std::vector<Piece>& pieces, std::size_t bytes, std::size_t packBelow) {
-  return pieces.size() > 1 && bytes < packBelow * pieces.size();
+  std::size_t count = 0;  // empty pieces travel in neither form
+  for (const auto& p : pieces) count += p.bytes != 0;
+  return count > 1 && bytes / count < packBelow;
 }
 
 // `count` rows of `bytes`, `srcStride` apart, to rows `dstStride` apart. A face's rows are
@@ -150,7 +152,7 @@ NeighbourExchange::NeighbourExchange(group::Group& group,
                                      std::chrono::milliseconds timeout, std::size_t packBelow)
     : group_(group), tag_(tag), timeout_(timeout) {
   COMMUX_CHECK(tag >= 0, InvalidArgument, "commux: neighbourhood exchange: tag must be in [0, ",
-               wire::kMaxUserTag, "], got ", tag);
+               wire::kMaxUserTag, "] (not negative), got ", tag);
   std::vector<bool> named(static_cast<std::size_t>(group.size()), false);
   for (auto& n : neighbours) {
     COMMUX_CHECK(n.rank >= 0 && n.rank < group.size(), InvalidArgument,
@@ -311,6 +313,7 @@ void NeighbourExchange::wait() {
   auto requests = std::move(requests_);
   requests_.clear();
   stepOpen_ = false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
   std::exception_ptr first;
   for (auto& r : requests) {
     if (first) {  // the step failed: end the rest rather than wait for each to time out
@@ -319,7 +322,10 @@ void NeighbourExchange::wait() {
       continue;
     }
     try {
-      r->wait(timeout_);
+      // One timeout for the whole step, not one per message.
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      r->wait(std::max(left, std::chrono::milliseconds(0)));
     } catch (...) {
       r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
       first = std::current_exception();

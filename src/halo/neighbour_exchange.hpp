@@ -59,10 +59,13 @@ class NeighbourExchange {
   /// Nothing for this rank itself or a neighbour it sends nothing. Raises outside a step,
   /// for a rank that is no neighbour, or a message already sent this step.
   void ready(int rank);
-  /// Waits for the step's messages, unpacks what came packed, then copies this rank's own
-  /// message (its send and receive memory must not overlap, as in MPI). Raises the first
-  /// error (a dead neighbour, a message of the wrong size, the timeout) once every message
-  /// of the step has ended; the exchange may then be started again.
+  /// Waits for the step's messages (the timeout counts for the whole step), unpacks what
+  /// came packed, then copies this rank's own message (its send and receive memory must
+  /// not overlap, as in MPI). Raises the first error (a dead neighbour, a message of the
+  /// wrong size, the timeout) once every message of the step has ended here. A failed step
+  /// may still be under way on the neighbours, and a late message of it would match the
+  /// next step's receive: after a failure every rank builds a new exchange with another tag
+  /// (or a new group) rather than starting this one again.
   void wait();
   bool inFlight() const noexcept { return stepOpen_; }
 

@@ -358,11 +358,13 @@ def _misuse(rank, world_size):
     assert all(s and r for s, r in packed.packing().values()), packed.packing()
     assert not any(s or r for s, r in iov.packing().values()), iov.packing()
     expect_error(packed.wait, ["without start"], "wait() before start()", (RuntimeError,))
-    expect_error(lambda: packed.ready((0, 7)), ["no face"], "ready() for no face", (ValueError,))
+    expect_error(lambda: packed.ready((0, 1)), ["outside a step"], "ready() outside a step",
+                 (RuntimeError,))
     expect_error(lambda: packed._graph.ready((rank + 1) % world_size), ["outside a step"],
                  "ready() outside a step", (RuntimeError,))
     packed.start()
     expect_error(packed.start, ["in flight"], "start() twice", (RuntimeError,))
+    expect_error(lambda: packed.ready((0, 7)), ["no face"], "ready() for no face", (ValueError,))
     # A message of the user's with its own tag, posted across the exchange's step.
     mine, theirs = torch.full((3,), float(rank)), torch.zeros(3)
     works = [dist.irecv(theirs, (rank - 1) % world_size, tag=5),
@@ -371,6 +373,11 @@ def _misuse(rank, world_size):
     for w in works:
         w.wait()
     assert torch.all(theirs == (rank - 1) % world_size)
+    # A lazily conjugated view's memory holds other values than it reads as: refused.
+    nxt, prev = (rank + 1) % world_size, (rank - 1) % world_size
+    lazy = torch.ones(3, dtype=torch.complex64).conj()
+    expect_error(lambda: halo.GraphExchange({nxt: [lazy]}, {prev: [torch.zeros(3, dtype=torch.complex64)]}),
+                 ["conjugated"], "a lazily conjugated view", (ValueError,))
     for ex in (packed, iov):
         t[:, 0] = t[:, -1] = -1
         ex.exchange()
