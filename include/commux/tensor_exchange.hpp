@@ -30,6 +30,9 @@ class TensorExchange {
     int rank = -1;
     std::optional<std::vector<at::Tensor>> send;
     std::optional<std::vector<at::Tensor>> recv;
+    /// Pack this neighbour's messages when their pieces average fewer bytes (default: the
+    /// exchange's): a neighbour on another host gains from a higher one (docs/halo.md).
+    std::optional<std::size_t> packBelow;
   };
 
   /// Along a graph. CPU tensors, each neighbour rank once; ValueError-kind errors (c10's)

@@ -28,6 +28,8 @@ to ``tag_base + 3 * 3**ndim`` of its group.
 
 from __future__ import annotations
 
+import socket
+import zlib
 from collections import namedtuple
 
 import torch
@@ -39,6 +41,9 @@ Neighbour = namedtuple("Neighbour", "offset rank direction opposite")
 
 #: Default first tag of an exchange: far above the tags codes pick by hand.
 DEFAULT_TAG_BASE = 1 << 30
+#: A neighbour on another host: pack its messages when their pieces average fewer bytes
+#: (over TCP packing won up to 1 KiB pieces, tied at 8 KiB, lost at 32 KiB).
+REMOTE_PACK_BELOW = 4096
 _ALIGN = 16  # bytes: each field's piece of a packed message starts aligned
 
 
@@ -159,6 +164,7 @@ class HaloExchange:
                              f"its {3 * directions} tags below 2**31")
         self.grid, self.fields, self.widths, self.tag_base = grid, fields, widths, tag_base
         self._group = grid.group
+        self._remote = set()  # neighbour ranks on other hosts (_check_neighbours finds them)
         self._check_neighbours(shape, directions)
 
         # A graph exchange underneath: to each neighbour rank, the faces of every direction
@@ -177,7 +183,7 @@ class HaloExchange:
             recvs.setdefault(nb.rank, []).extend(
                 f[_box(f.shape, widths, nb.offset, ghost=True)] for f in fields)
         self._graph = GraphExchange(sends, recvs, group=grid.group, tag_base=tag_base,
-                                    pack_below=pack_below, _checked=True)
+                                    pack_below=pack_below, _checked=True, _remote=self._remote)
         # For ready(): the faces each neighbour rank's message carries (none to this rank).
         self._rank_of = {nb.offset: nb.rank for nb in live}
         self._faces = {}
@@ -191,7 +197,8 @@ class HaloExchange:
         dimensions) and widths, and checks what it is told against its own."""
         n = self.grid.ndim
         native = _native_backend(self._group, self.fields) is not None
-        mine = [len(self.fields), int(native)] + self.widths
+        host = _host_id()
+        mine = [len(self.fields), int(native), host] + self.widths
         for f in self.fields:
             mine += [_dtype_code(f.dtype)] + list(shape)
         mine = torch.tensor(mine, dtype=torch.int64)
@@ -223,11 +230,13 @@ class HaloExchange:
                 where = "on the CPU" if t[1] else "not on the CPU"
                 raise ValueError(f"commux.halo.HaloExchange: the fields of {what} are {where}, "
                                  "this rank's not: every rank's fields are on the CPU, or none")
-            if t[2:2 + n] != self.widths:
-                raise ValueError(f"commux.halo.HaloExchange: {what} has widths {t[2:2 + n]}, "
+            if t[2] != host:
+                self._remote.add(nb.rank)
+            if t[3:3 + n] != self.widths:
+                raise ValueError(f"commux.halo.HaloExchange: {what} has widths {t[3:3 + n]}, "
                                  f"this rank {self.widths}")
             for i in range(len(self.fields)):
-                rec = t[2 + n + i * (1 + n):2 + n + (i + 1) * (1 + n)]
+                rec = t[3 + n + i * (1 + n):3 + n + (i + 1) * (1 + n)]
                 if rec[0] != _dtype_code(self.fields[i].dtype):
                     raise ValueError(f"commux.halo.HaloExchange: field {i} of {what} has another "
                                      f"dtype than this rank's {self.fields[i].dtype}")
@@ -313,7 +322,7 @@ class GraphExchange:
     """
 
     def __init__(self, sends: dict, recvs: dict, group=None, tag_base: int = DEFAULT_TAG_BASE,
-                 pack_below=None, _checked: bool = False):
+                 pack_below=None, _checked: bool = False, _remote=None):
         load_extension()
         if not 0 <= tag_base <= (1 << 31) - 1:
             raise ValueError(f"commux.halo.GraphExchange: tag_base {tag_base} is no tag")
@@ -329,7 +338,8 @@ class GraphExchange:
                     raise ValueError(f"commux.halo.GraphExchange: {what} rank {r} needs a list "
                                      "of tensors")
         if not _checked:  # (HaloExchange checked its neighbours itself, by name)
-            _check_graph(sends, recvs, size, group)
+            hosts = _check_graph(sends, recvs, size, group)
+            _remote = {r for r in range(size) if hosts[r] != hosts[rank]}
         self.group, self.rank, self.tag = group, rank, tag_base
         backend = _native_backend(group, [t for ts in (*sends.values(), *recvs.values())
                                           for t in ts])
@@ -337,8 +347,13 @@ class GraphExchange:
         if backend is not None:
             # One C++ call per step: the core's exchange (halo/neighbour_exchange.hpp).
             ranks = sorted(set(sends) | set(recvs))
+            # A neighbour on another host gets its own packing threshold unless the caller
+            # chose one: over TCP a UCX iov of 1 KiB pieces cost 1.35x the packed message,
+            # on one host 0.83x (docs/performance.md).
+            far = REMOTE_PACK_BELOW if pack_below is None else None
             self._native = load_extension().NeighbourExchange(
-                backend, [(r, sends.get(r), recvs.get(r)) for r in ranks], tag_base,
+                backend, [(r, sends.get(r), recvs.get(r), far if r in (_remote or ()) else None)
+                          for r in ranks], tag_base,
                 **({} if pack_below is None else {"pack_below": int(pack_below)}))
             self._ranks = ranks
             return
@@ -452,11 +467,13 @@ def _native_backend(group, tensors):
 
 
 def _check_graph(sends, recvs, size, group):
-    """Every rank gets every rank's lists and checks every edge (a collective)."""
+    """Every rank gets every rank's lists and checks every edge (a collective); returns
+    every rank's host id."""
     native = _native_backend(group, [t for ts in (*sends.values(), *recvs.values())
                                      for t in ts]) is not None
     mine = ({r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in sends.items()},
-            {r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in recvs.items()}, native)
+            {r: [(str(t.dtype), t.numel()) for t in ts] for r, ts in recvs.items()}, native,
+            _host_id())
     everyone = [None] * size
     dist.all_gather_object(everyone, mine, group=group)
     for a in range(size):
@@ -477,6 +494,13 @@ def _check_graph(sends, recvs, size, group):
             if a not in everyone[b][0]:
                 raise ValueError(f"commux.halo.GraphExchange: rank {a} receives from rank "
                                  f"{b}, which sends it nothing")
+    return [e[3] for e in everyone]
+
+
+def _host_id() -> int:
+    """This host's name as a number every process of it computes alike (namespace hosts
+    have names of their own)."""
+    return zlib.crc32(socket.gethostname().encode())
 
 
 def _dtype_code(dtype: torch.dtype) -> int:

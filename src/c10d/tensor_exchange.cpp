@@ -59,6 +59,7 @@ TensorExchange::TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg,
     n.rank = nb.rank;
     n.sends = nb.send.has_value();
     n.receives = nb.recv.has_value();
+    n.packBelow = nb.packBelow.value_or(0);
     for (const auto* list : {&nb.send, &nb.recv}) {
       if (!list->has_value()) continue;
       const bool receive = list == &nb.recv;

@@ -23,6 +23,10 @@ struct NeighbourMessages {
   bool receives = false;
   std::vector<Piece> send;
   std::vector<Piece> recv;
+  /// Pack this neighbour's messages when their pieces average fewer bytes; 0: the
+  /// exchange's default. A front end that knows the neighbour is on another host raises it
+  /// (over TCP an iov of 1 KiB pieces cost 1.35x the packed message, on one host 0.83x).
+  std::size_t packBelow = 0;
 };
 
 }  // namespace commux::halo

@@ -183,10 +183,11 @@ NeighbourExchange::NeighbourExchange(group::Group& group,
                    n.sends ? side.sendBytes : 0, " bytes) must fill what it receives (",
                    n.receives ? side.recvBytes : 0, " bytes)");
     } else {
-      if (n.sends && packs(n.send, side.sendBytes, packBelow)) {
+      const std::size_t below = n.packBelow != 0 ? n.packBelow : packBelow;
+      if (n.sends && packs(n.send, side.sendBytes, below)) {
         side.sendStaging.reset(new char[side.sendBytes]);
       }
-      if (n.receives && packs(n.recv, side.recvBytes, packBelow)) {
+      if (n.receives && packs(n.recv, side.recvBytes, below)) {
         side.recvStaging.reset(new char[side.recvBytes]);
       }
     }

@@ -24,11 +24,15 @@ namespace {
 
 using Views = std::optional<std::vector<at::Tensor>>;
 
+using Neighbour = std::tuple<int, Views, Views, std::optional<std::size_t>>;
+
 commux::TensorExchange made(c10::intrusive_ptr<commux::ProcessGroupUCX> pg,
-                            const std::vector<std::tuple<int, Views, Views>>& neighbours, int tag,
+                            const std::vector<Neighbour>& neighbours, int tag,
                             std::optional<std::size_t> packBelow) {
   std::vector<commux::TensorExchange::Neighbour> list;
-  for (const auto& [rank, sends, recvs] : neighbours) list.push_back({rank, sends, recvs});
+  for (const auto& [rank, sends, recvs, below] : neighbours) {
+    list.push_back({rank, sends, recvs, below});
+  }
   return commux::TensorExchange(std::move(pg), list, tag, packBelow);
 }
 
@@ -84,7 +88,8 @@ void bindHalo(py::module_& m) {
            py::arg("pack_below") = std::nullopt,
            "The core's persistent exchange (halo/neighbour_exchange.hpp) on a commux backend: "
            "`neighbours` lists (group rank, tensors sent to it or None, tensors received "
-           "from it or None), each rank once; any strides; CPU tensors")
+           "from it or None, its pack_below or None), each rank once; any strides; CPU "
+           "tensors")
       .def("start", &commux::TensorExchange::start, py::call_guard<py::gil_scoped_release>(),
            "Posts the step's receives and sends")
       .def("wait", &commux::TensorExchange::wait, py::call_guard<py::gil_scoped_release>(),
