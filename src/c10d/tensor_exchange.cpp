@@ -28,19 +28,16 @@ void appendPieces(const at::Tensor& t, bool receive, int rank, std::vector<halo:
   COMMUX_CHECK(!receive || at::has_internal_overlap(t) != at::MemOverlap::Yes, InvalidArgument,
                "commux: neighbourhood exchange: a tensor received from rank ", rank,
                " has elements that share memory (a zero stride): it cannot be written");
-  const auto esize = static_cast<std::size_t>(t.element_size());
-  char* base = static_cast<char*>(t.data_ptr());
   if (t.numel() == 0) return;
+  const halo::Field field{t.data_ptr(), static_cast<std::size_t>(t.element_size())};
   if (t.dim() == 0) {
-    out.push_back({base, esize});
+    out.push_back({field.data, field.elementSize});
     return;
   }
-  const halo::Box box{std::vector<std::int64_t>(static_cast<std::size_t>(t.dim()), 0),
-                      t.sizes().vec()};
-  for (const auto& run : halo::contiguousRuns(box, t.strides().vec())) {
-    out.push_back({base + run.offset * static_cast<std::int64_t>(esize),
-                   static_cast<std::size_t>(run.length) * esize});
-  }
+  halo::appendPieces(field,
+                     halo::Box{std::vector<std::int64_t>(static_cast<std::size_t>(t.dim()), 0),
+                               t.sizes().vec()},
+                     t.strides().vec(), out);
 }
 
 }  // namespace

@@ -7,9 +7,7 @@
 #include "halo/face_runs.hpp"
 
 namespace commux::halo {
-namespace {
 
-// The pieces of `box` in `field`, whose strides (in elements) are `strides`.
 void appendPieces(const Field& field, const Box& box, const std::vector<std::int64_t>& strides,
                   std::vector<Piece>& out) {
   char* base = static_cast<char*>(field.data);
@@ -18,8 +16,6 @@ void appendPieces(const Field& field, const Box& box, const std::vector<std::int
     out.push_back({base + run.offset * size, static_cast<std::size_t>(run.length * size)});
   }
 }
-
-}  // namespace
 
 std::vector<NeighbourMessages> cartMessages(const CartTopology& grid, int rank,
                                             const std::vector<std::int64_t>& shape,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "halo/cart_topology.hpp"
+#include "halo/face_runs.hpp"
 #include "halo/messages.hpp"
 
 namespace commux::halo {
@@ -21,6 +22,11 @@ struct Field {
   void* data = nullptr;
   std::size_t elementSize = 0;
 };
+
+/// The cells of `box` in `field`, whose strides (in elements) are `strides`, as contiguous
+/// pieces of its memory in row-major order of the box (halo/face_runs's runs, in bytes).
+void appendPieces(const Field& field, const Box& box, const std::vector<std::int64_t>& strides,
+                  std::vector<Piece>& out);
 
 /// The plan of `rank` in `grid` for `fields` of `shape` (the grid's dimensions first, any
 /// trailing ones whole) with `widths` ghost cells on both sides of each grid dimension.
