@@ -16,6 +16,10 @@
 
 #include "commux/process_group_ucx.hpp"
 
+namespace c10d {
+class Work;
+}
+
 namespace commux {
 namespace halo {
 class NeighbourExchange;
@@ -53,6 +57,8 @@ class TensorExchange {
                              int tag);
   ~TensorExchange();
   TensorExchange(TensorExchange&&) noexcept;
+  /// The old exchange goes (with the last Work of its steps; a step of it still in flight
+  /// is aborted then).
   TensorExchange& operator=(TensorExchange&&) noexcept;
   TensorExchange(const TensorExchange&) = delete;
   TensorExchange& operator=(const TensorExchange&) = delete;
@@ -71,17 +77,28 @@ class TensorExchange {
     start();
     wait();
   }
+  /// The step in flight as a c10d Work (once per step, any time before its wait()): its
+  /// future completes, with the tensors received, once every message of the step has been
+  /// sent (each ready(), or wait()) and has ended, on whichever thread ends it, with
+  /// nobody calling wait(). Work::wait() is wait(). Only wait() times a step out. The Work
+  /// keeps the exchange's tensors alive. Without it a step ends in wait(), on the caller's
+  /// thread (the fast path).
+  c10::intrusive_ptr<c10d::Work> stepWork();
+  /// start() (startReceives(), `partitioned`), then stepWork().
+  c10::intrusive_ptr<c10d::Work> startWork(bool partitioned = false);
   bool inFlight() const;
   /// (send packed, receive packed) per neighbour, in the order given (rank order for halo()).
   std::vector<std::pair<bool, bool>> packing() const;
 
  private:
-  TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg, std::vector<at::Tensor> keep);
+  /// What a step's Work shares with the exchange.
+  struct State;
+  class StepWork;
+
+  explicit TensorExchange(std::shared_ptr<State> state);
   halo::NeighbourExchange& live() const;  // raises for a moved-from object
 
-  c10::intrusive_ptr<ProcessGroupUCX> pg_;
-  std::vector<at::Tensor> keep_;                      // the memory the exchange reads and writes
-  std::unique_ptr<halo::NeighbourExchange> exchange_;  // after what it uses
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace commux

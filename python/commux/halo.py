@@ -262,14 +262,16 @@ class HaloExchange:
         """See GraphExchange.packing."""
         return self._graph.packing()
 
-    def start(self, ready: bool = True):
+    def start(self, ready: bool = True) -> StepWork:
         """Posts this step's receives, packs the faces and sends them. ``ready=False``
         (partitioned): posts the receives only; ``ready(offset)`` then marks the face
         towards ``offset`` computed, a neighbour's message going once every face in it is,
-        and ``wait()`` sends the rest."""
-        self._graph.start(ready)
+        and ``wait()`` sends the rest. Returns the step as a ``StepWork`` (``wait()``,
+        ``is_completed()``, ``get_future()``)."""
+        work = self._graph.start(ready)
         self._open = True
         self._pending = {} if ready else {r: set(offsets) for r, offsets in self._faces.items()}
+        return work
 
     @property
     def faces(self) -> list:
@@ -300,6 +302,11 @@ class HaloExchange:
         """Waits for this step's messages and writes the ghost cells."""
         self._open, self._pending = False, {}
         self._graph.wait()
+
+    @property
+    def in_flight(self) -> bool:
+        """A step is started and has not ended (wait(), or its future)."""
+        return self._graph.in_flight
 
     def exchange(self):
         """start() then wait()."""
@@ -341,6 +348,7 @@ class GraphExchange:
             hosts = _check_graph(sends, recvs, size, group)
             _remote = {r for r in range(size) if hosts[r] != hosts[rank]}
         self.group, self.rank, self.tag = group, rank, tag_base
+        self._recvs = recvs
         backend = _native_backend(group, [t for ts in (*sends.values(), *recvs.values())
                                           for t in ts])
         self._native = None
@@ -356,7 +364,10 @@ class GraphExchange:
                           for r in ranks], tag_base,
                 **({} if pack_below is None else {"pack_below": int(pack_below)}))
             self._ranks = ranks
+            self._step = None
             return
+        self._step = None
+        self._future = None  # the step's, once asked (StepWork.get_future)
         self._ranks = set(sends) | set(recvs)
         self._local = list(zip(sends.get(rank, []), recvs.get(rank, [])))
         self._outs = {r: (ts, _packed(ts)) for r, ts in sends.items() if r != rank}
@@ -380,24 +391,82 @@ class GraphExchange:
     def _peer(self, r: int) -> int:
         return r if self.group is None else dist.get_global_rank(self.group, r)
 
-    def start(self, ready: bool = True):
+    def start(self, ready: bool = True) -> StepWork:
         """Posts this step's receives, packs what goes out and sends it. ``ready=False``
         (partitioned): posts the receives only; ``ready(rank)`` then sends each message as
-        soon as its tensors hold this step's values, and ``wait()`` sends the rest."""
+        soon as its tensors hold this step's values, and ``wait()`` sends the rest.
+        Returns the step as a ``StepWork``."""
         if self._native is not None:
             if ready:
                 self._native.start()
             else:
                 self._native.start_receives()
-            return
+            self._step = StepWork(self)
+            return self._step
         if self._works is not None:
             raise RuntimeError("commux.halo.GraphExchange: start() twice without wait()")
+        self._step, self._future = StepWork(self), None
         self._works = [dist.irecv(buf, self._peer(r), group=self.group, tag=self.tag)
                        for r, _, (buf, _) in self._in]
         self._unsent = set(self._outs)
         if ready:
             for r in list(self._unsent):
                 self._send(r)
+        return self._step
+
+    @property
+    def in_flight(self) -> bool:
+        """A step is started and has not ended (wait(), or its future)."""
+        if self._native is not None:
+            return self._native.in_flight
+        return self._works is not None
+
+    def _received(self) -> list:
+        return [t for r in sorted(self._ranks) for t in self._recvs.get(r, ())]
+
+    def _future_of(self, step: StepWork):
+        """StepWork.get_future: the core finishes the step where it ends (native), or the
+        p2p Works' futures end it (Python path; a backend whose p2p Works have futures)."""
+        if step is not self._step or not self.in_flight:
+            done = torch.futures.Future()
+            done.set_result(self._received())
+            return done
+        if self._native is not None:
+            step._work = self._native.step_work()
+            return step._work.get_future()
+        if self._future is None:
+            if self._works:  # the step's Works are of one backend: asked once, here
+                try:
+                    self._works[0].get_future()
+                except RuntimeError as e:
+                    raise RuntimeError(
+                        "commux.halo: this step's messages have no futures on this group's "
+                        f"backend ({e}); call wait(), or run the exchange on a commux group"
+                    ) from None
+            self._future = torch.futures.Future()
+            self._chain_if_sent()
+        return self._future
+
+    def _chain_if_sent(self):
+        """Python path, a future asked: once every message is posted, the step ends when
+        their Works' futures complete (on the thread that completes the last)."""
+        if self._future is None or self._unsent:
+            return
+        futures = [w.get_future() for w in self._works]
+        future = self._future
+
+        def finish(all_done):
+            try:
+                for f in all_done.value():
+                    f.value()  # raises the message's error
+                self._unpack()
+                self._works = None
+                future.set_result(self._received())
+            except Exception as e:  # noqa: BLE001 (the step's error goes to its future)
+                self._works = None
+                future.set_exception(e)
+
+        torch.futures.collect_all(futures).then(finish)
 
     def ready(self, rank: int):
         """Sends this step's message to group rank ``rank`` now (after ``start(ready=False)``).
@@ -418,6 +487,7 @@ class GraphExchange:
             raise RuntimeError(f"commux.halo.GraphExchange: the message to rank {rank} was "
                                "already sent this step")
         self._send(rank)
+        self._chain_if_sent()
 
     def _send(self, r):
         ts, (buf, pieces) = self._outs[r]
@@ -432,12 +502,24 @@ class GraphExchange:
             self._native.wait()
             return
         if self._works is None:
+            if self._future is not None and self._future.done():
+                self._future.wait()  # the step ended in its future: raises its error
+                return
             raise RuntimeError("commux.halo.GraphExchange: wait() without start()")
         for r in list(self._unsent):
             self._send(r)
+        if self._future is not None:  # the step ends in its future's chain
+            self._chain_if_sent()
+            for w in list(self._works or ()):
+                w.wait()
+            self._future.wait()
+            return
         works, self._works = self._works, None
         for w in works:
             w.wait()
+        self._unpack()
+
+    def _unpack(self):
         for _, ts, (_, pieces) in self._in:
             for t, piece in zip(ts, pieces):
                 t.copy_(piece)
@@ -448,6 +530,46 @@ class GraphExchange:
         """start() then wait()."""
         self.start()
         self.wait()
+
+
+class StepWork:
+    """One step of an exchange, as ``start()`` returns it, with the face of torch's Work:
+    ``wait()`` is the exchange's ``wait()`` while the step is in flight; ``get_future()``
+    returns a ``torch.futures.Future`` that completes, with the list of tensors received
+    into, once every message of the step has been sent (``ready()`` for each, or ``wait()``)
+    and has ended, on the thread that ends it, with nobody calling ``wait()`` (then chain
+    the next step, or a compute, in its ``then``). Only ``wait()`` times a step out. Without
+    ``get_future()`` the step ends in ``wait()`` on the caller's thread, the fastest way.
+    On the Python path (gloo, CUDA tensors) futures need a backend whose p2p Works have
+    them (commux's do; gloo's do not: RuntimeError)."""
+
+    def __init__(self, exchange):
+        self._exchange = exchange
+        self._work = None  # the native c10d Work, once its future was asked
+        self._future = None
+
+    def get_future(self):
+        if self._future is None:
+            self._future = self._exchange._future_of(self)
+        return self._future
+
+    def wait(self, timeout=None):
+        """The exchange's wait() while this step is in flight; else its outcome (the error
+        of a step that ended in its future is raised). ``timeout`` is the group's."""
+        ex = self._exchange
+        if self is ex._step and ex.in_flight:
+            ex.wait()
+        elif self._work is not None:
+            self._work.wait()
+        elif self._future is not None:
+            self._future.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        ex = self._exchange
+        if self._work is not None:
+            return self._work.is_completed()
+        return not (self is ex._step and ex.in_flight)
 
 
 def _native_backend(group, tensors):

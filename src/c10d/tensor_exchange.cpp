@@ -1,7 +1,11 @@
 #include "commux/tensor_exchange.hpp"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <exception>
+#include <mutex>
 #include <string>
 
 #include "core/error.hpp"
@@ -42,14 +46,70 @@ void appendPieces(const at::Tensor& t, bool receive, int rank, std::vector<halo:
 
 }  // namespace
 
-TensorExchange::TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg, std::vector<at::Tensor> keep)
-    : pg_(std::move(pg)), keep_(std::move(keep)) {}
+struct TensorExchange::State {
+  c10::intrusive_ptr<ProcessGroupUCX> pg;
+  std::vector<at::Tensor> keep;     // the memory the exchange reads and writes
+  std::vector<at::Tensor> outputs;  // what it writes: a step's future's value
+  std::unique_ptr<halo::NeighbourExchange> exchange;  // after what it uses
+};
+
+// One step of a TensorExchange as a c10d Work (startWork): its future is completed where the
+// step ends (NeighbourExchange::finishWhenDone).
+class TensorExchange::StepWork final : public c10d::Work {
+ public:
+  StepWork(std::shared_ptr<State> state, std::uint64_t step)
+      : c10d::Work(state->pg->getRank(), c10d::OpType::UNKNOWN),
+        state_(std::move(state)),
+        step_(step),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  // Completes the future: `error`, or the tensors received.
+  std::function<void(std::exception_ptr)> completer() {
+    return [future = future_, outputs = state_->outputs](std::exception_ptr error) {
+      if (error) {
+        future->setError(error);
+      } else {
+        future->markCompleted(c10::IValue(outputs));
+      }
+    };
+  }
+
+  bool isCompleted() override { return future_->completed(); }
+  bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
+  std::exception_ptr exception() const override {
+    return future_->completed() ? future_->exception_ptr() : nullptr;
+  }
+  std::vector<at::Tensor> result() override { return state_->outputs; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // The exchange's wait() while this step is in flight (it sends what is left and times the
+  // step out); once it has ended, its outcome.
+  bool wait(std::chrono::milliseconds /*timeout: the group's, per step*/) override {
+    auto& exchange = *state_->exchange;
+    if (exchange.inFlight() && exchange.steps() == step_) {
+      exchange.wait();
+      return true;
+    }
+    future_->wait();
+    if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+    return true;
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+  std::uint64_t step_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+TensorExchange::TensorExchange(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 TensorExchange::TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg,
                                const std::vector<Neighbour>& neighbours, int tag,
                                std::optional<std::size_t> packBelow)
-    : pg_(std::move(pg)) {
-  COMMUX_CHECK(pg_, InvalidArgument, "commux: neighbourhood exchange: no process group");
+    : state_(std::make_shared<State>()) {
+  COMMUX_CHECK(pg, InvalidArgument, "commux: neighbourhood exchange: no process group");
+  state_->pg = std::move(pg);
   std::vector<halo::NeighbourMessages> plan;
   for (const auto& nb : neighbours) {
     halo::NeighbourMessages n;
@@ -62,13 +122,14 @@ TensorExchange::TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg,
       const bool receive = list == &nb.recv;
       for (const auto& t : **list) {
         appendPieces(t, receive, nb.rank, receive ? n.recv : n.send);
-        keep_.push_back(t);
+        state_->keep.push_back(t);
+        if (receive) state_->outputs.push_back(t);
       }
     }
     plan.push_back(std::move(n));
   }
-  exchange_ = std::make_unique<halo::NeighbourExchange>(
-      pg_->coreGroup(), std::move(plan), tag, pg_->timeout(),
+  state_->exchange = std::make_unique<halo::NeighbourExchange>(
+      state_->pg->coreGroup(), std::move(plan), tag, state_->pg->timeout(),
       packBelow.value_or(halo::kDefaultPackBelow));
 }
 
@@ -92,43 +153,55 @@ TensorExchange TensorExchange::halo(c10::intrusive_ptr<ProcessGroupUCX> pg,
                  i, " has shape ", f.sizes(), ", field 0 ", fields[0].sizes());
     list.push_back({f.data_ptr(), static_cast<std::size_t>(f.element_size())});
   }
-  TensorExchange out(std::move(pg), fields);
-  out.exchange_ = std::make_unique<halo::NeighbourExchange>(
-      out.pg_->coreGroup(),
-      halo::cartMessages(grid, out.pg_->getRank(), fields[0].sizes().vec(), widths, list), tag,
-      out.pg_->timeout());
-  return out;
+  auto state = std::make_shared<State>();
+  state->pg = std::move(pg);
+  state->keep = fields;
+  state->outputs = fields;
+  state->exchange = std::make_unique<halo::NeighbourExchange>(
+      state->pg->coreGroup(),
+      halo::cartMessages(grid, state->pg->getRank(), fields[0].sizes().vec(), widths, list), tag,
+      state->pg->timeout());
+  return TensorExchange(std::move(state));
 }
 
 TensorExchange::~TensorExchange() = default;
 TensorExchange::TensorExchange(TensorExchange&&) noexcept = default;
-TensorExchange& TensorExchange::operator=(TensorExchange&& other) noexcept {
-  if (this != &other) {
-    // The old exchange first: a step of it in flight still uses the old tensors.
-    exchange_.reset();
-    pg_ = std::move(other.pg_);
-    keep_ = std::move(other.keep_);
-    exchange_ = std::move(other.exchange_);
-  }
-  return *this;
-}
+TensorExchange& TensorExchange::operator=(TensorExchange&&) noexcept = default;
 
 halo::NeighbourExchange& TensorExchange::live() const {
-  COMMUX_CHECK(exchange_ != nullptr, Runtime,
+  COMMUX_CHECK(state_ != nullptr, Runtime,
                "commux: neighbourhood exchange: this TensorExchange was moved from");
-  return *exchange_;
+  return *state_->exchange;
+}
+
+c10::intrusive_ptr<c10d::Work> TensorExchange::stepWork() {
+  auto& exchange = live();
+  COMMUX_CHECK(exchange.inFlight(), Runtime,
+               "commux: neighbourhood exchange: no step in flight (start first)");
+  auto work = c10::make_intrusive<StepWork>(state_, exchange.steps());
+  exchange.finishWhenDone(work->completer());
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> TensorExchange::startWork(bool partitioned) {
+  if (partitioned) {
+    startReceives();
+  } else {
+    start();
+  }
+  return stepWork();
 }
 
 void TensorExchange::start() { live().start(); }
 void TensorExchange::wait() { live().wait(); }
 void TensorExchange::startReceives() { live().startReceives(); }
 void TensorExchange::ready(int rank) { live().ready(rank); }
-bool TensorExchange::inFlight() const { return exchange_ != nullptr && exchange_->inFlight(); }
+bool TensorExchange::inFlight() const { return state_ != nullptr && state_->exchange->inFlight(); }
 
 std::vector<std::pair<bool, bool>> TensorExchange::packing() const {
   std::vector<std::pair<bool, bool>> out;
   for (std::size_t i = 0; i < live().neighbours(); ++i) {
-    out.emplace_back(exchange_->sendPacked(i), exchange_->recvPacked(i));
+    out.emplace_back(state_->exchange->sendPacked(i), state_->exchange->recvPacked(i));
   }
   return out;
 }

@@ -9,6 +9,8 @@
 #include "core/error.hpp"
 #include "core/group_health.hpp"
 #include "engine/description.hpp"
+#include "engine/done_flag.hpp"
+#include "engine/engine.hpp"
 #include "engine/p2p_op.hpp"
 #include "group/group.hpp"
 #include "group/peer_table.hpp"
@@ -121,7 +123,50 @@ engine::P2POp::Buffers buffersOf(const std::vector<Piece>& pieces, char* staging
   return buffers;
 }
 
+// A new exception of the same kind and message: the Request's own is shared with whichever
+// thread drops the Request last, and that reference count is not ordered with this
+// thread's reads of it (ThreadSanitizer saw the race).
+std::exception_ptr freshCopy(const std::exception_ptr& error) {
+  const core::ErrorReading reading = core::readError(error);
+  return core::makeError(reading.kind, reading.message, {__func__, __FILE__, __LINE__});
+}
+
 }  // namespace
+
+// What ends a step finished where it ends (finishWhenDone): a count of its messages not
+// ended yet, plus one (the hold) while it may still send.
+struct NeighbourExchange::StepEnd : std::enable_shared_from_this<StepEnd> {
+  explicit StepEnd(NeighbourExchange* owner) : exchange(owner) {}
+
+  void messageEnded() {
+    if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    // The last message ended here, perhaps under the worker lock: the copies and the
+    // caller's callback run once this thread lets go of it.
+    engine::Engine::afterRelease(
+        [self = shared_from_this()] { self->exchange->finishStep(*self); });
+  }
+
+  NeighbourExchange* exchange;  // the destructor waits for `finished`
+  std::atomic<int> pending{1};
+  std::function<void(std::exception_ptr)> done;           // finishWhenDone's
+  std::vector<std::shared_ptr<group::Request>> requests;  // from releaseHold to finishStep
+  std::vector<std::size_t> unpack;
+  engine::DoneFlag finished;
+  std::exception_ptr error;  // written before `finished` is set
+};
+
+// A message of a step: its end counts towards the step's.
+class NeighbourExchange::StepRequest final : public group::Request {
+ public:
+  StepRequest(Kind kind, engine::Description description, std::chrono::milliseconds timeout,
+              std::shared_ptr<engine::Engine> engine, std::shared_ptr<StepEnd> end)
+      : group::Request(kind, std::move(description), timeout, std::move(engine)),
+        end_(std::move(end)) {}
+
+ private:
+  void onDone() override { end_->messageEnded(); }
+  std::shared_ptr<StepEnd> end_;
+};
 
 std::vector<Rows> rowsOf(const std::vector<Piece>& pieces) {
   std::vector<Rows> rows;
@@ -202,6 +247,16 @@ NeighbourExchange::~NeighbourExchange() {
     if (!r->done()) r->abort();
   }
   for (auto& r : requests_) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+  if (armed_ && held_) {
+    abandonStep(core::makeError(core::ErrorKind::Runtime,
+                                "commux: neighbourhood exchange: destroyed during a step",
+                                {__func__, __FILE__, __LINE__}));
+  } else if (armed_ && end_) {
+    // Its messages ended; the step's finishing (which writes this exchange's memory) may
+    // still be running on the thread that ended the last one.
+    group_.sharedEngine()->wait(end_->finished,
+                                std::chrono::steady_clock::now() + group::kCancelWait);
+  }
 }
 
 template <typename Body>
@@ -214,7 +269,8 @@ void NeighbourExchange::guarded(Body&& body) {
     for (auto& r : requests_) r->abort();
     for (auto& r : requests_) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
     requests_.clear();
-    stepOpen_ = false;
+    stepOpen_.store(false, std::memory_order_release);
+    if (armed_) abandonStep(std::current_exception());
     throw;
   }
 }
@@ -233,10 +289,19 @@ void NeighbourExchange::startReceives() {
     COMMUX_CHECK(why.empty(), Backend, "commux: neighbourhood exchange: ",
                  core::lostMember(peer, why), "; a step with it cannot run");
   }
+  requests_.clear();
   requests_.reserve(2 * sides_.size());
   unpack_.clear();
-  stepOpen_ = true;
-  for (auto& s : sides_) s.sent = !s.messages.sends || s.messages.rank == me;
+  end_ = std::make_shared<StepEnd>(this);
+  armed_ = false;
+  held_ = true;
+  unsent_ = 0;
+  for (auto& s : sides_) {
+    s.sent = !s.messages.sends || s.messages.rank == me;
+    unsent_ += !s.sent;
+  }
+  steps_.fetch_add(1, std::memory_order_acq_rel);
+  stepOpen_.store(true, std::memory_order_release);
   guarded([&] {
     for (std::size_t i = 0; i < sides_.size(); ++i) {
       auto& s = sides_[i];
@@ -255,12 +320,13 @@ void NeighbourExchange::launchMessage(engine::P2POp::Kind kind, int peer, std::s
                                       std::size_t pieces, engine::P2POp::Buffers buffers,
                                       std::shared_ptr<const engine::Route> route, wire::Tag tag) {
   const bool send = kind == engine::P2POp::Kind::Send;
-  auto request = std::make_shared<group::Request>(
+  auto request = std::make_shared<StepRequest>(
       send ? group::Request::Kind::Send : group::Request::Kind::Recv,
       engine::Description::p2p(send ? "neighbourhood send" : "neighbourhood receive",
                                send ? "to" : "from", peer, tag_, bytes, pieces),
-      timeout_, group_.sharedEngine());
+      timeout_, group_.sharedEngine(), end_);
   request->setPeer(peer);
+  end_->pending.fetch_add(1, std::memory_order_relaxed);
   group_.launch(request,
                 std::make_shared<engine::P2POp>(kind, std::move(buffers), std::move(route), tag,
                                                 wire::kExactMask, /*pack=*/true, request->parts(),
@@ -276,8 +342,75 @@ void NeighbourExchange::postSend(Side& s) {
   const wire::Tag tag = wire::p2pTag(route->context, static_cast<std::uint32_t>(group_.rank()),
                                      static_cast<std::uint32_t>(tag_), /*packed=*/true);
   s.sent = true;
+  --unsent_;
   launchMessage(engine::P2POp::Kind::Send, n.rank, s.sendBytes, n.send.size(),
                 buffersOf(n.send, s.sendStaging.get(), s.sendBytes), std::move(route), tag);
+}
+
+void NeighbourExchange::releaseHold() {
+  if (!armed_ || !held_ || unsent_ != 0) return;
+  held_ = false;
+  end_->requests = requests_;
+  end_->unpack = unpack_;
+  auto end = end_;
+  if (end->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finishStep(*end);
+}
+
+void NeighbourExchange::finishStep(StepEnd& end) {
+  std::exception_ptr first;
+  for (const auto& r : end.requests) {
+    if (auto error = r->error()) {
+      first = freshCopy(error);
+      break;
+    }
+  }
+  end.requests.clear();  // they hold `end`
+  if (!first) {
+    const int me = group_.rank();
+    for (const auto& s : sides_) {
+      if (s.messages.rank == me) copyOwn(s.sendRows, s.recvRows, s.messages.send, s.messages.recv);
+    }
+    for (std::size_t i : end.unpack) scatter(sides_[i].recvStaging.get(), sides_[i].recvRows);
+  }
+  // From here on the owner may start the next step, or (once `finished` is set) destroy
+  // this exchange: nothing below touches it.
+  auto done = std::move(end.done);
+  auto engine = group_.sharedEngine();
+  end.error = first;
+  stepOpen_.store(false, std::memory_order_release);
+  engine->setDone(end.finished);
+  if (done) {
+    try {
+      done(first);
+    } catch (...) {
+      // The caller's callback: nothing here to report it to, and this thread may be the
+      // progress thread.
+    }
+  }
+}
+
+void NeighbourExchange::abandonStep(std::exception_ptr error) {
+  held_ = false;
+  auto end = end_;
+  auto done = std::move(end->done);
+  end->error = error;
+  group_.sharedEngine()->setDone(end->finished);
+  if (done) {
+    try {
+      done(error);
+    } catch (...) {
+    }
+  }
+}
+
+void NeighbourExchange::finishWhenDone(std::function<void(std::exception_ptr)> done) {
+  COMMUX_CHECK(inFlight(), Runtime,
+               "commux: neighbourhood exchange: finishWhenDone() outside a step (start first)");
+  COMMUX_CHECK(!armed_, Runtime,
+               "commux: neighbourhood exchange: finishWhenDone() twice in one step");
+  armed_ = true;
+  end_->done = std::move(done);
+  releaseHold();
 }
 
 void NeighbourExchange::start() {
@@ -290,7 +423,10 @@ void NeighbourExchange::start() {
 }
 
 void NeighbourExchange::ready(int rank) {
-  COMMUX_CHECK(stepOpen_, Runtime,
+  // A step finished where it ends may end as soon as its last send went: a ready() for a
+  // message that went, or for none, is still in that step.
+  const bool endedItself = !inFlight() && armed_ && !held_;
+  COMMUX_CHECK(inFlight() || endedItself, Runtime,
                "commux: neighbourhood exchange: ready() outside a step (start first)");
   Side* side = nullptr;
   for (auto& s : sides_) {
@@ -299,21 +435,28 @@ void NeighbourExchange::ready(int rank) {
   COMMUX_CHECK(side != nullptr, InvalidArgument, "commux: neighbourhood exchange: rank ", rank,
                " is not a neighbour of this exchange");
   if (side->messages.rank == group_.rank() || !side->messages.sends) return;  // nothing goes
-  COMMUX_CHECK(!side->sent, Runtime, "commux: neighbourhood exchange: the message to rank ",
+  COMMUX_CHECK(!endedItself && !side->sent, Runtime, "commux: neighbourhood exchange: the message to rank ",
                rank, " was already sent this step");
   guarded([&] { postSend(*side); });
+  releaseHold();
 }
 
 void NeighbourExchange::wait() {
-  COMMUX_CHECK(stepOpen_, Runtime, "commux: neighbourhood exchange: wait() without start()");
+  if (!inFlight() && armed_ && end_ && !held_) {
+    // Finished where it ended (finishWhenDone) before this wait: its outcome.
+    if (end_->finished.done() && end_->error) std::rethrow_exception(freshCopy(end_->error));
+    if (end_->finished.done()) return;
+  }
+  COMMUX_CHECK(inFlight(), Runtime, "commux: neighbourhood exchange: wait() without start()");
   guarded([&] {  // what was not marked ready goes now
     for (auto& s : sides_) {
       if (!s.sent) postSend(s);
     }
   });
+  if (armed_) return waitForEnd();
   auto requests = std::move(requests_);
   requests_.clear();
-  stepOpen_ = false;
+  stepOpen_.store(false, std::memory_order_release);
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   std::exception_ptr first;
   for (auto& r : requests) {
@@ -352,6 +495,39 @@ void NeighbourExchange::wait() {
     if (s.messages.rank == me) copyOwn(s.sendRows, s.recvRows, s.messages.send, s.messages.recv);
   }
   for (std::size_t i : unpack_) scatter(sides_[i].recvStaging.get(), sides_[i].recvRows);
+}
+
+void NeighbourExchange::waitForEnd() {
+  // Taken before the hold goes: once the step ends, its `done` may start the next one.
+  auto end = end_;
+  auto requests = requests_;
+  releaseHold();
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  std::exception_ptr first;
+  for (auto& r : requests) {
+    if (first) {  // end the rest: the step's finishing runs once all have ended
+      if (!r->done()) r->abort();
+      continue;
+    }
+    try {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      r->wait(std::max(left, std::chrono::milliseconds(0)));
+    } catch (...) {
+      first = std::current_exception();  // a timeout: the message was cancelled
+    }
+  }
+  auto& engine = *group_.sharedEngine();
+  engine.wait(end->finished, std::chrono::steady_clock::now() + group::kCancelWait);
+  COMMUX_CHECK(end->finished.done(), Runtime,
+               "commux: neighbourhood exchange: the step's messages ended but its finishing did "
+               "not run within ", group::kCancelWait.count(), " s");
+  if (!first) first = end->error;
+  if (first) {
+    auto fresh = freshCopy(first);
+    first = nullptr;
+    std::rethrow_exception(fresh);
+  }
 }
 
 }  // namespace commux::halo

@@ -6,8 +6,12 @@
 // packed into (unpacked from) a staging buffer the exchange keeps where they are many and
 // short. Sender and receiver choose independently: the bytes on the wire are the same.
 // A rank that is its own neighbour copies, in wait(). (docs/halo.md)
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -67,7 +71,17 @@ class NeighbourExchange {
   /// next step's receive: after a failure every rank builds a new exchange with another tag
   /// (or a new group) rather than starting this one again.
   void wait();
-  bool inFlight() const noexcept { return stepOpen_; }
+  /// Finishes this step where it ends instead of in wait() (a future's way): once every
+  /// message of the step has been sent (start(), ready(), or wait()) and has ended, the
+  /// thread that ends the last one writes what came packed and this rank's own message,
+  /// closes the step and calls `done` with the step's first error, or null; never under
+  /// the worker lock, so `done` may start the next step. wait() may still be called: it
+  /// sends what is left, times the step out, and raises its error once `done` has run.
+  /// Nothing else times out a step that no one waits for. Once per step.
+  void finishWhenDone(std::function<void(std::exception_ptr)> done);
+  bool inFlight() const noexcept { return stepOpen_.load(std::memory_order_acquire); }
+  /// Steps started so far (the current one's number while one is in flight).
+  std::uint64_t steps() const noexcept { return steps_.load(std::memory_order_acquire); }
 
   /// How each side of neighbour `i` travels (for tests and the benchmark).
   bool sendPacked(std::size_t i) const { return sides_.at(i).sendStaging != nullptr; }
@@ -86,7 +100,18 @@ class NeighbourExchange {
     bool sent = false;                    // this step's message went (or none goes)
   };
 
+  struct StepEnd;
+  class StepRequest;
+
   void postSend(Side& side);
+  /// Every send of the step is posted: a step finished where it ends may now end.
+  void releaseHold();
+  /// Where the step ends (finishWhenDone): unpacks, copies this rank's own message, closes.
+  void finishStep(StepEnd& end);
+  /// wait() of a step finished where it ends: the messages, then the finishing.
+  void waitForEnd();
+  /// A step finished where it ends could not send all of it: closes it with `error`.
+  void abandonStep(std::exception_ptr error);
   /// One message of the step, tracked by the group and kept in requests_.
   void launchMessage(engine::P2POp::Kind kind, int peer, std::size_t bytes, std::size_t pieces,
                      engine::P2POp::Buffers buffers, std::shared_ptr<const engine::Route> route,
@@ -99,9 +124,14 @@ class NeighbourExchange {
   std::vector<Side> sides_;
   int tag_;
   std::chrono::milliseconds timeout_;
-  bool stepOpen_ = false;
+  std::atomic<bool> stepOpen_{false};  // cleared by the finishing thread (finishWhenDone)
+  std::atomic<std::uint64_t> steps_{0};
   std::vector<std::shared_ptr<group::Request>> requests_;  // this step's, receives first
   std::vector<std::size_t> unpack_;  // sides whose receive is staged, this step
+  std::size_t unsent_ = 0;           // sends of this step not posted yet
+  std::shared_ptr<StepEnd> end_;     // this step's; its Requests hold it too
+  bool armed_ = false;               // finishWhenDone was called this step
+  bool held_ = false;                // the step cannot end before releaseHold()
 };
 
 }  // namespace commux::halo

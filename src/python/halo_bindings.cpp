@@ -12,6 +12,8 @@
 #include <tuple>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
 #include "commux/process_group_ucx.hpp"
 #include "commux/tensor_exchange.hpp"
 #include "core/error.hpp"
@@ -95,6 +97,9 @@ void bindHalo(py::module_& m) {
       .def("wait", &commux::TensorExchange::wait, py::call_guard<py::gil_scoped_release>(),
            "Waits for the step, writes what came packed and this rank's own message; raises the "
            "step's first error")
+      .def("step_work", &commux::TensorExchange::stepWork, py::call_guard<py::gil_scoped_release>(),
+           "The step in flight as a c10d Work whose future completes where the step ends, "
+           "with nobody calling wait() (once per step)")
       .def("start_receives", &commux::TensorExchange::startReceives,
            py::call_guard<py::gil_scoped_release>(),
            "Partitioned steps: posts the step's receives only")

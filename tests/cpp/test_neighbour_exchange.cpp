@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <memory>
 #include <random>
 #include <string>
@@ -138,6 +141,88 @@ TEST(NeighbourExchange, EveryRankGetsItsNeighboursBytesPackedOrAsTheyLie) {
   EXPECT_EQ(problems, "") << "COMMUX_TEST_SEED=" << s;
 }
 
+// A step finished where it ends (finishWhenDone, a future's way): the callback runs once,
+// with nobody in wait(), after the ghost bytes are written (packed ones unpacked, this
+// rank's own copied), and the step is closed by then; also when the sends go by ready()
+// after it was asked, and when wait() is called anyway.
+TEST(NeighbourExchange, AStepFinishesWhereItEndsWithoutWait) {
+  const unsigned s = commux::testing::testSeed();
+  Folder folder;
+  const int size = 3;
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    Member me(folder.path(), rank, size);
+    group::Group& g = *me.group;
+    std::mt19937 mine(s * 11 + static_cast<unsigned>(rank));
+    const std::size_t bytes = 3000;
+    std::vector<std::vector<std::uint8_t>> out(size), in(size);
+    std::vector<halo::NeighbourMessages> plan;
+    for (int peer = 0; peer < size; ++peer) {
+      halo::NeighbourMessages n;
+      n.rank = peer;
+      n.sends = n.receives = true;
+      n.send = cut(mine, out[peer], bytes);
+      n.recv = cut(mine, in[peer], bytes);
+      plan.push_back(std::move(n));
+    }
+    const auto pieces = plan;
+    halo::NeighbourExchange ex(g, std::move(plan), 78, 20s);
+    const auto fill = [&](int step) {
+      for (int peer = 0; peer < size; ++peer) {
+        std::size_t i = 0;
+        for (const auto& p : pieces[peer].send) {
+          for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
+            static_cast<std::uint8_t*>(p.data)[k] = byteOf(rank, peer, step, i);
+          }
+        }
+      }
+    };
+    const auto arrived = [&](int step) {
+      for (int peer = 0; peer < size; ++peer) {
+        std::size_t i = 0;
+        for (const auto& p : pieces[peer].recv) {
+          for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
+            if (static_cast<std::uint8_t*>(p.data)[k] != byteOf(peer, rank, step, i)) return false;
+          }
+        }
+      }
+      return true;
+    };
+    for (int step = 0; step < 6; ++step) {
+      fill(step);
+      std::atomic<int> calls{0};
+      std::atomic<bool> good{false};
+      const auto done = [&](std::exception_ptr error) {
+        // Checked here, before anyone waits: the callback sees the finished step.
+        good = error == nullptr && arrived(step) && !ex.inFlight();
+        ++calls;
+      };
+      const int way = step % 3;
+      if (way == 1) {  // partitioned: asked first, then every message by ready()
+        ex.startReceives();
+        ex.finishWhenDone(done);
+        for (int peer = 0; peer < size; ++peer) ex.ready(peer);
+      } else {
+        ex.start();
+        ex.finishWhenDone(done);
+      }
+      if (way == 2) ex.wait();  // wait() anyway: it waits for the finishing, which runs once
+      const auto deadline = std::chrono::steady_clock::now() + 20s;
+      while (calls.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(50us);
+      }
+      check(calls.load() == 1, "rank " + std::to_string(rank) + " step " + std::to_string(step) +
+                                   ": the callback ran " + std::to_string(calls.load()) +
+                                   " times (seed " + std::to_string(s) + ")");
+      check(good.load(), "rank " + std::to_string(rank) + " step " + std::to_string(step) +
+                             ": the callback saw an error, wrong bytes or the step open");
+      ex.wait();  // after the step ended: its outcome (none), nothing posted
+      check(!ex.inFlight() && calls.load() == 1, "wait() after the end reopened the step");
+    }
+    commux::testing::leaveTogether(g);
+  });
+  EXPECT_EQ(problems, "") << "COMMUX_TEST_SEED=" << s;
+}
+
 std::string refusal(group::Group& g, std::vector<halo::NeighbourMessages> plan) {
   try {
     halo::NeighbourExchange ex(g, std::move(plan), 1, 20s);
@@ -210,14 +295,28 @@ TEST(NeighbourExchange, BadPlansAreRefusedAndADeadNeighbourEndsTheStep) {
         }
         halo::NeighbourExchange second(g, std::move(withVictim), 2, 20s);
         std::string why;
+        std::atomic<int> calls{0};
+        std::string told;  // what the step's callback was told (read after calls turns 1)
         try {
           second.start();
+          // The step's end also reaches a callback (a future's way), with the same error.
+          second.finishWhenDone([&](std::exception_ptr error) {
+            try {
+              if (error) std::rethrow_exception(error);
+            } catch (const std::exception& e) {
+              told = e.what();
+            }
+            ++calls;
+          });
           second.wait();
         } catch (const std::exception& e) {
           why = e.what();
         }
         check(why.find("rank 2") != std::string::npos,
               "the step with a dead neighbour ended with: '" + why + "'");
+        check(calls.load() == 1 && told.find("rank 2") != std::string::npos,
+              "the failed step's callback ran " + std::to_string(calls.load()) +
+                  " times, told: '" + told + "'");
         check(!second.inFlight(), "a failed step is still in flight");
         // The survivors still swap, on the first exchange's plan less the victim.
         std::vector<std::uint8_t> e(8, static_cast<std::uint8_t>(rank)), f(8);

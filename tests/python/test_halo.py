@@ -275,6 +275,99 @@ def test_a_3d_stencil_matches_the_serial_solve(world_size, backend):
     run_ranks(_stencil, world_size, timeout=120, steps=5, field_backend=backend)
 
 
+def _futures(rank, world_size, field_backend):
+    """Steps that end in their futures, with nobody calling wait(): the 3-D stencil of
+    _stencil driven by StepWork futures (polled until done, chained in then(), partitioned
+    with the future asked before the faces are ready) matches the serial solve bit for bit;
+    the exchange is reusable after each; also on the Python path (``ucx-python``: the steps
+    as commux p2p calls from Python, as for CUDA tensors, their Works' futures chained). On
+    gloo (no p2p futures) get_future() is a clear RuntimeError and the step still ends in
+    wait()."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    import commux.halo as halo
+    from harness import expect_error
+
+    shape, alpha, steps = (6, 5, 4), 0.1, 6
+    torch.manual_seed(99)
+    full = torch.rand(shape, dtype=torch.float64)
+
+    def update(a):
+        c = a[1:-1, 1:-1, 1:-1]
+        lap = (a[2:, 1:-1, 1:-1] + a[:-2, 1:-1, 1:-1] + a[1:-1, 2:, 1:-1] + a[1:-1, :-2, 1:-1]
+               + a[1:-1, 1:-1, 2:] + a[1:-1, 1:-1, :-2] - 6 * c)
+        return c + alpha * lap
+
+    serial = torch.zeros(*(s + 2 for s in shape), dtype=torch.float64)
+    serial[1:-1, 1:-1, 1:-1] = full
+    for _ in range(steps):
+        serial[0], serial[-1] = serial[-2], serial[1]
+        serial[:, 0], serial[:, -1] = serial[:, -2], serial[:, 1]
+        serial[1:-1, 1:-1, 1:-1] = update(serial)
+
+    if field_backend == "ucx-python":  # every rank alike: the path CUDA tensors take
+        halo._native_backend = lambda group, tensors: None
+    group = None if field_backend.startswith("ucx") else dist.new_group(backend=field_backend)
+    grid = halo.CartGrid(ndim=3, periodic=[True, True, False], group=group)
+    block = [grid.split(shape[d], d) for d in range(3)]
+    local = torch.zeros([hi - lo + 2 for lo, hi in block], dtype=torch.float64)
+    local[1:-1, 1:-1, 1:-1] = full[tuple(slice(lo, hi) for lo, hi in block)]
+    ex = halo.HaloExchange(local, 1, grid)
+    assert ex.native == (field_backend == "ucx")
+    if field_backend == "gloo":
+        work = ex.start()
+        expect_error(work.get_future, ["no futures", "wait()"], "a future on gloo",
+                     (RuntimeError,))
+        work.wait()
+        assert not ex.in_flight and work.is_completed()
+        return True
+    chained = []
+    for step in range(steps):
+        way = step % 3
+        if way == 0:  # poll: it completes in the background
+            work = ex.start()
+            future = work.get_future()
+            deadline = time.monotonic() + 30
+            while not future.done() and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            assert future.done(), f"step {step}: its future did not complete without wait()"
+            assert work.is_completed() and not ex.in_flight
+            work.wait()  # after the end: its outcome, nothing more
+        elif way == 1:  # partitioned, the future asked before any face is ready
+            work = ex.start(ready=False)
+            future = work.get_future()
+            assert not future.done()
+            for offset in reversed(ex.faces):
+                ex.ready(offset)
+            future.wait()
+        else:  # chained: the next compute runs in the future's callback
+            def compute(f):
+                f.value()  # raises the step's error, if any
+                local[1:-1, 1:-1, 1:-1] = update(local)
+                chained.append(step)
+                return True
+            ex.start().get_future().then(compute).wait()
+            continue
+        received = future.value()
+        assert all(isinstance(t, torch.Tensor) for t in received) and received
+        local[1:-1, 1:-1, 1:-1] = update(local)
+    assert chained == [2, 5], chained
+    mine = serial[1:-1, 1:-1, 1:-1][tuple(slice(lo, hi) for lo, hi in block)]
+    assert torch.equal(local[1:-1, 1:-1, 1:-1], mine), local[1:-1, 1:-1, 1:-1] - mine
+    # The plain way still works after steps that ended in futures.
+    ex.exchange()
+    return True
+
+
+@pytest.mark.parametrize("world_size,backend",
+                         [(2, "ucx"), (4, "ucx"), (3, "ucx-python"), (2, "gloo")])
+def test_steps_end_in_their_futures_without_wait(world_size, backend):
+    run_ranks(_futures, world_size, timeout=90, field_backend=backend)
+
+
 def _graph(rank, world_size, seed):
     """A seeded graph (self-edges included), 1-3 strided views per edge of several dtypes:
     every received view holds exactly what its sender sent, two steps in a row."""

@@ -1,0 +1,291 @@
+"""``python3 -m commux.bench.halo``: time per halo exchange, commux.halo.HaloExchange against
+the same exchange written by hand (isend/irecv of .contiguous() faces, a tag per direction)
+on commux and on gloo, and with --mpi against Open MPI through mpi4py on the same tensors:
+MPI_Neighbor_alltoallw with subarray datatypes on a Cartesian communicator, and persistent
+MPI_Send_init/MPI_Recv_init of the same datatypes (Startall/Waitall each step). All in one
+job, interleaved in blocks so that all see the same machine.
+
+Run as it is, it launches itself once per world size of ``--ranks`` (under ``mpirun`` with
+--mpi, which binds each rank to a core, else under ``torchrun``, which binds nothing):
+
+    python3 -m commux.bench.halo --ranks 2,4 --mpi --ndim 2 --sizes 16,64,256,1024
+
+or under a launcher of one's own (benchmarks/halo.py is the same as a script):
+
+    torchrun --standalone --nproc-per-node=4 -m commux.bench.halo --ndim 3 --diagonals
+    mpirun --allow-run-as-root --oversubscribe -np 4 -x MASTER_ADDR=127.0.0.1 \
+        -x MASTER_PORT=29561 python3 -m commux.bench.halo --mpi --ndim 2
+
+Each rank holds an n^d block (float64) with one ghost layer, on a periodic grid chosen as
+MPI_Dims_create would. Prints, on rank 0, the median over blocks of the max over ranks of the
+mean time per exchange, and each one's ratio to commux.halo's. ``future`` is commux.halo's
+step ended through its Work's future (``start().get_future().wait()``) instead of wait().
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from .runner import free_port
+
+if "OMPI_COMM_WORLD_SIZE" in os.environ:  # started by mpirun: torch's ranks from it
+    if "--mpi" in sys.argv:  # MPI first, as in an MPI program
+        from mpi4py import MPI  # noqa: F401
+    os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
+    os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
+    os.environ.setdefault("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import commux.halo as halo  # noqa: E402
+
+
+def neighbour_alltoallw(grid, field):
+    """MPI_Neighbor_alltoallw on a periodic Cartesian communicator of the grid's shape: for
+    each dimension the negative then the positive neighbour, a subarray type for each face
+    sent and each ghost region received, straight in the tensor's memory."""
+    from mpi4py import MPI
+
+    cart = MPI.COMM_WORLD.Create_cart(grid.dims, periods=[True] * grid.ndim, reorder=False)
+    array = field.numpy()
+    shape = list(array.shape)
+    sends, recvs = [], []
+    for d in range(grid.ndim):
+        for side in (-1, 1):
+            sub = [n - 2 for n in shape]
+            sub[d] = 1
+            inner = [1] * grid.ndim
+            ghost = [1] * grid.ndim
+            inner[d] = 1 if side < 0 else shape[d] - 2
+            ghost[d] = 0 if side < 0 else shape[d] - 1
+            sends.append(MPI.DOUBLE.Create_subarray(shape, sub, inner).Commit())
+            recvs.append(MPI.DOUBLE.Create_subarray(shape, sub, ghost).Commit())
+    k = len(sends)
+    spec = ([1] * k, [0] * k)
+
+    def step():
+        cart.Neighbor_alltoallw([array, spec, sends], [array, spec, recvs])
+    return step
+
+
+def persistent_p2p(grid, field):
+    """Persistent MPI_Send_init/MPI_Recv_init of the same subarray types, one pair per
+    direction (a tag per direction, so that one rank as both neighbours, or itself, keeps
+    them apart), started with Startall and ended with Waitall each step."""
+    from mpi4py import MPI
+
+    cart = MPI.COMM_WORLD.Create_cart(grid.dims, periods=[True] * grid.ndim, reorder=False)
+    array = field.numpy()
+    shape = list(array.shape)
+    requests, types = [], []
+    for d in range(grid.ndim):
+        below, above = cart.Shift(d, 1)  # the neighbours at -1 and +1 in dimension d
+        for side, peer in ((-1, below), (1, above)):
+            sub = [n - 2 for n in shape]
+            sub[d] = 1
+            inner = [1] * grid.ndim
+            ghost = [1] * grid.ndim
+            inner[d] = 1 if side < 0 else shape[d] - 2
+            ghost[d] = 0 if side < 0 else shape[d] - 1
+            face = MPI.DOUBLE.Create_subarray(shape, sub, inner).Commit()
+            into = MPI.DOUBLE.Create_subarray(shape, sub, ghost).Commit()
+            types += [face, into]
+            travels = 2 * d + (side > 0)    # the face goes towards `side`
+            arrives = 2 * d + (side < 0)    # the ghost cells' message came the other way
+            requests.append(cart.Recv_init([array, 1, into], peer, arrives))
+            requests.append(cart.Send_init([array, 1, face], peer, travels))
+
+    def step():
+        MPI.Prequest.Startall(requests)
+        MPI.Request.Waitall(requests)
+    step.keep = types  # the datatypes live as long as the requests
+    return step
+
+
+def by_hand(grid, field, group, peer_of):
+    """What a stencil code writes today: slice, .contiguous(), post, wait, copy back."""
+    faces = [nb for nb in grid.neighbours if nb.rank >= 0 and nb.rank != grid.rank]
+    # This rank as its own neighbour (periodic size 1): a copy, as such codes do it.
+    own = [nb for nb in grid.neighbours if nb.rank == grid.rank]
+
+    # One ghost layer: the slices a hand-written code writes inline, computed once here.
+    boxes = {(nb.offset, g): halo._box(field.shape, [1] * grid.ndim, nb.offset, g)
+             for nb in grid.neighbours for g in (False, True)}
+    boxes.update({(tuple(-o for o in nb.offset), False):
+                  halo._box(field.shape, [1] * grid.ndim, tuple(-o for o in nb.offset), False)
+                  for nb in own})
+
+    def box(offset, ghost):
+        return boxes[tuple(offset), ghost]
+
+    def step():
+        inbox, works = [], []
+        for nb in faces:
+            buf = torch.empty_like(field[box(nb.offset, True)])
+            inbox.append((nb, buf))
+            works.append(dist.irecv(buf, peer_of(nb.rank), group=group, tag=100 + nb.opposite))
+        for nb in faces:
+            works.append(dist.isend(field[box(nb.offset, False)].contiguous(), peer_of(nb.rank),
+                                    group=group, tag=100 + nb.direction))
+        for w in works:
+            w.wait()
+        for nb, buf in inbox:
+            field[box(nb.offset, True)] = buf
+        for nb in own:
+            field[box(nb.offset, True)] = field[box(tuple(-o for o in nb.offset), False)]
+    return step
+
+
+# (key, column title) in table order; each but commux.halo's also gets a ratio column.
+_COLUMNS = [("halo", "commux.halo"), ("future", "commux.halo via future"),
+            ("hand", "by hand (commux)"), ("gloo", "by hand (gloo)"),
+            ("mpi", "MPI Neighbor_alltoallw"), ("persistent", "MPI Send_init/Recv_init"),
+            ("packed", "all packed"), ("iov", "none packed")]
+
+
+def _launch(args, argv):
+    """Not under a launcher: this module once per world size, under mpirun (--mpi) or
+    torchrun, its tables printed as they come."""
+    for np in [int(n) for n in args.ranks.split(",")]:
+        port = str(free_port())
+        inner = [sys.executable, "-m", "commux.bench.halo"] + argv
+        if args.mpi:
+            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np),
+                   "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={port}"] + inner
+        else:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={np}", f"--master-port={port}", "-m",
+                   "commux.bench.halo"] + argv
+        print(f"== {np} ranks: {' '.join(cmd[:cmd.index('commux.bench.halo') + 1])} "
+              f"{' '.join(argv)}", flush=True)
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=args.launch_timeout)
+        lines = [line for line in done.stdout.splitlines()
+                 if line.startswith(("|", "grid")) or done.returncode]
+        print("\n".join(lines), flush=True)
+        if done.returncode:
+            return done.returncode
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ndim", type=int, default=2)
+    p.add_argument("--sizes", default="16,64,256,1024", help="cells per side of a rank's block")
+    p.add_argument("--blocks", type=int, default=5)
+    p.add_argument("--block-ms", type=float, default=60.0)
+    p.add_argument("--diagonals", action="store_true")
+    p.add_argument("--dims", default=None,
+                   help="the process grid, e.g. 1,2 (default: chosen as MPI_Dims_create)")
+    p.add_argument("--packing", action="store_true",
+                   help="also time commux.halo with every face packed and with none packed "
+                        "(the default chooses by piece size)")
+    p.add_argument("--mpi", action="store_true",
+                   help="also Open MPI: Neighbor_alltoallw and persistent Send_init/Recv_init "
+                        "(faces only; ranks started by mpirun)")
+    p.add_argument("--ranks", default="2,4",
+                   help="world sizes to launch, when not started by a launcher")
+    p.add_argument("--launch-timeout", type=float, default=1800,
+                   help="seconds for one world size's run, when it launches them")
+    argv = sys.argv[1:] if argv is None else argv
+    args = p.parse_args(argv)
+    if args.mpi and args.diagonals:
+        p.error("--mpi: a Cartesian communicator's neighbourhood has the faces only")
+    if "RANK" not in os.environ:
+        keep = []
+        skip = False
+        for a in argv:  # the launched ranks get every argument but the launch's own
+            if skip:
+                skip = False
+            elif a in ("--ranks", "--launch-timeout"):
+                skip = True
+            elif not a.startswith(("--ranks=", "--launch-timeout=")):
+                keep.append(a)
+        return _launch(args, keep)
+    dist.init_process_group("ucx")
+    gloo = dist.new_group(backend="gloo")
+    rank = dist.get_rank()
+    dims = [int(d) for d in args.dims.split(",")] if args.dims else None
+    grid = halo.CartGrid(dims=dims, ndim=args.ndim, periodic=True, diagonals=args.diagonals)
+    columns = [(k, t) for k, t in _COLUMNS
+               if (k not in ("mpi", "persistent") or args.mpi)
+               and (k not in ("packed", "iov") or args.packing)]
+    if rank == 0:
+        print(f"grid {grid.dims}, {'27/9' if args.diagonals else 'face'} neighbours, float64")
+        print("| cells per side | halo bytes per rank | "
+              + " | ".join(f"{t} us" for _, t in columns) + " | "
+              + " | ".join(f"{t} / halo" for k, t in columns if k != "halo") + " |")
+        print("|---|---|" + "---|" * (2 * len(columns) - 1))
+    for n in [int(s) for s in args.sizes.split(",")]:
+        if n ** args.ndim > 64 << 20:
+            continue
+        field = torch.rand([n + 2] * args.ndim, dtype=torch.float64)
+        ex = halo.HaloExchange(field, 1, grid)
+        ways = {"halo": ex.exchange,
+                "future": lambda ex=ex: ex.start().get_future().wait(),
+                "hand": by_hand(grid, field, None, lambda r: r),
+                "gloo": by_hand(grid, field, gloo, lambda r: r)}
+        if args.packing:
+            ways["packed"] = halo.HaloExchange(field, 1, grid, pack_below=1 << 40).exchange
+            ways["iov"] = halo.HaloExchange(field, 1, grid, pack_below=0).exchange
+        if args.mpi:
+            ways["mpi"] = neighbour_alltoallw(grid, field)
+            ways["persistent"] = persistent_p2p(grid, field)
+            # Each must fill the same ghost cells: the faces' (not the corners, which none
+            # exchanges) after MPI's steps equal those after commux's.
+            ex.exchange()
+            ghosts = [halo._box(field.shape, [1] * grid.ndim, nb.offset, ghost=True)
+                      for nb in grid.neighbours]
+            want = [field[g].clone() for g in ghosts]
+            for way in ("mpi", "persistent"):
+                for g in ghosts:
+                    field[g] = -1.0
+                ways[way]()
+                assert all(torch.equal(field[g], w) for g, w in zip(ghosts, want)), \
+                    f"{way} filled other ghost cells than commux.halo"
+        # Each way its own number of steps per block (gloo's are a thousand times longer),
+        # from its warmed-up speed; a block starts with a few untimed steps, so that what
+        # the previous way left (a progress thread asleep, cold caches) is not timed.
+        iters = {}
+        for name, step in ways.items():
+            for _ in range(20):
+                step()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                step()
+            once = max((time.perf_counter() - t0) / 20, 1e-7)
+            count = torch.tensor([max(3, int(args.block_ms / 1e3 / once))])
+            dist.all_reduce(count, op=dist.ReduceOp.MAX)
+            iters[name] = int(count)
+        times = {k: [] for k in ways}
+        for _ in range(args.blocks):
+            for name, step in ways.items():
+                dist.barrier()
+                for _ in range(min(iters[name], 50)):
+                    step()
+                t0 = time.perf_counter()
+                for _ in range(iters[name]):
+                    step()
+                mean = torch.tensor([(time.perf_counter() - t0) / iters[name] * 1e6],
+                                    dtype=torch.float64)
+                dist.all_reduce(mean, op=dist.ReduceOp.MAX)
+                times[name].append(float(mean))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        halo_bytes = sum(field[tuple(slice(1, 2) if o else slice(1, n + 1) for o in nb.offset)]
+                         .numel() * 8 for nb in grid.neighbours if nb.rank >= 0)
+        if rank == 0:
+            print(f"| {n} | {halo_bytes} | " + " | ".join(f"{med[k]:.1f}" for k, _ in columns)
+                  + " | " + " | ".join(f"{med[k] / med['halo']:.2f}" for k, _ in columns
+                                       if k != "halo") + " |", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
