@@ -1,6 +1,6 @@
 """Plots benchmarks/halo_all.sh's output: time per step against halo bytes per rank, one
 panel per (ranks, dimensions, neighbours), a line per way (commux.halo, by hand on commux,
-by hand on gloo, Open MPI's MPI_Neighbor_alltoallw).
+by hand on gloo, Open MPI's MPI_Neighbor_alltoallw and persistent Send_init/Recv_init).
 
     python3 benchmarks/plot_halo.py docs/perf/halo-2026-12-06-tables.txt docs/perf/halo-2026-12-06.png
 """
@@ -14,7 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 WAYS = {"commux.halo us": "commux.halo", "by hand (commux) us": "by hand, commux",
-        "by hand (gloo) us": "by hand, gloo", "MPI Neighbor_alltoallw us": "Open MPI Neighbor_alltoallw"}
+        "by hand (gloo) us": "by hand, gloo", "MPI Neighbor_alltoallw us": "Open MPI Neighbor_alltoallw",
+        "MPI Send_init/Recv_init us": "Open MPI persistent Send_init/Recv_init"}
 
 
 def tables(text):

@@ -406,6 +406,12 @@ commuxResult_t commuxExchangeReady(commuxExchange_t exchange, int rank);
  * receives: free the exchange and build a new one with another tag on every rank (or a new
  * communicator after a death). */
 commuxResult_t commuxExchangeWait(commuxExchange_t exchange);
+/* Without blocking (MPI_Test's way): sends whatever was not marked ready, as
+ * commuxExchangeWait would, and sets *done to 1 once the step has ended (its received memory
+ * filled; the step is then over, as after commuxExchangeWait), else 0. The step's error
+ * when it ended with one (it is over then, as after a failed commuxExchangeWait; *done is
+ * 0). Only commuxExchangeWait times a step out. */
+commuxResult_t commuxExchangeTest(commuxExchange_t exchange, int* done);
 /* Ends a step in flight, then frees the exchange. */
 commuxResult_t commuxExchangeFree(commuxExchange_t exchange);
 

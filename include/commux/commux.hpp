@@ -352,6 +352,12 @@ class Exchange {
   void startReceives() { detail::check(commuxExchangeStartReceives(ex_)); }
   void ready(int rank) { detail::check(commuxExchangeReady(ex_, rank)); }
   void wait() { detail::check(commuxExchangeWait(ex_)); }
+  /// Without blocking: whether the step has ended (commuxExchangeTest).
+  bool test() {
+    int done = 0;
+    detail::check(commuxExchangeTest(ex_, &done));
+    return done != 0;
+  }
   void exchange() {
     start();
     wait();

@@ -310,8 +310,7 @@ class HaloExchange:
 
     def exchange(self):
         """start() then wait()."""
-        self.start()
-        self.wait()
+        self._graph.exchange()
 
 
 class GraphExchange:
@@ -528,6 +527,11 @@ class GraphExchange:
 
     def exchange(self):
         """start() then wait()."""
+        if self._native is not None:  # the small steps' cost is in the Python around them
+            self._step = None
+            self._native.start()
+            self._native.wait()
+            return
         self.start()
         self.wait()
 
@@ -542,6 +546,8 @@ class StepWork:
     ``get_future()`` the step ends in ``wait()`` on the caller's thread, the fastest way.
     On the Python path (gloo, CUDA tensors) futures need a backend whose p2p Works have
     them (commux's do; gloo's do not: RuntimeError)."""
+
+    __slots__ = ("_exchange", "_work", "_future")
 
     def __init__(self, exchange):
         self._exchange = exchange

@@ -133,6 +133,14 @@ commuxResult_t commuxExchangeWait(commuxExchange_t exchange) {
   return guarded([&] { capi::checked(exchange, "commuxExchangeWait").wait(); });
 }
 
+commuxResult_t commuxExchangeTest(commuxExchange_t exchange, int* done) {
+  return guarded([&] {
+    COMMUX_CHECK(done != nullptr, InvalidArgument, "commuxExchangeTest: done is NULL");
+    *done = 0;
+    *done = capi::checked(exchange, "commuxExchangeTest").test() ? 1 : 0;
+  });
+}
+
 commuxResult_t commuxExchangeFree(commuxExchange_t exchange) {
   return guarded([&] { delete exchange; });
 }

@@ -292,7 +292,13 @@ void NeighbourExchange::startReceives() {
   requests_.clear();
   requests_.reserve(2 * sides_.size());
   unpack_.clear();
-  end_ = std::make_shared<StepEnd>(this);
+  if (end_ && !armed_ && end_.use_count() == 1) {
+    // The last step ended in wait() and nothing holds its end any more (its Requests are
+    // gone): reused, one allocation less a step (the small steps' cost is in such things).
+    end_->pending.store(1, std::memory_order_relaxed);
+  } else {
+    end_ = std::make_shared<StepEnd>(this);
+  }
   armed_ = false;
   held_ = true;
   unsent_ = 0;
@@ -443,9 +449,12 @@ void NeighbourExchange::ready(int rank) {
 
 void NeighbourExchange::wait() {
   if (!inFlight() && armed_ && end_ && !held_) {
-    // Finished where it ended (finishWhenDone) before this wait: its outcome.
-    if (end_->finished.done() && end_->error) std::rethrow_exception(freshCopy(end_->error));
-    if (end_->finished.done()) return;
+    // It ended where it ended (finishWhenDone) before this wait: its outcome, once the
+    // finishing, which closed the step just before, has run to the end.
+    group_.sharedEngine()->wait(end_->finished,
+                                std::chrono::steady_clock::now() + group::kCancelWait);
+    if (end_->error) std::rethrow_exception(freshCopy(end_->error));
+    return;
   }
   COMMUX_CHECK(inFlight(), Runtime, "commux: neighbourhood exchange: wait() without start()");
   guarded([&] {  // what was not marked ready goes now
@@ -495,6 +504,25 @@ void NeighbourExchange::wait() {
     if (s.messages.rank == me) copyOwn(s.sendRows, s.recvRows, s.messages.send, s.messages.recv);
   }
   for (std::size_t i : unpack_) scatter(sides_[i].recvStaging.get(), sides_[i].recvRows);
+}
+
+bool NeighbourExchange::test() {
+  if (inFlight()) {
+    guarded([&] {  // what was not marked ready goes now, as in wait()
+      for (auto& s : sides_) {
+        if (!s.sent) postSend(s);
+      }
+    });
+    if (armed_) {
+      releaseHold();
+    } else {
+      finishWhenDone(nullptr);  // from now on the step ends where it ends
+    }
+    group_.sharedEngine()->tryProgress();
+    if (inFlight()) return false;
+  }
+  wait();  // it ended: its outcome (or, with no step, the error wait() gives)
+  return true;
 }
 
 void NeighbourExchange::waitForEnd() {

@@ -79,6 +79,11 @@ class NeighbourExchange {
   /// sends what is left, times the step out, and raises its error once `done` has run.
   /// Nothing else times out a step that no one waits for. Once per step.
   void finishWhenDone(std::function<void(std::exception_ptr)> done);
+  /// Without blocking (MPI_Test's way): sends what is left of the step, as wait() would,
+  /// and says whether it has ended, its received memory written; raises its error once it
+  /// has. From the first test() on, the step ends where it ends (finishWhenDone). Nothing
+  /// times out a step that is only tested: wait() does.
+  bool test();
   bool inFlight() const noexcept { return stepOpen_.load(std::memory_order_acquire); }
   /// Steps started so far (the current one's number while one is in flight).
   std::uint64_t steps() const noexcept { return steps_.load(std::memory_order_acquire); }

@@ -18,8 +18,8 @@ or under a launcher of one's own (benchmarks/halo.py is the same as a script):
 
 Each rank holds an n^d block (float64) with one ghost layer, on a periodic grid chosen as
 MPI_Dims_create would. Prints, on rank 0, the median over blocks of the max over ranks of the
-mean time per exchange, and each one's ratio to commux.halo's. ``future`` is commux.halo's
-step ended through its Work's future (``start().get_future().wait()``) instead of wait().
+mean time per exchange, and each one's ratio to commux.halo's. ``--ways future`` adds
+commux.halo's step ended by blocking on its Work's future (``start().get_future().wait()``).
 """
 
 from __future__ import annotations
@@ -149,6 +149,12 @@ _COLUMNS = [("halo", "commux.halo"), ("future", "commux.halo via future"),
             ("packed", "all packed"), ("iov", "none packed")]
 
 
+# The columns by default. `future` blocks on a torch future each step, which is a thread
+# wake-up more than wait() (docs/performance.md): what futures are for is chaining work on
+# the step's end, not blocking on it.
+DEFAULT_WAYS = "hand,gloo,mpi,persistent,packed,iov"
+
+
 def _launch(args, argv):
     """Not under a launcher: this module once per world size, under mpirun (--mpi) or
     torchrun, its tables printed as they come."""
@@ -189,6 +195,9 @@ def main(argv=None):
     p.add_argument("--mpi", action="store_true",
                    help="also Open MPI: Neighbor_alltoallw and persistent Send_init/Recv_init "
                         "(faces only; ranks started by mpirun)")
+    p.add_argument("--ways", default=None,
+                   help=f"these columns (commux.halo's always; default {DEFAULT_WAYS}; also "
+                        "future: each step ended by blocking on its Work's future)")
     p.add_argument("--ranks", default="2,4",
                    help="world sizes to launch, when not started by a launcher")
     p.add_argument("--launch-timeout", type=float, default=1800,
@@ -215,7 +224,8 @@ def main(argv=None):
     grid = halo.CartGrid(dims=dims, ndim=args.ndim, periodic=True, diagonals=args.diagonals)
     columns = [(k, t) for k, t in _COLUMNS
                if (k not in ("mpi", "persistent") or args.mpi)
-               and (k not in ("packed", "iov") or args.packing)]
+               and (k not in ("packed", "iov") or args.packing)
+               and (k == "halo" or k in (args.ways or DEFAULT_WAYS).split(","))]
     if rank == 0:
         print(f"grid {grid.dims}, {'27/9' if args.diagonals else 'face'} neighbours, float64")
         print("| cells per side | halo bytes per rank | "
@@ -249,6 +259,7 @@ def main(argv=None):
                 ways[way]()
                 assert all(torch.equal(field[g], w) for g, w in zip(ghosts, want)), \
                     f"{way} filled other ghost cells than commux.halo"
+        ways = {k: w for k, w in ways.items() if k in dict(columns)}
         # Each way its own number of steps per block (gloo's are a thousand times longer),
         # from its warmed-up speed; a block starts with a few untimed steps, so that what
         # the previous way left (a progress thread asleep, cold caches) is not timed.
