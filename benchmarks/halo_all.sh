@@ -5,7 +5,7 @@
 #   benchmarks/halo_all.sh > halo.txt && python3 benchmarks/plot_halo.py halo.txt halo.png
 cd "$(dirname "$0")/.."
 ranks=${HALO_RANKS:-2,4,8}
-python3 -m commux.bench.halo --ranks "$ranks" --mpi --ndim 2 --sizes 16,64,256,1024 --blocks 3
-python3 -m commux.bench.halo --ranks "$ranks" --mpi --ndim 3 --sizes 8,16,32,64 --blocks 3
+python3 -m commux.bench.halo --ranks "$ranks" --mpi --switches --ndim 2 --sizes 16,64,256,1024 --blocks 3
+python3 -m commux.bench.halo --ranks "$ranks" --mpi --switches --ndim 3 --sizes 8,16,32,64 --blocks 3
 python3 -m commux.bench.halo --ranks 2,4 --ndim 3 --diagonals --sizes 8,16,32,64 --blocks 3
 echo done

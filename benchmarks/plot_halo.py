@@ -15,7 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 WAYS = {"commux.halo us": "commux.halo", "by hand (commux) us": "by hand, commux",
         "by hand (gloo) us": "by hand, gloo", "MPI Neighbor_alltoallw us": "Open MPI Neighbor_alltoallw",
-        "MPI Send_init/Recv_init us": "Open MPI persistent Send_init/Recv_init"}
+        "MPI Send_init/Recv_init us": "Open MPI persistent Send_init/Recv_init",
+        "one copy us": "one copy of the halo (same faces, own memory)"}
 
 
 def tables(text):
@@ -49,7 +50,8 @@ def main():
         for name, label in WAYS.items():
             if name in header:
                 i = header.index(name)
-                ax.loglog(x, [float(r[i]) for r in rows], marker="o", label=label)
+                ax.loglog(x, [float(r[i]) for r in rows], marker="o", label=label,
+                          linestyle="--" if name == "one copy us" else "-")
         ax.set_title(title)
         ax.set_xlabel("halo bytes per rank")
         ax.set_ylabel("us per step (max over ranks)")

@@ -707,16 +707,7 @@ bool Group::launch(const std::shared_ptr<Request>& request, std::shared_ptr<engi
   {
     std::lock_guard<std::mutex> lock(trackMutex_);
     doomed = checkHealthy(*request);
-    if (inflight_.size() >= pruneAt_) {
-      inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(),
-                                     [](const auto& w) {
-                                       auto strong = w.lock();
-                                       return !strong || strong->done();
-                                     }),
-                      inflight_.end());
-      pruneAt_ = std::max<std::size_t>(64, 2 * inflight_.size());
-    }
-    inflight_.emplace_back(request);
+    trackLocked(request);
     // COMMUX_GROUP defers host operations only: a CUDA one waits for its stream instead.
     if (batching_.load(std::memory_order_relaxed) && Config::get().group && !stream) {
       request->setDeferred(true);
@@ -734,6 +725,49 @@ bool Group::launch(const std::shared_ptr<Request>& request, std::shared_ptr<engi
     }
   }
   return false;
+}
+
+void Group::trackLocked(const std::shared_ptr<Request>& request) {
+  if (inflight_.size() >= pruneAt_) {
+    inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(),
+                                   [](const auto& w) {
+                                     auto strong = w.lock();
+                                     return !strong || strong->done();
+                                   }),
+                    inflight_.end());
+    pruneAt_ = std::max<std::size_t>(64, 2 * inflight_.size());
+  }
+  inflight_.emplace_back(request);
+}
+
+void Group::launchAll(const std::vector<std::shared_ptr<Request>>& requests,
+                      std::vector<std::shared_ptr<engine::Op>> ops) {
+  COMMUX_ASSERT(requests.size() == ops.size(), "commux: launchAll needs one Request per Op");
+  if (ops.empty()) return;
+  std::vector<std::pair<std::size_t, std::string>> doomed;
+  {
+    std::lock_guard<std::mutex> lock(trackMutex_);
+    // All checked before any is attached or tracked: a refusal (a send to a dead peer)
+    // starts nothing and leaves nothing behind.
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      std::string why = checkHealthy(*requests[i]);
+      if (!why.empty()) doomed.emplace_back(i, std::move(why));
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      requests[i]->attach(ops[i]);
+      trackLocked(requests[i]);
+    }
+    if (batching_.load(std::memory_order_relaxed) && Config::get().group) {
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        requests[i]->setDeferred(true);
+        deferred_.push_back(requests[i]);
+        deferredOps_.push_back(std::move(ops[i]));
+      }
+      ops.clear();
+    }
+  }
+  if (!ops.empty()) engine_->submit(engine::Submission::start(std::move(ops)));
+  for (auto& [i, why] : doomed) requests[i]->failAfterDraining(engine::commError(why));
 }
 
 void Group::startBatch() {

@@ -158,6 +158,11 @@ class Group {
   /// Returns true when it was deferred.
   bool launch(const std::shared_ptr<Request>& request, std::shared_ptr<engine::Op> op,
               const std::optional<core::Stream>& stream);
+  /// launch() of several host operations at once, in order (a neighbourhood exchange's
+  /// step): tracked under one lock and started as one submission, so one pass through the
+  /// worker lock and one progress round for all. Raises (nothing started) as launch().
+  void launchAll(const std::vector<std::shared_ptr<Request>>& requests,
+                 std::vector<std::shared_ptr<engine::Op>> ops);
   /// Opens a batch: operations launched until endBatch are posted together then
   /// (COMMUX_GROUP=1; otherwise they start at once as usual).
   void startBatch();
@@ -177,6 +182,8 @@ class Group {
   /// The error of a request that involves a dead peer, or empty; raises for one that
   /// cannot run at all. Called under trackMutex_ (see markDead).
   std::string checkHealthy(const Request& request);
+  /// Under trackMutex_: `request` among those in flight (abort, deaths).
+  void trackLocked(const std::shared_ptr<Request>& request);
   /// Watch thread: the peer process at `address` died.
   void onPeerFailed(const std::string& address, const std::string& why);
   /// `rank` died: fail what waits on it, refuse what would, and tell who must hear of it

@@ -269,6 +269,8 @@ void NeighbourExchange::guarded(Body&& body) {
     for (auto& r : requests_) r->abort();
     for (auto& r : requests_) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
     requests_.clear();
+    queued_.clear();  // never launched: nothing to end
+    queuedOps_.clear();
     stepOpen_.store(false, std::memory_order_release);
     if (armed_) abandonStep(std::current_exception());
     throw;
@@ -276,6 +278,14 @@ void NeighbourExchange::guarded(Body&& body) {
 }
 
 void NeighbourExchange::startReceives() {
+  openStep();
+  guarded([&] {
+    postReceives();
+    flush();
+  });
+}
+
+void NeighbourExchange::openStep() {
   COMMUX_CHECK(!stepOpen_, Runtime,
                "commux: neighbourhood exchange: start() while a step is in flight (wait() first)");
   group_.checkUsable();
@@ -308,18 +318,30 @@ void NeighbourExchange::startReceives() {
   }
   steps_.fetch_add(1, std::memory_order_acq_rel);
   stepOpen_.store(true, std::memory_order_release);
-  guarded([&] {
-    for (std::size_t i = 0; i < sides_.size(); ++i) {
-      auto& s = sides_[i];
-      const auto& n = s.messages;
-      if (!n.receives || n.rank == me) continue;
-      launchMessage(engine::P2POp::Kind::Recv, n.rank, s.recvBytes, n.recv.size(),
-                    buffersOf(n.recv, s.recvStaging.get(), s.recvBytes), nullptr,
-                    wire::p2pTag(group_.context(), static_cast<std::uint32_t>(n.rank),
-                                 static_cast<std::uint32_t>(tag_)));
-      if (s.recvStaging) unpack_.push_back(i);
-    }
-  });
+}
+
+void NeighbourExchange::postReceives() {
+  const int me = group_.rank();
+  for (std::size_t i = 0; i < sides_.size(); ++i) {
+    auto& s = sides_[i];
+    const auto& n = s.messages;
+    if (!n.receives || n.rank == me) continue;
+    launchMessage(engine::P2POp::Kind::Recv, n.rank, s.recvBytes, n.recv.size(),
+                  buffersOf(n.recv, s.recvStaging.get(), s.recvBytes), nullptr,
+                  wire::p2pTag(group_.context(), static_cast<std::uint32_t>(n.rank),
+                               static_cast<std::uint32_t>(tag_)));
+    if (s.recvStaging) unpack_.push_back(i);
+  }
+}
+
+void NeighbourExchange::flush() {
+  if (queued_.empty()) return;
+  // Counted before they start: one may end inside launchAll.
+  end_->pending.fetch_add(static_cast<int>(queued_.size()), std::memory_order_relaxed);
+  group_.launchAll(queued_, std::move(queuedOps_));
+  queuedOps_.clear();
+  requests_.insert(requests_.end(), queued_.begin(), queued_.end());
+  queued_.clear();
 }
 
 void NeighbourExchange::launchMessage(engine::P2POp::Kind kind, int peer, std::size_t bytes,
@@ -332,13 +354,10 @@ void NeighbourExchange::launchMessage(engine::P2POp::Kind kind, int peer, std::s
                                send ? "to" : "from", peer, tag_, bytes, pieces),
       timeout_, group_.sharedEngine(), end_);
   request->setPeer(peer);
-  end_->pending.fetch_add(1, std::memory_order_relaxed);
-  group_.launch(request,
-                std::make_shared<engine::P2POp>(kind, std::move(buffers), std::move(route), tag,
-                                                wire::kExactMask, /*pack=*/true, request->parts(),
-                                                request->completer()),
-                std::nullopt);
-  requests_.push_back(std::move(request));
+  queuedOps_.push_back(std::make_shared<engine::P2POp>(kind, std::move(buffers), std::move(route),
+                                                       tag, wire::kExactMask, /*pack=*/true,
+                                                       request->parts(), request->completer()));
+  queued_.push_back(std::move(request));
 }
 
 void NeighbourExchange::postSend(Side& s) {
@@ -420,11 +439,13 @@ void NeighbourExchange::finishWhenDone(std::function<void(std::exception_ptr)> d
 }
 
 void NeighbourExchange::start() {
-  startReceives();
-  guarded([&] {
+  openStep();
+  guarded([&] {  // the receives first, then the sends: one submission
+    postReceives();
     for (auto& s : sides_) {
       if (!s.sent) postSend(s);
     }
+    flush();
   });
 }
 
@@ -443,7 +464,10 @@ void NeighbourExchange::ready(int rank) {
   if (side->messages.rank == group_.rank() || !side->messages.sends) return;  // nothing goes
   COMMUX_CHECK(!endedItself && !side->sent, Runtime, "commux: neighbourhood exchange: the message to rank ",
                rank, " was already sent this step");
-  guarded([&] { postSend(*side); });
+  guarded([&] {
+    postSend(*side);
+    flush();
+  });
   releaseHold();
 }
 
@@ -461,6 +485,7 @@ void NeighbourExchange::wait() {
     for (auto& s : sides_) {
       if (!s.sent) postSend(s);
     }
+    flush();
   });
   if (armed_) return waitForEnd();
   auto requests = std::move(requests_);
@@ -512,6 +537,7 @@ bool NeighbourExchange::test() {
       for (auto& s : sides_) {
         if (!s.sent) postSend(s);
       }
+      flush();
     });
     if (armed_) {
       releaseHold();

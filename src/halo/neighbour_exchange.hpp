@@ -108,7 +108,14 @@ class NeighbourExchange {
   struct StepEnd;
   class StepRequest;
 
+  /// Checks the neighbours and opens a step (nothing posted yet).
+  void openStep();
+  /// Queues this step's receives, and a send (packing what is packed), for flush().
+  void postReceives();
   void postSend(Side& side);
+  /// Launches what was queued as one submission to the engine (one pass through the
+  /// worker lock for all a step's messages: Group::launchAll).
+  void flush();
   /// Every send of the step is posted: a step finished where it ends may now end.
   void releaseHold();
   /// Where the step ends (finishWhenDone): unpacks, copies this rank's own message, closes.
@@ -117,7 +124,8 @@ class NeighbourExchange {
   void waitForEnd();
   /// A step finished where it ends could not send all of it: closes it with `error`.
   void abandonStep(std::exception_ptr error);
-  /// One message of the step, tracked by the group and kept in requests_.
+  /// One message of the step, queued for flush(); then tracked by the group and kept in
+  /// requests_.
   void launchMessage(engine::P2POp::Kind kind, int peer, std::size_t bytes, std::size_t pieces,
                      engine::P2POp::Buffers buffers, std::shared_ptr<const engine::Route> route,
                      wire::Tag tag);
@@ -132,6 +140,8 @@ class NeighbourExchange {
   std::atomic<bool> stepOpen_{false};  // cleared by the finishing thread (finishWhenDone)
   std::atomic<std::uint64_t> steps_{0};
   std::vector<std::shared_ptr<group::Request>> requests_;  // this step's, receives first
+  std::vector<std::shared_ptr<group::Request>> queued_;    // for flush(), with their Ops
+  std::vector<std::shared_ptr<engine::Op>> queuedOps_;
   std::vector<std::size_t> unpack_;  // sides whose receive is staged, this step
   std::size_t unsent_ = 0;           // sends of this step not posted yet
   std::shared_ptr<StepEnd> end_;     // this step's; its Requests hold it too

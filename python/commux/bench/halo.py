@@ -143,7 +143,7 @@ def by_hand(grid, field, group, peer_of):
 
 
 # (key, column title) in table order; each but commux.halo's also gets a ratio column.
-_COLUMNS = [("halo", "commux.halo"), ("future", "commux.halo via future"),
+_COLUMNS = [("halo", "commux.halo"), ("copy", "one copy"), ("future", "commux.halo via future"),
             ("hand", "by hand (commux)"), ("gloo", "by hand (gloo)"),
             ("mpi", "MPI Neighbor_alltoallw"), ("persistent", "MPI Send_init/Recv_init"),
             ("packed", "all packed"), ("iov", "none packed")]
@@ -152,7 +152,15 @@ _COLUMNS = [("halo", "commux.halo"), ("future", "commux.halo via future"),
 # The columns by default. `future` blocks on a torch future each step, which is a thread
 # wake-up more than wait() (docs/performance.md): what futures are for is chaining work on
 # the step's end, not blocking on it.
-DEFAULT_WAYS = "hand,gloo,mpi,persistent,packed,iov"
+DEFAULT_WAYS = "copy,hand,gloo,mpi,persistent,packed,iov"
+
+
+def _switches() -> int:
+    """Context switches of this process's threads so far (voluntary and involuntary)."""
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_nvcsw + use.ru_nivcsw
 
 
 def _launch(args, argv):
@@ -173,7 +181,7 @@ def _launch(args, argv):
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=args.launch_timeout)
         lines = [line for line in done.stdout.splitlines()
-                 if line.startswith(("|", "grid")) or done.returncode]
+                 if line.startswith(("|", "grid", "switches")) or done.returncode]
         print("\n".join(lines), flush=True)
         if done.returncode:
             return done.returncode
@@ -198,6 +206,9 @@ def main(argv=None):
     p.add_argument("--ways", default=None,
                    help=f"these columns (commux.halo's always; default {DEFAULT_WAYS}; also "
                         "future: each step ended by blocking on its Work's future)")
+    p.add_argument("--switches", action="store_true",
+                   help="also print each way's context switches per step on rank 0 (its "
+                        "threads, voluntary and involuntary: getrusage)")
     p.add_argument("--ranks", default="2,4",
                    help="world sizes to launch, when not started by a launcher")
     p.add_argument("--launch-timeout", type=float, default=1800,
@@ -220,6 +231,13 @@ def main(argv=None):
     dist.init_process_group("ucx")
     gloo = dist.new_group(backend="gloo")
     rank = dist.get_rank()
+    # Each rank alone in a group: the same exchange there copies every face into this
+    # rank's own ghost cells, the floor of "one memory copy of the halo".
+    alone = None
+    for r in range(dist.get_world_size()):
+        g = dist.new_group([r])
+        if r == rank:
+            alone = g
     dims = [int(d) for d in args.dims.split(",")] if args.dims else None
     grid = halo.CartGrid(dims=dims, ndim=args.ndim, periodic=True, diagonals=args.diagonals)
     columns = [(k, t) for k, t in _COLUMNS
@@ -237,7 +255,10 @@ def main(argv=None):
             continue
         field = torch.rand([n + 2] * args.ndim, dtype=torch.float64)
         ex = halo.HaloExchange(field, 1, grid)
+        by_itself = halo.CartGrid(dims=[1] * args.ndim, periodic=True,
+                                  diagonals=args.diagonals, group=alone)
         ways = {"halo": ex.exchange,
+                "copy": halo.HaloExchange(field, 1, by_itself).exchange,
                 "future": lambda ex=ex: ex.start().get_future().wait(),
                 "hand": by_hand(grid, field, None, lambda r: r),
                 "gloo": by_hand(grid, field, gloo, lambda r: r)}
@@ -275,14 +296,17 @@ def main(argv=None):
             dist.all_reduce(count, op=dist.ReduceOp.MAX)
             iters[name] = int(count)
         times = {k: [] for k in ways}
+        switches = {k: [] for k in ways}
         for _ in range(args.blocks):
             for name, step in ways.items():
                 dist.barrier()
                 for _ in range(min(iters[name], 50)):
                     step()
+                before = _switches()
                 t0 = time.perf_counter()
                 for _ in range(iters[name]):
                     step()
+                switches[name].append((_switches() - before) / iters[name])
                 mean = torch.tensor([(time.perf_counter() - t0) / iters[name] * 1e6],
                                     dtype=torch.float64)
                 dist.all_reduce(mean, op=dist.ReduceOp.MAX)
@@ -294,6 +318,9 @@ def main(argv=None):
             print(f"| {n} | {halo_bytes} | " + " | ".join(f"{med[k]:.1f}" for k, _ in columns)
                   + " | " + " | ".join(f"{med[k] / med['halo']:.2f}" for k, _ in columns
                                        if k != "halo") + " |", flush=True)
+            if args.switches:
+                print(f"switches per step on rank 0, {n} cells per side: " + ", ".join(
+                    f"{k} {statistics.median(switches[k]):.2f}" for k, _ in columns), flush=True)
     dist.destroy_process_group()
     return 0
 
