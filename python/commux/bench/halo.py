@@ -163,23 +163,31 @@ def _switches() -> int:
     return use.ru_nvcsw + use.ru_nivcsw
 
 
-def _launch(args, argv):
-    """Not under a launcher: this module once per world size, under mpirun (--mpi) or
-    torchrun, its tables printed as they come."""
-    for np in [int(n) for n in args.ranks.split(",")]:
+def launch_worlds(module: str, ranks: str, mpi: bool, argv: list, timeout: float) -> int:
+    """Not under a launcher: `module` once per world size of `ranks`, under mpirun (`mpi`:
+    each rank bound to a core) or torchrun (nothing bound), with `argv` less the launch's
+    own options (--ranks, --launch-timeout); its table lines printed as they come."""
+    keep, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--ranks", "--launch-timeout"):
+            skip = True
+        elif not a.startswith(("--ranks=", "--launch-timeout=")):
+            keep.append(a)
+    for np in [int(n) for n in ranks.split(",")]:
         port = str(free_port())
-        inner = [sys.executable, "-m", "commux.bench.halo"] + argv
-        if args.mpi:
+        if mpi:
             cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np),
-                   "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={port}"] + inner
+                   "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={port}",
+                   sys.executable, "-m", module] + keep
         else:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={np}", f"--master-port={port}", "-m",
-                   "commux.bench.halo"] + argv
-        print(f"== {np} ranks: {' '.join(cmd[:cmd.index('commux.bench.halo') + 1])} "
-              f"{' '.join(argv)}", flush=True)
+                   f"--nproc-per-node={np}", f"--master-port={port}", "-m", module] + keep
+        print(f"== {np} ranks: {' '.join(cmd[:cmd.index(module) + 1])} {' '.join(keep)}",
+              flush=True)
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=args.launch_timeout)
+                              timeout=timeout)
         lines = [line for line in done.stdout.splitlines()
                  if line.startswith(("|", "grid", "switches")) or done.returncode]
         print("\n".join(lines), flush=True)
@@ -218,16 +226,8 @@ def main(argv=None):
     if args.mpi and args.diagonals:
         p.error("--mpi: a Cartesian communicator's neighbourhood has the faces only")
     if "RANK" not in os.environ:
-        keep = []
-        skip = False
-        for a in argv:  # the launched ranks get every argument but the launch's own
-            if skip:
-                skip = False
-            elif a in ("--ranks", "--launch-timeout"):
-                skip = True
-            elif not a.startswith(("--ranks=", "--launch-timeout=")):
-                keep.append(a)
-        return _launch(args, keep)
+        return launch_worlds("commux.bench.halo", args.ranks, args.mpi, argv,
+                             args.launch_timeout)
     dist.init_process_group("ucx")
     gloo = dist.new_group(backend="gloo")
     rank = dist.get_rank()
