@@ -348,6 +348,7 @@ class GraphExchange:
             _remote = {r for r in range(size) if hosts[r] != hosts[rank]}
         self.group, self.rank, self.tag = group, rank, tag_base
         self._recvs = recvs
+        self._failed = None  # (step, error) of the last step whose wait() raised
         backend = _native_backend(group, [t for ts in (*sends.values(), *recvs.values())
                                           for t in ts])
         self._native = None
@@ -404,7 +405,7 @@ class GraphExchange:
             return self._step
         if self._works is not None:
             raise RuntimeError("commux.halo.GraphExchange: start() twice without wait()")
-        self._step, self._future = StepWork(self), None
+        self._step, self._future, self._chained = StepWork(self), None, False
         self._works = [dist.irecv(buf, self._peer(r), group=self.group, tag=self.tag)
                        for r, _, (buf, _) in self._in]
         self._unsent = set(self._outs)
@@ -428,7 +429,10 @@ class GraphExchange:
         p2p Works' futures end it (Python path; a backend whose p2p Works have futures)."""
         if step is not self._step or not self.in_flight:
             done = torch.futures.Future()
-            done.set_result(self._received())
+            if self._failed is not None and self._failed[0] is step:
+                done.set_exception(self._failed[1])
+            else:
+                done.set_result(self._received())
             return done
         if self._native is not None:
             step._work = self._native.step_work()
@@ -449,8 +453,9 @@ class GraphExchange:
     def _chain_if_sent(self):
         """Python path, a future asked: once every message is posted, the step ends when
         their Works' futures complete (on the thread that completes the last)."""
-        if self._future is None or self._unsent:
+        if self._future is None or self._unsent or self._chained:
             return
+        self._chained = True
         futures = [w.get_future() for w in self._works]
         future = self._future
 
@@ -498,11 +503,15 @@ class GraphExchange:
     def wait(self):
         """Waits for this step's messages and writes the received tensors."""
         if self._native is not None:
-            self._native.wait()
+            try:
+                self._native.wait()
+            except Exception as e:
+                self._failed = (self._step, e)  # what the step's future says, if asked later
+                raise
             return
         if self._works is None:
-            if self._future is not None and self._future.done():
-                self._future.wait()  # the step ended in its future: raises its error
+            if self._future is not None:
+                self._future.wait()  # the step ends in its future: raises its error
                 return
             raise RuntimeError("commux.halo.GraphExchange: wait() without start()")
         for r in list(self._unsent):
@@ -563,10 +572,10 @@ class StepWork:
         """The exchange's wait() while this step is in flight; else its outcome (the error
         of a step that ended in its future is raised). ``timeout`` is the group's."""
         ex = self._exchange
-        if self is ex._step and ex.in_flight:
-            ex.wait()
-        elif self._work is not None:
+        if self._work is not None:  # the step ends by itself: its own wait
             self._work.wait()
+        elif self is ex._step and ex.in_flight:
+            ex.wait()
         elif self._future is not None:
             self._future.wait()
         return True

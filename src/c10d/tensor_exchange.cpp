@@ -55,26 +55,26 @@ struct TensorExchange::State {
   std::unique_ptr<halo::NeighbourExchange> exchange;  // after what it uses
 };
 
-// One step of a TensorExchange as a c10d Work (startWork): its future is completed where the
-// step ends (NeighbourExchange::finishWhenDone).
+// One step of a TensorExchange as a c10d Work (stepWork): its future is completed where the
+// step ends (NeighbourExchange::finishWhenDone), and wait() waits for that step alone.
 class TensorExchange::StepWork final : public c10d::Work {
  public:
-  StepWork(std::shared_ptr<State> state, std::uint64_t step)
+  explicit StepWork(std::shared_ptr<State> state)
       : c10d::Work(state->pg->getRank(), c10d::OpType::UNKNOWN),
         state_(std::move(state)),
-        step_(step),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))) {}
 
-  // Completes the future: `error`, or the tensors received.
-  std::function<void(std::exception_ptr)> completer() {
-    return [future = future_, outputs = state_->outputs](std::exception_ptr error) {
-      if (error) {
-        future->setError(error);
-      } else {
-        future->markCompleted(c10::IValue(outputs));
-      }
-    };
+  // Arms the exchange's current step for this Work.
+  void arm() {
+    step_ = state_->exchange->finishWhenDone(
+        [future = future_, outputs = state_->outputs](std::exception_ptr error) {
+          if (error) {
+            future->setError(error);
+          } else {
+            future->markCompleted(c10::IValue(outputs));
+          }
+        });
   }
 
   bool isCompleted() override { return future_->completed(); }
@@ -92,22 +92,22 @@ class TensorExchange::StepWork final : public c10d::Work {
     return future_;
   }
 
-  // The exchange's wait() while this step is in flight (it sends what is left and times the
-  // step out); once it has ended, its outcome.
+  // The step's wait (it sends what is left while the step is current, times it out) and,
+  // once it ended, the future's completion, so that isCompleted() and value() agree.
   bool wait(std::chrono::milliseconds /*timeout: the group's, per step*/) override {
-    auto& exchange = *state_->exchange;
-    if (exchange.inFlight() && exchange.steps() == step_) {
-      exchange.wait();
-      return true;
+    try {
+      state_->exchange->waitStep(step_);
+    } catch (...) {
+      if (halo::NeighbourExchange::stepEnded(step_)) future_->wait();
+      throw;
     }
     future_->wait();
-    if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
     return true;
   }
 
  private:
   std::shared_ptr<State> state_;
-  std::uint64_t step_;
+  halo::NeighbourExchange::Step step_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -187,8 +187,8 @@ c10::intrusive_ptr<c10d::Work> TensorExchange::stepWork() {
   auto& exchange = live();
   COMMUX_CHECK(exchange.inFlight(), Runtime,
                "commux: neighbourhood exchange: no step in flight (start first)");
-  auto work = c10::make_intrusive<StepWork>(state_, exchange.steps());
-  exchange.finishWhenDone(work->completer());
+  auto work = c10::make_intrusive<StepWork>(state_);
+  work->arm();
   return work;
 }
 

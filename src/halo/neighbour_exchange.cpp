@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <string>
 
 #include "core/error.hpp"
@@ -134,22 +135,39 @@ std::exception_ptr freshCopy(const std::exception_ptr& error) {
 }  // namespace
 
 // What ends a step finished where it ends (finishWhenDone): a count of its messages not
-// ended yet, plus one (the hold) while it may still send.
+// ended yet, plus one (the hold) while it may still send. Once the hold is released the
+// step is this object's alone: it is waited on, aborted and ended through it, never
+// through the exchange, which `done` may already have moved on to the next step.
 struct NeighbourExchange::StepEnd : std::enable_shared_from_this<StepEnd> {
-  explicit StepEnd(NeighbourExchange* owner) : exchange(owner) {}
+  StepEnd(NeighbourExchange* owner, std::shared_ptr<engine::Engine> driver)
+      : exchange(owner), engine(std::move(driver)) {}
 
   void messageEnded() {
     if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     // The last message ended here, perhaps under the worker lock: the copies and the
     // caller's callback run once this thread lets go of it.
-    engine::Engine::afterRelease(
-        [self = shared_from_this()] { self->exchange->finishStep(*self); });
+    engine::Engine::afterRelease([self = shared_from_this()] { endStep(self); });
   }
 
-  NeighbourExchange* exchange;  // the destructor waits for `finished`
+  // Any thread: ends what is still in flight (a timeout).
+  void abortAll() {
+    std::vector<std::shared_ptr<group::Request>> copy;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      copy = requests;
+    }
+    for (auto& r : copy) {
+      if (!r->done()) r->abort();
+    }
+  }
+
   std::atomic<int> pending{1};
+  std::atomic<bool> held{true};  // sends may still be posted: the step is the exchange's
+  std::mutex mutex;              // exchange, requests: the ending against the destructor
+  NeighbourExchange* exchange;   // null once the exchange is gone
+  std::shared_ptr<engine::Engine> engine;
   std::function<void(std::exception_ptr)> done;           // finishWhenDone's
-  std::vector<std::shared_ptr<group::Request>> requests;  // from releaseHold to finishStep
+  std::vector<std::shared_ptr<group::Request>> requests;  // from releaseHold to endStep
   std::vector<std::size_t> unpack;
   engine::DoneFlag finished;
   std::exception_ptr error;  // written before `finished` is set
@@ -247,15 +265,17 @@ NeighbourExchange::~NeighbourExchange() {
     if (!r->done()) r->abort();
   }
   for (auto& r : requests_) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
-  if (armed_ && held_) {
-    abandonStep(core::makeError(core::ErrorKind::Runtime,
-                                "commux: neighbourhood exchange: destroyed during a step",
-                                {__func__, __FILE__, __LINE__}));
-  } else if (armed_ && end_) {
-    // Its messages ended; the step's finishing (which writes this exchange's memory) may
-    // still be running on the thread that ended the last one.
-    group_.sharedEngine()->wait(end_->finished,
-                                std::chrono::steady_clock::now() + group::kCancelWait);
+  if (!end_) return;
+  {
+    // Waits for an ending that is writing this exchange's memory now; one that comes later
+    // finds it gone and fails the step instead.
+    std::lock_guard<std::mutex> lock(end_->mutex);
+    end_->exchange = nullptr;
+  }
+  if (armed_ && end_->held.load(std::memory_order_acquire)) {  // it could never end now
+    abandon(end_, core::makeError(core::ErrorKind::Runtime,
+                                  "commux: neighbourhood exchange: destroyed during a step",
+                                  {__func__, __FILE__, __LINE__}));
   }
 }
 
@@ -272,7 +292,9 @@ void NeighbourExchange::guarded(Body&& body) {
     queued_.clear();  // never launched: nothing to end
     queuedOps_.clear();
     stepOpen_.store(false, std::memory_order_release);
-    if (armed_) abandonStep(std::current_exception());
+    if (armed_ && end_->held.load(std::memory_order_acquire)) {
+      abandon(end_, freshCopy(std::current_exception()));
+    }
     throw;
   }
 }
@@ -307,16 +329,14 @@ void NeighbourExchange::openStep() {
     // gone): reused, one allocation less a step (the small steps' cost is in such things).
     end_->pending.store(1, std::memory_order_relaxed);
   } else {
-    end_ = std::make_shared<StepEnd>(this);
+    end_ = std::make_shared<StepEnd>(this, group_.sharedEngine());
   }
   armed_ = false;
-  held_ = true;
   unsent_ = 0;
   for (auto& s : sides_) {
     s.sent = !s.messages.sends || s.messages.rank == me;
     unsent_ += !s.sent;
   }
-  steps_.fetch_add(1, std::memory_order_acq_rel);
   stepOpen_.store(true, std::memory_order_release);
 }
 
@@ -373,37 +393,53 @@ void NeighbourExchange::postSend(Side& s) {
 }
 
 void NeighbourExchange::releaseHold() {
-  if (!armed_ || !held_ || unsent_ != 0) return;
-  held_ = false;
-  end_->requests = requests_;
-  end_->unpack = unpack_;
+  if (!armed_ || unsent_ != 0 || !end_->held.load(std::memory_order_relaxed)) return;
   auto end = end_;
-  if (end->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finishStep(*end);
+  {
+    std::lock_guard<std::mutex> lock(end->mutex);
+    end->requests = requests_;
+    end->unpack = unpack_;
+  }
+  end->held.store(false, std::memory_order_release);
+  if (end->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) endStep(end);
 }
 
-void NeighbourExchange::finishStep(StepEnd& end) {
+void NeighbourExchange::writeReceived(const std::vector<std::size_t>& unpack) {
+  const int me = group_.rank();
+  for (const auto& s : sides_) {
+    if (s.messages.rank == me) copyOwn(s.sendRows, s.recvRows, s.messages.send, s.messages.recv);
+  }
+  for (std::size_t i : unpack) scatter(sides_[i].recvStaging.get(), sides_[i].recvRows);
+}
+
+void NeighbourExchange::endStep(const std::shared_ptr<StepEnd>& end) {
   std::exception_ptr first;
-  for (const auto& r : end.requests) {
-    if (auto error = r->error()) {
-      first = freshCopy(error);
-      break;
+  std::function<void(std::exception_ptr)> done;
+  std::vector<std::shared_ptr<group::Request>> requests;  // they hold `end`: dropped below
+  {
+    std::lock_guard<std::mutex> lock(end->mutex);
+    requests.swap(end->requests);
+    for (const auto& r : requests) {
+      if (auto error = r->error()) {
+        first = freshCopy(error);
+        break;
+      }
     }
-  }
-  end.requests.clear();  // they hold `end`
-  if (!first) {
-    const int me = group_.rank();
-    for (const auto& s : sides_) {
-      if (s.messages.rank == me) copyOwn(s.sendRows, s.recvRows, s.messages.send, s.messages.recv);
+    if (end->exchange == nullptr) {
+      if (!first) {
+        first = core::makeError(core::ErrorKind::Runtime,
+                                "commux: neighbourhood exchange: destroyed during a step",
+                                {__func__, __FILE__, __LINE__});
+      }
+    } else {
+      if (!first) end->exchange->writeReceived(end->unpack);
+      // From here on the owner may start the next step: nothing below touches the exchange.
+      end->exchange->stepOpen_.store(false, std::memory_order_release);
     }
-    for (std::size_t i : end.unpack) scatter(sides_[i].recvStaging.get(), sides_[i].recvRows);
+    done = std::move(end->done);
+    end->error = first;
   }
-  // From here on the owner may start the next step, or (once `finished` is set) destroy
-  // this exchange: nothing below touches it.
-  auto done = std::move(end.done);
-  auto engine = group_.sharedEngine();
-  end.error = first;
-  stepOpen_.store(false, std::memory_order_release);
-  engine->setDone(end.finished);
+  end->engine->setDone(end->finished);
   if (done) {
     try {
       done(first);
@@ -414,12 +450,15 @@ void NeighbourExchange::finishStep(StepEnd& end) {
   }
 }
 
-void NeighbourExchange::abandonStep(std::exception_ptr error) {
-  held_ = false;
-  auto end = end_;
-  auto done = std::move(end->done);
-  end->error = error;
-  group_.sharedEngine()->setDone(end->finished);
+void NeighbourExchange::abandon(const std::shared_ptr<StepEnd>& end, std::exception_ptr error) {
+  std::function<void(std::exception_ptr)> done;
+  {
+    std::lock_guard<std::mutex> lock(end->mutex);
+    done = std::move(end->done);
+    end->error = error;
+  }
+  end->held.store(false, std::memory_order_release);
+  end->engine->setDone(end->finished);
   if (done) {
     try {
       done(error);
@@ -428,14 +467,21 @@ void NeighbourExchange::abandonStep(std::exception_ptr error) {
   }
 }
 
-void NeighbourExchange::finishWhenDone(std::function<void(std::exception_ptr)> done) {
-  COMMUX_CHECK(inFlight(), Runtime,
+std::shared_ptr<NeighbourExchange::StepEnd> NeighbourExchange::finishWhenDone(
+    std::function<void(std::exception_ptr)> done) {
+  COMMUX_CHECK(inFlight() && end_->held.load(std::memory_order_relaxed), Runtime,
                "commux: neighbourhood exchange: finishWhenDone() outside a step (start first)");
   COMMUX_CHECK(!armed_, Runtime,
                "commux: neighbourhood exchange: finishWhenDone() twice in one step");
   armed_ = true;
-  end_->done = std::move(done);
+  auto end = end_;
+  end->done = std::move(done);
   releaseHold();
+  return end;
+}
+
+bool NeighbourExchange::stepEnded(const std::shared_ptr<StepEnd>& step) noexcept {
+  return step->finished.done();
 }
 
 void NeighbourExchange::start() {
@@ -450,10 +496,11 @@ void NeighbourExchange::start() {
 }
 
 void NeighbourExchange::ready(int rank) {
-  // A step finished where it ends may end as soon as its last send went: a ready() for a
-  // message that went, or for none, is still in that step.
-  const bool endedItself = !inFlight() && armed_ && !held_;
-  COMMUX_CHECK(inFlight() || endedItself, Runtime,
+  // Once every send of a step that ends by itself went (its hold released), the step may
+  // end at any moment: a ready() then can only name a message that went, or none. While
+  // the hold is kept nothing but this thread can end the step.
+  const bool allSent = end_ && armed_ && !end_->held.load(std::memory_order_acquire);
+  COMMUX_CHECK(allSent || inFlight(), Runtime,
                "commux: neighbourhood exchange: ready() outside a step (start first)");
   Side* side = nullptr;
   for (auto& s : sides_) {
@@ -462,8 +509,9 @@ void NeighbourExchange::ready(int rank) {
   COMMUX_CHECK(side != nullptr, InvalidArgument, "commux: neighbourhood exchange: rank ", rank,
                " is not a neighbour of this exchange");
   if (side->messages.rank == group_.rank() || !side->messages.sends) return;  // nothing goes
-  COMMUX_CHECK(!endedItself && !side->sent, Runtime, "commux: neighbourhood exchange: the message to rank ",
-               rank, " was already sent this step");
+  COMMUX_CHECK(!allSent && !side->sent, Runtime,
+               "commux: neighbourhood exchange: the message to rank ", rank,
+               " was already sent this step");
   guarded([&] {
     postSend(*side);
     flush();
@@ -472,14 +520,8 @@ void NeighbourExchange::ready(int rank) {
 }
 
 void NeighbourExchange::wait() {
-  if (!inFlight() && armed_ && end_ && !held_) {
-    // It ended where it ended (finishWhenDone) before this wait: its outcome, once the
-    // finishing, which closed the step just before, has run to the end.
-    group_.sharedEngine()->wait(end_->finished,
-                                std::chrono::steady_clock::now() + group::kCancelWait);
-    if (end_->error) std::rethrow_exception(freshCopy(end_->error));
-    return;
-  }
+  // A step that ends by itself with every send gone is its end's alone (see StepEnd).
+  if (end_ && armed_ && !end_->held.load(std::memory_order_acquire)) return waitStep(end_);
   COMMUX_CHECK(inFlight(), Runtime, "commux: neighbourhood exchange: wait() without start()");
   guarded([&] {  // what was not marked ready goes now
     for (auto& s : sides_) {
@@ -487,7 +529,11 @@ void NeighbourExchange::wait() {
     }
     flush();
   });
-  if (armed_) return waitForEnd();
+  if (armed_) {
+    auto end = end_;
+    releaseHold();
+    return waitStep(end);
+  }
   auto requests = std::move(requests_);
   requests_.clear();
   stepOpen_.store(false, std::memory_order_release);
@@ -524,15 +570,14 @@ void NeighbourExchange::wait() {
   // ranks 25% slower: its peer's rendezvous waited, and the progress thread, woken by the
   // arriving messages, took turns on the copying core (docs/performance.md). Polling the
   // worker between chunks of the copy did not help.
-  const int me = group_.rank();
-  for (const auto& s : sides_) {
-    if (s.messages.rank == me) copyOwn(s.sendRows, s.recvRows, s.messages.send, s.messages.recv);
-  }
-  for (std::size_t i : unpack_) scatter(sides_[i].recvStaging.get(), sides_[i].recvRows);
+  writeReceived(unpack_);
 }
 
 bool NeighbourExchange::test() {
-  if (inFlight()) {
+  COMMUX_CHECK(end_ && (inFlight() || armed_), Runtime,
+               "commux: neighbourhood exchange: test() without start()");
+  auto end = end_;  // the step tested, whatever its end's `done` starts next
+  if (end->held.load(std::memory_order_acquire)) {
     guarded([&] {  // what was not marked ready goes now, as in wait()
       for (auto& s : sides_) {
         if (!s.sent) postSend(s);
@@ -544,44 +589,42 @@ bool NeighbourExchange::test() {
     } else {
       finishWhenDone(nullptr);  // from now on the step ends where it ends
     }
-    group_.sharedEngine()->tryProgress();
-    if (inFlight()) return false;
   }
-  wait();  // it ended: its outcome (or, with no step, the error wait() gives)
+  if (!end->finished.done()) end->engine->tryProgress();
+  if (!end->finished.done()) return false;
+  if (end->error) std::rethrow_exception(freshCopy(end->error));
   return true;
 }
 
-void NeighbourExchange::waitForEnd() {
-  // Taken before the hold goes: once the step ends, its `done` may start the next one.
-  auto end = end_;
-  auto requests = requests_;
-  releaseHold();
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  std::exception_ptr first;
-  for (auto& r : requests) {
-    if (first) {  // end the rest: the step's finishing runs once all have ended
-      if (!r->done()) r->abort();
-      continue;
-    }
-    try {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      r->wait(std::max(left, std::chrono::milliseconds(0)));
-    } catch (...) {
-      first = std::current_exception();  // a timeout: the message was cancelled
-    }
+void NeighbourExchange::waitStep(const std::shared_ptr<StepEnd>& step) {
+  COMMUX_CHECK(step != nullptr, InvalidArgument, "commux: neighbourhood exchange: no step");
+  if (step->held.load(std::memory_order_acquire)) {
+    // Sends left to post: the step is this exchange's current one, and nothing but this
+    // thread can end it.
+    COMMUX_CHECK(step == end_ && inFlight(), Runtime,
+                 "commux: neighbourhood exchange: waitStep() of a step that is not in flight");
+    guarded([&] {
+      for (auto& s : sides_) {
+        if (!s.sent) postSend(s);
+      }
+      flush();
+    });
+    releaseHold();
   }
-  auto& engine = *group_.sharedEngine();
-  engine.wait(end->finished, std::chrono::steady_clock::now() + group::kCancelWait);
-  COMMUX_CHECK(end->finished.done(), Runtime,
-               "commux: neighbourhood exchange: the step's messages ended but its finishing did "
-               "not run within ", group::kCancelWait.count(), " s");
-  if (!first) first = end->error;
-  if (first) {
-    auto fresh = freshCopy(first);
-    first = nullptr;
-    std::rethrow_exception(fresh);
+  // From here on only the step's end is used: its `done` may have started the next step.
+  engine::Engine& engine = *step->engine;
+  if (!engine.wait(step->finished, std::chrono::steady_clock::now() + timeout_)) {
+    step->abortAll();
+    engine.wait(step->finished, std::chrono::steady_clock::now() + group::kCancelWait);
+    COMMUX_CHECK(step->finished.done(), Runtime,
+                 "commux: neighbourhood exchange: a step's messages did not end within ",
+                 group::kCancelWait.count(), " s of being cancelled");
+    core::fail(core::ErrorKind::Backend,
+               core::concat("commux: neighbourhood exchange: Timed out: the step did not end "
+                            "within ", timeout_.count(), " ms; its messages were cancelled"),
+               {__func__, __FILE__, __LINE__});
   }
+  if (step->error) std::rethrow_exception(freshCopy(step->error));
 }
 
 }  // namespace commux::halo

@@ -69,24 +69,34 @@ class NeighbourExchange {
   /// wrong size, the timeout) once every message of the step has ended here. A failed step
   /// may still be under way on the neighbours, and a late message of it would match the
   /// next step's receive: after a failure every rank builds a new exchange with another tag
-  /// (or a new group) rather than starting this one again.
+  /// (or a new group) rather than starting this one again. Of a step that ends by itself,
+  /// wait() is waitStep() (and gives its outcome again once it has ended).
   void wait();
+  /// What waitStep() takes: one step that ends by itself.
+  struct StepEnd;
+  using Step = std::shared_ptr<StepEnd>;
   /// Finishes this step where it ends instead of in wait() (a future's way): once every
   /// message of the step has been sent (start(), ready(), or wait()) and has ended, the
   /// thread that ends the last one writes what came packed and this rank's own message,
   /// closes the step and calls `done` with the step's first error, or null; never under
-  /// the worker lock, so `done` may start the next step. wait() may still be called: it
-  /// sends what is left, times the step out, and raises its error once `done` has run.
-  /// Nothing else times out a step that no one waits for. Once per step.
-  void finishWhenDone(std::function<void(std::exception_ptr)> done);
+  /// the worker lock, so `done` may start the next step. Once per step; returns the step
+  /// for waitStep(). Nothing but waitStep() and wait() times a step out.
+  /// One thread at a time uses an exchange: once `done` may start the next step, the
+  /// owner waits for a step with waitStep(), which touches only that step.
+  Step finishWhenDone(std::function<void(std::exception_ptr)> done);
+  /// Waits for `step` (finishWhenDone's): sends what is left of it while it is this
+  /// exchange's current step, then waits for its end within the timeout (its messages are
+  /// cancelled at the timeout and a Backend "Timed out" error raised) and raises its error.
+  /// `done` may still be running when this returns.
+  void waitStep(const Step& step);
+  /// Whether `step` has ended (its memory written).
+  static bool stepEnded(const Step& step) noexcept;
   /// Without blocking (MPI_Test's way): sends what is left of the step, as wait() would,
   /// and says whether it has ended, its received memory written; raises its error once it
   /// has. From the first test() on, the step ends where it ends (finishWhenDone). Nothing
   /// times out a step that is only tested: wait() does.
   bool test();
   bool inFlight() const noexcept { return stepOpen_.load(std::memory_order_acquire); }
-  /// Steps started so far (the current one's number while one is in flight).
-  std::uint64_t steps() const noexcept { return steps_.load(std::memory_order_acquire); }
 
   /// How each side of neighbour `i` travels (for tests and the benchmark).
   bool sendPacked(std::size_t i) const { return sides_.at(i).sendStaging != nullptr; }
@@ -105,7 +115,6 @@ class NeighbourExchange {
     bool sent = false;                    // this step's message went (or none goes)
   };
 
-  struct StepEnd;
   class StepRequest;
 
   /// Checks the neighbours and opens a step (nothing posted yet).
@@ -118,12 +127,12 @@ class NeighbourExchange {
   void flush();
   /// Every send of the step is posted: a step finished where it ends may now end.
   void releaseHold();
-  /// Where the step ends (finishWhenDone): unpacks, copies this rank's own message, closes.
-  void finishStep(StepEnd& end);
-  /// wait() of a step finished where it ends: the messages, then the finishing.
-  void waitForEnd();
-  /// A step finished where it ends could not send all of it: closes it with `error`.
-  void abandonStep(std::exception_ptr error);
+  /// Unpacks what came packed and copies this rank's own message.
+  void writeReceived(const std::vector<std::size_t>& unpack);
+  /// Where a step that ends by itself ends (the exchange may be gone by then).
+  static void endStep(const Step& end);
+  /// A step that ends by itself could not send all of it: ends it with `error`.
+  static void abandon(const Step& end, std::exception_ptr error);
   /// One message of the step, queued for flush(); then tracked by the group and kept in
   /// requests_.
   void launchMessage(engine::P2POp::Kind kind, int peer, std::size_t bytes, std::size_t pieces,
@@ -138,15 +147,13 @@ class NeighbourExchange {
   int tag_;
   std::chrono::milliseconds timeout_;
   std::atomic<bool> stepOpen_{false};  // cleared by the finishing thread (finishWhenDone)
-  std::atomic<std::uint64_t> steps_{0};
   std::vector<std::shared_ptr<group::Request>> requests_;  // this step's, receives first
   std::vector<std::shared_ptr<group::Request>> queued_;    // for flush(), with their Ops
   std::vector<std::shared_ptr<engine::Op>> queuedOps_;
   std::vector<std::size_t> unpack_;  // sides whose receive is staged, this step
   std::size_t unsent_ = 0;           // sends of this step not posted yet
-  std::shared_ptr<StepEnd> end_;     // this step's; its Requests hold it too
+  Step end_;                         // this step's; its Requests hold it too
   bool armed_ = false;               // finishWhenDone was called this step
-  bool held_ = false;                // the step cannot end before releaseHold()
 };
 
 }  // namespace commux::halo

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <memory>
 #include <random>
@@ -218,6 +219,54 @@ TEST(NeighbourExchange, AStepFinishesWhereItEndsWithoutWait) {
       ex.wait();  // after the step ended: its outcome (none), nothing posted
       check(!ex.inFlight() && calls.load() == 1, "wait() after the end reopened the step");
     }
+    // Polled (MPI_Test's way): the bytes are there when test() says so, before any wait.
+    for (int step = 6; step < 8; ++step) {
+      fill(step);
+      if (step == 6) {
+        ex.start();
+      } else {  // partitioned: test() sends what was not marked ready
+        ex.startReceives();
+        ex.ready((rank + 1) % size);
+      }
+      const auto deadline = std::chrono::steady_clock::now() + 20s;
+      bool ended = false;
+      while (!(ended = ex.test()) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(20us);
+      }
+      check(ended && arrived(step) && !ex.inFlight(),
+            "rank " + std::to_string(rank) + " step " + std::to_string(step) +
+                ": test() never said the step ended, or it said so before the bytes were there");
+      check(ex.test(), "test() after the end did not say ended");
+    }
+    // Chained: each step's callback checks it and starts the next (on whichever thread
+    // ends it); this thread touches the exchange only once the chain is over.
+    const int last = 12;
+    std::atomic<int> reached{8};
+    std::atomic<bool> chainGood{true};
+    std::function<void(std::exception_ptr)> next = [&](std::exception_ptr error) {
+      const int step = reached.load();
+      if (error || !arrived(step)) chainGood = false;
+      if (step + 1 < last && chainGood) {
+        fill(step + 1);
+        reached = step + 1;
+        ex.start();
+        ex.finishWhenDone(next);
+      } else {
+        reached = last;
+      }
+    };
+    fill(8);
+    ex.start();
+    const auto first = ex.finishWhenDone(next);
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (reached.load() < last && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(50us);
+    }
+    check(reached.load() == last && chainGood.load(),
+          "rank " + std::to_string(rank) + ": the chain of steps stopped at " +
+              std::to_string(reached.load()) + (chainGood.load() ? "" : " with wrong bytes"));
+    ex.waitStep(first);  // long over: its outcome, the exchange's later steps untouched
+    ex.wait();
     commux::testing::leaveTogether(g);
   });
   EXPECT_EQ(problems, "") << "COMMUX_TEST_SEED=" << s;
@@ -314,6 +363,8 @@ TEST(NeighbourExchange, BadPlansAreRefusedAndADeadNeighbourEndsTheStep) {
         }
         check(why.find("rank 2") != std::string::npos,
               "the step with a dead neighbour ended with: '" + why + "'");
+        // wait() returns once the step ended; its callback may still be on its way.
+        for (int i = 0; i < 20000 && calls.load() == 0; ++i) ::usleep(1000);
         check(calls.load() == 1 && told.find("rank 2") != std::string::npos,
               "the failed step's callback ran " + std::to_string(calls.load()) +
                   " times, told: '" + told + "'");

@@ -357,6 +357,15 @@ def _futures(rank, world_size, field_backend):
     assert chained == [2, 5], chained
     mine = serial[1:-1, 1:-1, 1:-1][tuple(slice(lo, hi) for lo, hi in block)]
     assert torch.equal(local[1:-1, 1:-1, 1:-1], mine), local[1:-1, 1:-1, 1:-1] - mine
+    # get_future() then wait() on the same step ends it once (the Python path chained its
+    # ending twice), and the Work and its future are complete once wait() returns.
+    for ready in (True, False, True):
+        work = ex.start(ready=ready)
+        future = work.get_future()
+        work.wait()
+        assert work.is_completed() and future.done(), "wait() returned before the future"
+        future.wait()
+        assert not ex.in_flight
     # The plain way still works after steps that ended in futures.
     ex.exchange()
     return True
