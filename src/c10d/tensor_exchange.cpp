@@ -40,18 +40,18 @@ void appendPieces(const at::Tensor& t, bool receive, int rank, std::vector<halo:
     out.push_back({field.data, field.elementSize});
     return;
   }
-  halo::appendPieces(field,
-                     halo::Box{std::vector<std::int64_t>(static_cast<std::size_t>(t.dim()), 0),
-                               t.sizes().vec()},
-                     t.strides().vec(), out);
+  halo::appendPieces(
+      field,
+      halo::Box{std::vector<std::int64_t>(static_cast<std::size_t>(t.dim()), 0), t.sizes().vec()},
+      t.strides().vec(), out);
 }
 
 }  // namespace
 
 struct TensorExchange::State {
   c10::intrusive_ptr<ProcessGroupUCX> pg;
-  std::vector<at::Tensor> keep;     // the memory the exchange reads and writes
-  std::vector<at::Tensor> outputs;  // what it writes: a step's future's value
+  std::vector<at::Tensor> keep;                       // the memory the exchange reads and writes
+  std::vector<at::Tensor> outputs;                    // what it writes: a step's future's value
   std::unique_ptr<halo::NeighbourExchange> exchange;  // after what it uses
 };
 
@@ -142,9 +142,9 @@ TensorExchange::TensorExchange(c10::intrusive_ptr<ProcessGroupUCX> pg,
       packBelow.value_or(halo::kDefaultPackBelow));
 }
 
-TensorExchange TensorExchange::halo(c10::intrusive_ptr<ProcessGroupUCX> pg,
-                                    std::vector<int> dims, std::vector<bool> periodic,
-                                    bool diagonals, std::vector<at::Tensor> fields,
+TensorExchange TensorExchange::halo(c10::intrusive_ptr<ProcessGroupUCX> pg, std::vector<int> dims,
+                                    std::vector<bool> periodic, bool diagonals,
+                                    std::vector<at::Tensor> fields,
                                     std::vector<std::int64_t> widths, int tag) {
   COMMUX_CHECK(pg, InvalidArgument, "commux: halo exchange: no process group");
   const halo::CartTopology grid(std::move(dims), std::move(periodic), diagonals);

@@ -35,8 +35,8 @@ std::vector<halo::Piece> piecesOf(const commuxPiece* pieces, std::size_t count, 
 }
 
 halo::NeighbourExchange& checked(commuxExchange_t exchange, const char* what) {
-  COMMUX_CHECK(exchange != nullptr && exchange->exchange != nullptr, InvalidArgument, "commux: ",
-               what, ": the exchange is NULL");
+  COMMUX_CHECK(exchange != nullptr && exchange->exchange != nullptr, InvalidArgument,
+               "commux: ", what, ": the exchange is NULL");
   return *exchange->exchange;
 }
 
@@ -81,11 +81,10 @@ commuxResult_t commuxExchangeCreate(commuxComm_t comm, const commuxNeighbour* ne
   });
 }
 
-commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims,
-                                const int* periodic, int diagonals, int nfields,
-                                void* const* fields, const commuxDataType_t* types,
-                                int fieldNdims, const int64_t* shape, const int64_t* widths,
-                                int tag, commuxExchange_t* exchange) {
+commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims, const int* periodic,
+                                int diagonals, int nfields, void* const* fields,
+                                const commuxDataType_t* types, int fieldNdims, const int64_t* shape,
+                                const int64_t* widths, int tag, commuxExchange_t* exchange) {
   return guarded([&] {
     auto& c = capi::checkComm(comm);
     COMMUX_CHECK(exchange != nullptr, InvalidArgument,
@@ -109,11 +108,12 @@ commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims,
       const core::Dtype dtype = capi::dtypeOf(types[i], "commuxHaloCreate");
       list.push_back({fields[i], core::sizeOf(dtype)});
     }
-    *exchange = capi::made(
-        c,
-        halo::cartMessages(grid, c.group->rank(), std::vector<std::int64_t>(shape, shape + fieldNdims),
-                           std::vector<std::int64_t>(widths, widths + ndims), list),
-        tag);
+    *exchange =
+        capi::made(c,
+                   halo::cartMessages(grid, c.group->rank(),
+                                      std::vector<std::int64_t>(shape, shape + fieldNdims),
+                                      std::vector<std::int64_t>(widths, widths + ndims), list),
+                   tag);
   });
 }
 

@@ -38,8 +38,8 @@ bool packs(const std::vector<Piece>& pieces, std::size_t bytes, std::size_t pack
 // often one element (a column of a row-major grid): a fixed-size copy the compiler turns
 // into one load and one store, where memcpy's call would cost more than the bytes.
 template <std::size_t N>
-void copyFixedRows(char* dst, std::ptrdiff_t dstStride, const char* src,
-                   std::ptrdiff_t srcStride, std::size_t count) {
+void copyFixedRows(char* dst, std::ptrdiff_t dstStride, const char* src, std::ptrdiff_t srcStride,
+                   std::size_t count) {
   for (std::size_t i = 0; i < count; ++i, dst += dstStride, src += srcStride) {
     std::memcpy(dst, src, N);
   }
@@ -48,11 +48,16 @@ void copyFixedRows(char* dst, std::ptrdiff_t dstStride, const char* src,
 void copyRows(char* dst, std::ptrdiff_t dstStride, const char* src, std::ptrdiff_t srcStride,
               std::size_t bytes, std::size_t count) {
   switch (bytes) {
-    case 1: return copyFixedRows<1>(dst, dstStride, src, srcStride, count);
-    case 2: return copyFixedRows<2>(dst, dstStride, src, srcStride, count);
-    case 4: return copyFixedRows<4>(dst, dstStride, src, srcStride, count);
-    case 8: return copyFixedRows<8>(dst, dstStride, src, srcStride, count);
-    case 16: return copyFixedRows<16>(dst, dstStride, src, srcStride, count);
+    case 1:
+      return copyFixedRows<1>(dst, dstStride, src, srcStride, count);
+    case 2:
+      return copyFixedRows<2>(dst, dstStride, src, srcStride, count);
+    case 4:
+      return copyFixedRows<4>(dst, dstStride, src, srcStride, count);
+    case 8:
+      return copyFixedRows<8>(dst, dstStride, src, srcStride, count);
+    case 16:
+      return copyFixedRows<16>(dst, dstStride, src, srcStride, count);
     default:
       for (std::size_t i = 0; i < count; ++i, dst += dstStride, src += srcStride) {
         std::memcpy(dst, src, bytes);
@@ -210,9 +215,9 @@ std::vector<Rows> rowsOf(const std::vector<Piece>& pieces) {
   return rows;
 }
 
-NeighbourExchange::NeighbourExchange(group::Group& group,
-                                     std::vector<NeighbourMessages> neighbours, int tag,
-                                     std::chrono::milliseconds timeout, std::size_t packBelow)
+NeighbourExchange::NeighbourExchange(group::Group& group, std::vector<NeighbourMessages> neighbours,
+                                     int tag, std::chrono::milliseconds timeout,
+                                     std::size_t packBelow)
     : group_(group), tag_(tag), timeout_(timeout) {
   COMMUX_CHECK(tag >= 0, InvalidArgument, "commux: neighbourhood exchange: tag must be in [0, ",
                wire::kMaxUserTag, "] (not negative), got ", tag);
@@ -318,8 +323,9 @@ void NeighbourExchange::openStep() {
     if (peer == me) continue;
     group_.peers().get(peer, "a neighbourhood exchange with it");  // watched from now on
     const std::string why = group_.deadWhy(peer);
-    COMMUX_CHECK(why.empty(), Backend, "commux: neighbourhood exchange: ",
-                 core::lostMember(peer, why), "; a step with it cannot run");
+    COMMUX_CHECK(why.empty(), Backend,
+                 "commux: neighbourhood exchange: ", core::lostMember(peer, why),
+                 "; a step with it cannot run");
   }
   requests_.clear();
   requests_.reserve(2 * sides_.size());
@@ -621,7 +627,8 @@ void NeighbourExchange::waitStep(const std::shared_ptr<StepEnd>& step) {
                  group::kCancelWait.count(), " s of being cancelled");
     core::fail(core::ErrorKind::Backend,
                core::concat("commux: neighbourhood exchange: Timed out: the step did not end "
-                            "within ", timeout_.count(), " ms; its messages were cancelled"),
+                            "within ",
+                            timeout_.count(), " ms; its messages were cancelled"),
                {__func__, __FILE__, __LINE__});
   }
   if (step->error) std::rethrow_exception(freshCopy(step->error));

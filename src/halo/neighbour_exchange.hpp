@@ -47,8 +47,7 @@ class NeighbourExchange {
   /// what it fills) and raises InvalidArgument before anything moves. Messages use the
   /// user tag `tag` of the group. `group` must outlive the exchange.
   NeighbourExchange(group::Group& group, std::vector<NeighbourMessages> neighbours, int tag,
-                    std::chrono::milliseconds timeout,
-                    std::size_t packBelow = kDefaultPackBelow);
+                    std::chrono::milliseconds timeout, std::size_t packBelow = kDefaultPackBelow);
   ~NeighbourExchange();
   NeighbourExchange(const NeighbourExchange&) = delete;
   NeighbourExchange& operator=(const NeighbourExchange&) = delete;

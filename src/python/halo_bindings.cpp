@@ -60,8 +60,8 @@ void bindHalo(py::module_& m) {
           const commux::halo::CartTopology grid(std::move(dims), std::move(periodic), diagonals);
           std::vector<py::tuple> out;
           for (const auto& n : grid.neighbours(rank)) {
-            out.push_back(py::make_tuple(py::tuple(py::cast(n.offset)), n.rank, n.direction,
-                                         n.opposite));
+            out.push_back(
+                py::make_tuple(py::tuple(py::cast(n.offset)), n.rank, n.direction, n.opposite));
           }
           return out;
         } catch (const commux::core::Error& e) {

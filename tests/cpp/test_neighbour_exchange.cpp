@@ -12,10 +12,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <thread>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.hpp"
@@ -39,8 +39,8 @@ std::vector<halo::Piece> cut(std::mt19937& random, std::vector<std::uint8_t>& me
   std::vector<std::size_t> sizes;
   for (std::size_t left = bytes; left > 0;) {
     // Mostly short pieces (a column), sometimes long ones (rows).
-    const std::size_t n = std::min<std::size_t>(left, random() % 4 == 0 ? 1 + random() % 4096
-                                                                        : 1 + random() % 16);
+    const std::size_t n =
+        std::min<std::size_t>(left, random() % 4 == 0 ? 1 + random() % 4096 : 1 + random() % 16);
     sizes.push_back(n);
     left -= n;
   }
@@ -62,8 +62,14 @@ std::uint8_t byteOf(int from, int to, int step, std::size_t i) {
 TEST(NeighbourExchange, RowsOfMergesEvenlySpacedPiecesOnly) {
   std::vector<char> m(1000);
   char* b = m.data();
-  const auto rows = halo::rowsOf({{b, 8}, {b + 40, 8}, {b + 80, 8}, {b + 100, 0}, {b + 120, 8},
-                                  {b + 200, 8}, {b + 210, 4}, {b + 300, 4}});
+  const auto rows = halo::rowsOf({{b, 8},
+                                  {b + 40, 8},
+                                  {b + 80, 8},
+                                  {b + 100, 0},
+                                  {b + 120, 8},
+                                  {b + 200, 8},
+                                  {b + 210, 4},
+                                  {b + 300, 4}});
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].data, b);
   EXPECT_EQ(rows[0].count, 4u);  // 0, 40, 80, 120: the empty piece between drops out
@@ -86,8 +92,8 @@ TEST(NeighbourExchange, EveryRankGetsItsNeighboursBytesPackedOrAsTheyLie) {
       std::mt19937 pair(s ^ static_cast<unsigned>(from * 131 + to));
       return static_cast<std::size_t>(pair() % 3 == 0 ? pair() % 64 : pair() % 70000);
     };
-    for (const std::size_t packBelow : {std::size_t{0}, halo::kDefaultPackBelow,
-                                        std::size_t{1} << 40}) {
+    for (const std::size_t packBelow :
+         {std::size_t{0}, halo::kDefaultPackBelow, std::size_t{1} << 40}) {
       std::vector<std::vector<std::uint8_t>> out(size), in(size);
       std::vector<halo::NeighbourMessages> plan;
       for (int peer = 0; peer < size; ++peer) {
@@ -129,8 +135,8 @@ TEST(NeighbourExchange, EveryRankGetsItsNeighboursBytesPackedOrAsTheyLie) {
           for (const auto& p : pieces[peer].recv) {
             for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
               check(static_cast<std::uint8_t*>(p.data)[k] == byteOf(peer, rank, step, i),
-                    "rank " + std::to_string(rank) + " step " + std::to_string(step) +
-                        ": byte " + std::to_string(i) + " from rank " + std::to_string(peer) +
+                    "rank " + std::to_string(rank) + " step " + std::to_string(step) + ": byte " +
+                        std::to_string(i) + " from rank " + std::to_string(peer) +
                         " is wrong (pack below " + std::to_string(packBelow) + ")");
             }
           }
@@ -366,8 +372,8 @@ TEST(NeighbourExchange, BadPlansAreRefusedAndADeadNeighbourEndsTheStep) {
         // wait() returns once the step ended; its callback may still be on its way.
         for (int i = 0; i < 20000 && calls.load() == 0; ++i) ::usleep(1000);
         check(calls.load() == 1 && told.find("rank 2") != std::string::npos,
-              "the failed step's callback ran " + std::to_string(calls.load()) +
-                  " times, told: '" + told + "'");
+              "the failed step's callback ran " + std::to_string(calls.load()) + " times, told: '" +
+                  told + "'");
         check(!second.inFlight(), "a failed step is still in flight");
         // The survivors still swap, on the first exchange's plan less the victim.
         std::vector<std::uint8_t> e(8, static_cast<std::uint8_t>(rank)), f(8);

@@ -223,6 +223,42 @@ def test_bad_input_is_refused_before_anything_moves():
     run_ranks(_bad_input, 3, timeout=60)
 
 
+def _heat(shape, periodic, steps, seed):
+    """A 3-D 7-point heat stencil on a random field of `shape`, periodic in the dimensions
+    `periodic` says, fixed walls elsewhere: (the field, its update of a block with one ghost
+    layer, the serial solve after `steps`)."""
+    import torch
+
+    torch.manual_seed(seed)
+    full = torch.rand(shape, dtype=torch.float64)
+
+    def update(a):  # a has one ghost layer; returns the new interior
+        c = a[1:-1, 1:-1, 1:-1]
+        lap = (a[2:, 1:-1, 1:-1] + a[:-2, 1:-1, 1:-1] + a[1:-1, 2:, 1:-1] + a[1:-1, :-2, 1:-1]
+               + a[1:-1, 1:-1, 2:] + a[1:-1, 1:-1, :-2] - 6 * c)
+        return c + 0.1 * lap
+
+    serial = torch.zeros(*(n + 2 for n in shape), dtype=torch.float64)
+    serial[1:-1, 1:-1, 1:-1] = full
+    for _ in range(steps):
+        if periodic[0]:
+            serial[0], serial[-1] = serial[-2], serial[1]
+        if periodic[1]:
+            serial[:, 0], serial[:, -1] = serial[:, -2], serial[:, 1]
+        serial[1:-1, 1:-1, 1:-1] = update(serial)
+    return full, update, serial
+
+
+def _block_of(full, grid):
+    """This rank's block of `full` with one ghost layer (zeros), and its extents."""
+    import torch
+
+    block = [grid.split(full.shape[d], d) for d in range(3)]
+    local = torch.zeros([hi - lo + 2 for lo, hi in block], dtype=torch.float64)
+    local[1:-1, 1:-1, 1:-1] = full[tuple(slice(lo, hi) for lo, hi in block)]
+    return block, local
+
+
 def _stencil(rank, world_size, steps, field_backend):
     """A 3-D 7-point heat stencil, periodic in x, fixed walls in y and z, split over the
     ranks, against a serial solve of the same update: equal to round-off (bit for bit). On
@@ -232,28 +268,10 @@ def _stencil(rank, world_size, steps, field_backend):
 
     import commux.halo as halo
 
-    shape = (7, 6, 5)
-    alpha = 0.1
-    torch.manual_seed(1234)
-    full = torch.rand(shape, dtype=torch.float64)
-
-    def update(a):  # a has one ghost layer; returns the new interior
-        c = a[1:-1, 1:-1, 1:-1]
-        lap = (a[2:, 1:-1, 1:-1] + a[:-2, 1:-1, 1:-1] + a[1:-1, 2:, 1:-1] + a[1:-1, :-2, 1:-1]
-               + a[1:-1, 1:-1, 2:] + a[1:-1, 1:-1, :-2] - 6 * c)
-        return c + alpha * lap
-
-    serial = torch.zeros(shape[0] + 2, shape[1] + 2, shape[2] + 2, dtype=torch.float64)
-    serial[1:-1, 1:-1, 1:-1] = full
-    for _ in range(steps):
-        serial[0], serial[-1] = serial[-2], serial[1]  # periodic in x
-        serial[1:-1, 1:-1, 1:-1] = update(serial)
-
+    full, update, serial = _heat((7, 6, 5), [True, False, False], steps, seed=1234)
     group = None if field_backend == "ucx" else dist.new_group(backend=field_backend)
     grid = halo.CartGrid(ndim=3, periodic=[True, False, False], group=group)
-    block = [grid.split(shape[d], d) for d in range(3)]
-    local = torch.zeros([hi - lo + 2 for lo, hi in block], dtype=torch.float64)
-    local[1:-1, 1:-1, 1:-1] = full[tuple(slice(lo, hi) for lo, hi in block)]
+    block, local = _block_of(full, grid)
     ex = halo.HaloExchange(local, 1, grid)
     assert ex.native == (field_backend == "ucx")
     for step in range(steps):
@@ -291,30 +309,13 @@ def _futures(rank, world_size, field_backend):
     import commux.halo as halo
     from harness import expect_error
 
-    shape, alpha, steps = (6, 5, 4), 0.1, 6
-    torch.manual_seed(99)
-    full = torch.rand(shape, dtype=torch.float64)
-
-    def update(a):
-        c = a[1:-1, 1:-1, 1:-1]
-        lap = (a[2:, 1:-1, 1:-1] + a[:-2, 1:-1, 1:-1] + a[1:-1, 2:, 1:-1] + a[1:-1, :-2, 1:-1]
-               + a[1:-1, 1:-1, 2:] + a[1:-1, 1:-1, :-2] - 6 * c)
-        return c + alpha * lap
-
-    serial = torch.zeros(*(s + 2 for s in shape), dtype=torch.float64)
-    serial[1:-1, 1:-1, 1:-1] = full
-    for _ in range(steps):
-        serial[0], serial[-1] = serial[-2], serial[1]
-        serial[:, 0], serial[:, -1] = serial[:, -2], serial[:, 1]
-        serial[1:-1, 1:-1, 1:-1] = update(serial)
-
+    steps = 6
+    full, update, serial = _heat((6, 5, 4), [True, True, False], steps, seed=99)
     if field_backend == "ucx-python":  # every rank alike: the path CUDA tensors take
         halo._native_backend = lambda group, tensors: None
     group = None if field_backend.startswith("ucx") else dist.new_group(backend=field_backend)
     grid = halo.CartGrid(ndim=3, periodic=[True, True, False], group=group)
-    block = [grid.split(shape[d], d) for d in range(3)]
-    local = torch.zeros([hi - lo + 2 for lo, hi in block], dtype=torch.float64)
-    local[1:-1, 1:-1, 1:-1] = full[tuple(slice(lo, hi) for lo, hi in block)]
+    block, local = _block_of(full, grid)
     ex = halo.HaloExchange(local, 1, grid)
     assert ex.native == (field_backend == "ucx")
     if field_backend == "gloo":

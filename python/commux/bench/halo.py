@@ -46,16 +46,12 @@ import torch.distributed as dist  # noqa: E402
 import commux.halo as halo  # noqa: E402
 
 
-def neighbour_alltoallw(grid, field):
-    """MPI_Neighbor_alltoallw on a periodic Cartesian communicator of the grid's shape: for
-    each dimension the negative then the positive neighbour, a subarray type for each face
-    sent and each ghost region received, straight in the tensor's memory."""
+def _subarrays(grid, shape):
+    """(dimension, side, face type, ghost type) for each face of a one-ghost-layer block of
+    `shape`, as MPI subarray datatypes straight in its memory, dimension by dimension, the
+    negative side first."""
     from mpi4py import MPI
 
-    cart = MPI.COMM_WORLD.Create_cart(grid.dims, periods=[True] * grid.ndim, reorder=False)
-    array = field.numpy()
-    shape = list(array.shape)
-    sends, recvs = [], []
     for d in range(grid.ndim):
         for side in (-1, 1):
             sub = [n - 2 for n in shape]
@@ -64,8 +60,22 @@ def neighbour_alltoallw(grid, field):
             ghost = [1] * grid.ndim
             inner[d] = 1 if side < 0 else shape[d] - 2
             ghost[d] = 0 if side < 0 else shape[d] - 1
-            sends.append(MPI.DOUBLE.Create_subarray(shape, sub, inner).Commit())
-            recvs.append(MPI.DOUBLE.Create_subarray(shape, sub, ghost).Commit())
+            yield (d, side, MPI.DOUBLE.Create_subarray(shape, sub, inner).Commit(),
+                   MPI.DOUBLE.Create_subarray(shape, sub, ghost).Commit())
+
+
+def neighbour_alltoallw(grid, field):
+    """MPI_Neighbor_alltoallw on a periodic Cartesian communicator of the grid's shape: for
+    each dimension the negative then the positive neighbour, a subarray type for each face
+    sent and each ghost region received, straight in the tensor's memory."""
+    from mpi4py import MPI
+
+    cart = MPI.COMM_WORLD.Create_cart(grid.dims, periods=[True] * grid.ndim, reorder=False)
+    array = field.numpy()
+    sends, recvs = [], []
+    for _, _, face, into in _subarrays(grid, list(array.shape)):
+        sends.append(face)
+        recvs.append(into)
     k = len(sends)
     spec = ([1] * k, [0] * k)
 
@@ -82,24 +92,15 @@ def persistent_p2p(grid, field):
 
     cart = MPI.COMM_WORLD.Create_cart(grid.dims, periods=[True] * grid.ndim, reorder=False)
     array = field.numpy()
-    shape = list(array.shape)
     requests, types = [], []
-    for d in range(grid.ndim):
+    for d, side, face, into in _subarrays(grid, list(array.shape)):
         below, above = cart.Shift(d, 1)  # the neighbours at -1 and +1 in dimension d
-        for side, peer in ((-1, below), (1, above)):
-            sub = [n - 2 for n in shape]
-            sub[d] = 1
-            inner = [1] * grid.ndim
-            ghost = [1] * grid.ndim
-            inner[d] = 1 if side < 0 else shape[d] - 2
-            ghost[d] = 0 if side < 0 else shape[d] - 1
-            face = MPI.DOUBLE.Create_subarray(shape, sub, inner).Commit()
-            into = MPI.DOUBLE.Create_subarray(shape, sub, ghost).Commit()
-            types += [face, into]
-            travels = 2 * d + (side > 0)    # the face goes towards `side`
-            arrives = 2 * d + (side < 0)    # the ghost cells' message came the other way
-            requests.append(cart.Recv_init([array, 1, into], peer, arrives))
-            requests.append(cart.Send_init([array, 1, face], peer, travels))
+        peer = below if side < 0 else above
+        types += [face, into]
+        travels = 2 * d + (side > 0)  # the face goes towards `side`
+        arrives = 2 * d + (side < 0)  # the ghost cells' message came the other way
+        requests.append(cart.Recv_init([array, 1, into], peer, arrives))
+        requests.append(cart.Send_init([array, 1, face], peer, travels))
 
     def step():
         MPI.Prequest.Startall(requests)
@@ -153,6 +154,43 @@ _COLUMNS = [("halo", "commux.halo"), ("copy", "one copy"), ("future", "commux.ha
 # wake-up more than wait() (docs/performance.md): what futures are for is chaining work on
 # the step's end, not blocking on it.
 DEFAULT_WAYS = "copy,hand,gloo,mpi,persistent,packed,iov"
+
+
+def time_ways(ways: dict, blocks: int, block_ms: float, warm: int):
+    """Each way's step time, in us: the median over `blocks` of the max over ranks of the
+    mean; and its context switches per step on this rank. Each way gets its own number of
+    steps per block (gloo's are a thousand times longer), from its warmed-up speed, and a
+    block starts with a few untimed steps, so that what the previous way left (a progress
+    thread asleep, cold caches) is not timed; blocks of the ways alternate."""
+    iters = {}
+    for name, step in ways.items():
+        for _ in range(warm):
+            step()
+        t0 = time.perf_counter()
+        for _ in range(max(warm, 3)):
+            step()
+        once = max((time.perf_counter() - t0) / max(warm, 3), 1e-7)
+        count = torch.tensor([max(3, int(block_ms / 1e3 / once))])
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        iters[name] = int(count)
+    times = {k: [] for k in ways}
+    switches = {k: [] for k in ways}
+    for _ in range(blocks):
+        for name, step in ways.items():
+            dist.barrier()
+            for _ in range(min(iters[name], 50) if warm > 1 else 1):
+                step()
+            before = _switches()
+            t0 = time.perf_counter()
+            for _ in range(iters[name]):
+                step()
+            switches[name].append((_switches() - before) / iters[name])
+            mean = torch.tensor([(time.perf_counter() - t0) / iters[name] * 1e6],
+                                dtype=torch.float64)
+            dist.all_reduce(mean, op=dist.ReduceOp.MAX)
+            times[name].append(float(mean))
+    return ({k: statistics.median(v) for k, v in times.items()},
+            {k: statistics.median(v) for k, v in switches.items()})
 
 
 def _switches() -> int:
@@ -281,37 +319,7 @@ def main(argv=None):
                 assert all(torch.equal(field[g], w) for g, w in zip(ghosts, want)), \
                     f"{way} filled other ghost cells than commux.halo"
         ways = {k: w for k, w in ways.items() if k in dict(columns)}
-        # Each way its own number of steps per block (gloo's are a thousand times longer),
-        # from its warmed-up speed; a block starts with a few untimed steps, so that what
-        # the previous way left (a progress thread asleep, cold caches) is not timed.
-        iters = {}
-        for name, step in ways.items():
-            for _ in range(20):
-                step()
-            t0 = time.perf_counter()
-            for _ in range(20):
-                step()
-            once = max((time.perf_counter() - t0) / 20, 1e-7)
-            count = torch.tensor([max(3, int(args.block_ms / 1e3 / once))])
-            dist.all_reduce(count, op=dist.ReduceOp.MAX)
-            iters[name] = int(count)
-        times = {k: [] for k in ways}
-        switches = {k: [] for k in ways}
-        for _ in range(args.blocks):
-            for name, step in ways.items():
-                dist.barrier()
-                for _ in range(min(iters[name], 50)):
-                    step()
-                before = _switches()
-                t0 = time.perf_counter()
-                for _ in range(iters[name]):
-                    step()
-                switches[name].append((_switches() - before) / iters[name])
-                mean = torch.tensor([(time.perf_counter() - t0) / iters[name] * 1e6],
-                                    dtype=torch.float64)
-                dist.all_reduce(mean, op=dist.ReduceOp.MAX)
-                times[name].append(float(mean))
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med, switches = time_ways(ways, args.blocks, args.block_ms, warm=20)
         halo_bytes = sum(field[tuple(slice(1, 2) if o else slice(1, n + 1) for o in nb.offset)]
                          .numel() * 8 for nb in grid.neighbours if nb.rank >= 0)
         if rank == 0:
@@ -320,7 +328,7 @@ def main(argv=None):
                                        if k != "halo") + " |", flush=True)
             if args.switches:
                 print(f"switches per step on rank 0, {n} cells per side: " + ", ".join(
-                    f"{k} {statistics.median(switches[k]):.2f}" for k, _ in columns), flush=True)
+                    f"{k} {switches[k]:.2f}" for k, _ in columns), flush=True)
     dist.destroy_process_group()
     return 0
 

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
-from .halo import launch_worlds
+from .halo import launch_worlds, time_ways
 
 if "OMPI_COMM_WORLD_SIZE" in os.environ:  # started by mpirun: torch's ranks from it
     os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
@@ -142,28 +140,7 @@ def main(argv=None):
         for k in ("overlap", "partitioned"):
             assert torch.equal(runs[k].a[1:-1, 1:-1], want), f"{k} computed other values"
         steps = {k: getattr(runs[k], k) for k, _ in WAYS}
-        iters = {}
-        for k, step in steps.items():
-            t0 = time.perf_counter()
-            for _ in range(5):
-                step()
-            once = max((time.perf_counter() - t0) / 5, 1e-7)
-            count = torch.tensor([max(3, int(args.block_ms / 1e3 / once))])
-            dist.all_reduce(count, op=dist.ReduceOp.MAX)
-            iters[k] = int(count)
-        times = {k: [] for k in steps}
-        for _ in range(args.blocks):
-            for k, step in steps.items():
-                dist.barrier()
-                step()
-                t0 = time.perf_counter()
-                for _ in range(iters[k]):
-                    step()
-                mean = torch.tensor([(time.perf_counter() - t0) / iters[k] * 1e6],
-                                    dtype=torch.float64)
-                dist.all_reduce(mean, op=dist.ReduceOp.MAX)
-                times[k].append(float(mean))
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med, _ = time_ways(steps, args.blocks, args.block_ms, warm=1)
         if rank == 0:
             print(f"| {n} | " + " | ".join(f"{med[k]:.1f}" for k, _ in WAYS) + " | "
                   + " | ".join(f"{med[k] / med['sequential']:.2f}"
