@@ -59,6 +59,55 @@ std::uint8_t byteOf(int from, int to, int step, std::size_t i) {
   return static_cast<std::uint8_t>(from * 37 + to * 11 + step * 5 + i * 13);
 }
 
+// A plan with every rank of `size` (this one too), each message cut at random places of
+// `out` / `in`, of the sizes `bytesOf(from, to)` says.
+template <typename BytesOf>
+std::vector<halo::NeighbourMessages> randomPlan(std::mt19937& random, int rank, int size,
+                                                std::vector<std::vector<std::uint8_t>>& out,
+                                                std::vector<std::vector<std::uint8_t>>& in,
+                                                BytesOf&& bytesOf) {
+  out.assign(static_cast<std::size_t>(size), {});
+  in.assign(static_cast<std::size_t>(size), {});
+  std::vector<halo::NeighbourMessages> plan;
+  for (int peer = 0; peer < size; ++peer) {
+    halo::NeighbourMessages n;
+    n.rank = peer;
+    n.sends = n.receives = true;
+    n.send = cut(random, out[peer], bytesOf(rank, peer));
+    n.recv = cut(random, in[peer], bytesOf(peer, rank));
+    plan.push_back(std::move(n));
+  }
+  return plan;
+}
+
+// Step `step`'s bytes into every message this rank sends.
+void fillSends(const std::vector<halo::NeighbourMessages>& plan, int rank, int step) {
+  for (const auto& n : plan) {
+    std::size_t i = 0;
+    for (const auto& p : n.send) {
+      for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
+        static_cast<std::uint8_t*>(p.data)[k] = byteOf(rank, n.rank, step, i);
+      }
+    }
+  }
+}
+
+// The first wrong byte received in step `step`, described; empty when all are right.
+std::string wrongReceived(const std::vector<halo::NeighbourMessages>& plan, int rank, int step) {
+  for (const auto& n : plan) {
+    std::size_t i = 0;
+    for (const auto& p : n.recv) {
+      for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
+        if (static_cast<std::uint8_t*>(p.data)[k] != byteOf(n.rank, rank, step, i)) {
+          return "rank " + std::to_string(rank) + " step " + std::to_string(step) + ": byte " +
+                 std::to_string(i) + " from rank " + std::to_string(n.rank) + " is wrong";
+        }
+      }
+    }
+  }
+  return "";
+}
+
 TEST(NeighbourExchange, RowsOfMergesEvenlySpacedPiecesOnly) {
   std::vector<char> m(1000);
   char* b = m.data();
@@ -94,27 +143,12 @@ TEST(NeighbourExchange, EveryRankGetsItsNeighboursBytesPackedOrAsTheyLie) {
     };
     for (const std::size_t packBelow :
          {std::size_t{0}, halo::kDefaultPackBelow, std::size_t{1} << 40}) {
-      std::vector<std::vector<std::uint8_t>> out(size), in(size);
-      std::vector<halo::NeighbourMessages> plan;
-      for (int peer = 0; peer < size; ++peer) {
-        halo::NeighbourMessages n;
-        n.rank = peer;
-        n.sends = n.receives = true;
-        n.send = cut(mine, out[peer], bytesOf(rank, peer));
-        n.recv = cut(mine, in[peer], bytesOf(peer, rank));
-        plan.push_back(std::move(n));
-      }
+      std::vector<std::vector<std::uint8_t>> out, in;
+      auto plan = randomPlan(mine, rank, size, out, in, bytesOf);
       const auto pieces = plan;  // the exchange takes its plan
       halo::NeighbourExchange ex(g, std::move(plan), 77, 20s, packBelow);
       for (int step = 0; step < 3; ++step) {
-        for (int peer = 0; peer < size; ++peer) {
-          std::size_t i = 0;
-          for (const auto& p : pieces[peer].send) {
-            for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
-              static_cast<std::uint8_t*>(p.data)[k] = byteOf(rank, peer, step, i);
-            }
-          }
-        }
+        fillSends(pieces, rank, step);
         if (step == 1) {
           // Partitioned: receives first, then messages one by one as they are "computed"
           // (a random subset, in a random order); wait() sends the rest.
@@ -130,17 +164,8 @@ TEST(NeighbourExchange, EveryRankGetsItsNeighboursBytesPackedOrAsTheyLie) {
         }
         check(ex.inFlight(), "no step in flight after start()");
         ex.wait();
-        for (int peer = 0; peer < size; ++peer) {
-          std::size_t i = 0;
-          for (const auto& p : pieces[peer].recv) {
-            for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
-              check(static_cast<std::uint8_t*>(p.data)[k] == byteOf(peer, rank, step, i),
-                    "rank " + std::to_string(rank) + " step " + std::to_string(step) + ": byte " +
-                        std::to_string(i) + " from rank " + std::to_string(peer) +
-                        " is wrong (pack below " + std::to_string(packBelow) + ")");
-            }
-          }
-        }
+        const std::string wrong = wrongReceived(pieces, rank, step);
+        check(wrong.empty(), wrong + " (pack below " + std::to_string(packBelow) + ")");
       }
     }
     commux::testing::leaveTogether(g);
@@ -160,40 +185,12 @@ TEST(NeighbourExchange, AStepFinishesWhereItEndsWithoutWait) {
     Member me(folder.path(), rank, size);
     group::Group& g = *me.group;
     std::mt19937 mine(s * 11 + static_cast<unsigned>(rank));
-    const std::size_t bytes = 3000;
-    std::vector<std::vector<std::uint8_t>> out(size), in(size);
-    std::vector<halo::NeighbourMessages> plan;
-    for (int peer = 0; peer < size; ++peer) {
-      halo::NeighbourMessages n;
-      n.rank = peer;
-      n.sends = n.receives = true;
-      n.send = cut(mine, out[peer], bytes);
-      n.recv = cut(mine, in[peer], bytes);
-      plan.push_back(std::move(n));
-    }
+    std::vector<std::vector<std::uint8_t>> out, in;
+    auto plan = randomPlan(mine, rank, size, out, in, [](int, int) { return std::size_t{3000}; });
     const auto pieces = plan;
     halo::NeighbourExchange ex(g, std::move(plan), 78, 20s);
-    const auto fill = [&](int step) {
-      for (int peer = 0; peer < size; ++peer) {
-        std::size_t i = 0;
-        for (const auto& p : pieces[peer].send) {
-          for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
-            static_cast<std::uint8_t*>(p.data)[k] = byteOf(rank, peer, step, i);
-          }
-        }
-      }
-    };
-    const auto arrived = [&](int step) {
-      for (int peer = 0; peer < size; ++peer) {
-        std::size_t i = 0;
-        for (const auto& p : pieces[peer].recv) {
-          for (std::size_t k = 0; k < p.bytes; ++k, ++i) {
-            if (static_cast<std::uint8_t*>(p.data)[k] != byteOf(peer, rank, step, i)) return false;
-          }
-        }
-      }
-      return true;
-    };
+    const auto fill = [&](int step) { fillSends(pieces, rank, step); };
+    const auto arrived = [&](int step) { return wrongReceived(pieces, rank, step).empty(); };
     for (int step = 0; step < 6; ++step) {
       fill(step);
       std::atomic<int> calls{0};
