@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs an MPI job of one rank on each of two namespace "hosts" (what
+# Runs an MPI job of one rank (RANKS_PER_HOST) on each of two namespace "hosts" (what
 # benchmarks/window_mpi_hosts.sh and benchmarks/halo_hosts.sh measure across hosts):
 #
 #   benchmarks/mpi_hosts.sh [mpirun arguments --] PROGRAM ARGS...
@@ -13,8 +13,9 @@
 # either). MPI's RMA there is osc ucx, what Open MPI 4.1 picks between hosts without RDMA
 # (osc pt2pt refuses mpi4py's MPI_THREAD_MULTIPLE, osc rdma needs an RDMA network), told to
 # use TCP only (UCX_TLS=tcp,self): the two "hosts" share a kernel and /dev/shm, and UCX
-# would otherwise take shared memory between them. MPI_ARGS: more mpirun arguments. Needs
-# root, mpirun and mpi4py.
+# would otherwise take shared memory between them. MPI_ARGS: more mpirun arguments.
+# RANKS_PER_HOST (default 1): ranks on each host; the ranks of one host then also talk over
+# TCP (loopback), commux and Open MPI alike. Needs root, mpirun and mpi4py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra=()
@@ -23,6 +24,7 @@ if [[ " $* " == *" -- "* ]]; then
     shift
 fi
 PREFIX=cmxwm
+per_host=${RANKS_PER_HOST:-1}
 
 remove() {
     local ns
@@ -47,7 +49,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 pass_env=(-x COMMUX_NETNS_PREFIX=$PREFIX)
 [[ -n ${PYTHONPATH:-} ]] && pass_env+=(-x PYTHONPATH)
 timeout 1800 ip netns exec $PREFIX-h0 unshare --uts sh -c 'hostname '$PREFIX'-h0; exec "$@"' sh \
-    mpirun -n 2 --host 10.214.0.10,10.214.0.11 --bind-to none \
+    mpirun -n $((2 * per_host)) --host 10.214.0.10:$per_host,10.214.0.11:$per_host --bind-to none \
     --mca plm_rsh_agent "$PWD/benchmarks/netns_rsh.sh" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include 10.214.0.0/24 --mca btl tcp,self \
     --mca btl_tcp_if_include 10.214.0.0/24 -x UCX_TLS=tcp,self \
