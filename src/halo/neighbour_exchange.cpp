@@ -398,6 +398,13 @@ void NeighbourExchange::postSend(Side& s) {
                 buffersOf(n.send, s.sendStaging.get(), s.sendBytes), std::move(route), tag);
 }
 
+void NeighbourExchange::sendRest() {
+  for (auto& s : sides_) {
+    if (!s.sent) postSend(s);
+  }
+  flush();
+}
+
 void NeighbourExchange::releaseHold() {
   if (!armed_ || unsent_ != 0 || !end_->held.load(std::memory_order_relaxed)) return;
   auto end = end_;
@@ -445,14 +452,18 @@ void NeighbourExchange::endStep(const std::shared_ptr<StepEnd>& end) {
     done = std::move(end->done);
     end->error = first;
   }
-  end->engine->setDone(end->finished);
-  if (done) {
-    try {
-      done(first);
-    } catch (...) {
-      // The caller's callback: nothing here to report it to, and this thread may be the
-      // progress thread.
-    }
+  report(*end, first, done);
+}
+
+void NeighbourExchange::report(StepEnd& end, const std::exception_ptr& error,
+                               const std::function<void(std::exception_ptr)>& done) {
+  end.engine->setDone(end.finished);
+  if (!done) return;
+  try {
+    done(error);
+  } catch (...) {
+    // The caller's callback: nothing here to report it to, and this thread may be the
+    // progress thread.
   }
 }
 
@@ -464,13 +475,7 @@ void NeighbourExchange::abandon(const std::shared_ptr<StepEnd>& end, std::except
     end->error = error;
   }
   end->held.store(false, std::memory_order_release);
-  end->engine->setDone(end->finished);
-  if (done) {
-    try {
-      done(error);
-    } catch (...) {
-    }
-  }
+  report(*end, error, done);
 }
 
 std::shared_ptr<NeighbourExchange::StepEnd> NeighbourExchange::finishWhenDone(
@@ -494,10 +499,7 @@ void NeighbourExchange::start() {
   openStep();
   guarded([&] {  // the receives first, then the sends: one submission
     postReceives();
-    for (auto& s : sides_) {
-      if (!s.sent) postSend(s);
-    }
-    flush();
+    sendRest();
   });
 }
 
@@ -527,19 +529,11 @@ void NeighbourExchange::ready(int rank) {
 
 void NeighbourExchange::wait() {
   // A step that ends by itself with every send gone is its end's alone (see StepEnd).
-  if (end_ && armed_ && !end_->held.load(std::memory_order_acquire)) return waitStep(end_);
+  // A step that ends by itself: waitStep() sends what is left while it is this exchange's,
+  // and otherwise waits on its end alone (see StepEnd).
+  if (end_ && armed_) return waitStep(end_);
   COMMUX_CHECK(inFlight(), Runtime, "commux: neighbourhood exchange: wait() without start()");
-  guarded([&] {  // what was not marked ready goes now
-    for (auto& s : sides_) {
-      if (!s.sent) postSend(s);
-    }
-    flush();
-  });
-  if (armed_) {
-    auto end = end_;
-    releaseHold();
-    return waitStep(end);
-  }
+  guarded([&] { sendRest(); });  // what was not marked ready goes now
   auto requests = std::move(requests_);
   requests_.clear();
   stepOpen_.store(false, std::memory_order_release);
@@ -584,12 +578,7 @@ bool NeighbourExchange::test() {
                "commux: neighbourhood exchange: test() without start()");
   auto end = end_;  // the step tested, whatever its end's `done` starts next
   if (end->held.load(std::memory_order_acquire)) {
-    guarded([&] {  // what was not marked ready goes now, as in wait()
-      for (auto& s : sides_) {
-        if (!s.sent) postSend(s);
-      }
-      flush();
-    });
+    guarded([&] { sendRest(); });  // what was not marked ready goes now, as in wait()
     if (armed_) {
       releaseHold();
     } else {
@@ -609,12 +598,7 @@ void NeighbourExchange::waitStep(const std::shared_ptr<StepEnd>& step) {
     // thread can end it.
     COMMUX_CHECK(step == end_ && inFlight(), Runtime,
                  "commux: neighbourhood exchange: waitStep() of a step that is not in flight");
-    guarded([&] {
-      for (auto& s : sides_) {
-        if (!s.sent) postSend(s);
-      }
-      flush();
-    });
+    guarded([&] { sendRest(); });
     releaseHold();
   }
   // From here on only the step's end is used: its `done` may have started the next step.

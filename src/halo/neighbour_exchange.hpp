@@ -121,6 +121,8 @@ class NeighbourExchange {
   /// Queues this step's receives, and a send (packing what is packed), for flush().
   void postReceives();
   void postSend(Side& side);
+  /// Queues every send of the step not sent yet, then flush().
+  void sendRest();
   /// Launches what was queued as one submission to the engine (one pass through the
   /// worker lock for all a step's messages: Group::launchAll).
   void flush();
@@ -132,6 +134,9 @@ class NeighbourExchange {
   static void endStep(const Step& end);
   /// A step that ends by itself could not send all of it: ends it with `error`.
   static void abandon(const Step& end, std::exception_ptr error);
+  /// The step's end is known: `finished` set, then `done` called (off any lock).
+  static void report(StepEnd& end, const std::exception_ptr& error,
+                     const std::function<void(std::exception_ptr)>& done);
   /// One message of the step, queued for flush(); then tracked by the group and kept in
   /// requests_.
   void launchMessage(engine::P2POp::Kind kind, int peer, std::size_t bytes, std::size_t pieces,
