@@ -381,8 +381,11 @@ commuxResult_t commuxExchangeCreate(commuxComm_t comm, const commuxNeighbour* ne
  * first, trailing ones whole) holding widths[d] ghost cells on both sides of each grid
  * dimension d. The face a rank sends towards side d fills its neighbour's ghost cells on
  * side -d, also where one rank is both neighbours (periodic size 2) or the rank itself
- * (size 1). Every rank passes the same grid, widths and field types, and shapes that agree
- * on their shared faces. */
+ * (size 1). Collective: every rank of the communicator calls it with the same grid, tag,
+ * widths and field types, and shapes that agree on their shared faces; the ranks check that
+ * together (two allgathers, within the communicator's timeout) and all return
+ * commuxInvalidArgument, the message naming the ranks and what differs, when they do not,
+ * also when one rank's own arguments are refused. */
 commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims,
                                 const int* periodic, int diagonals, int nfields,
                                 void* const* fields, const commuxDataType_t* types,

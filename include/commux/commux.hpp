@@ -313,7 +313,8 @@ class Exchange {
         commuxExchangeCreate(comm.raw(), neighbours.data(), neighbours.size(), tag, &ex_));
   }
   /// The ghost cells of `fields` (dense row-major arrays of `shape`, the grid's dimensions
-  /// first) on a Cartesian grid of `dims` ranks, `widths` cells on each side.
+  /// first) on a Cartesian grid of `dims` ranks, `widths` cells on each side. Collective
+  /// (commuxHaloCreate).
   template <typename T>
   static Exchange halo(Comm& comm, const std::vector<int>& dims, const std::vector<int>& periodic,
                        bool diagonals, const std::vector<T*>& fields,
@@ -321,6 +322,11 @@ class Exchange {
                        const std::vector<std::int64_t>& widths, int tag) {
     if (periodic.size() != dims.size() || widths.size() != dims.size() ||
         shape.size() < dims.size()) {
+      // commuxHaloCreate is collective: take part with arguments it refuses (no periodic),
+      // so the other ranks raise too rather than wait for this one.
+      commuxExchange_t none = nullptr;
+      commuxHaloCreate(comm.raw(), static_cast<int>(dims.size()), dims.data(), nullptr, 0, 0,
+                       nullptr, nullptr, 0, nullptr, nullptr, tag, &none);
       throw Error(commuxInvalidArgument,
                   "commux: Exchange::halo: periodic and widths need one entry per grid "
                   "dimension, shape at least one");

@@ -48,9 +48,9 @@ class TensorExchange {
   /// dimensions first) on a Cartesian grid of `dims` ranks (row-major, as MPI_Cart_create),
   /// `widths` ghost cells on both sides of each grid dimension. The face sent towards side
   /// d fills the neighbour's ghost cells on side -d, also where one rank is both neighbours
-  /// (periodic size 2) or this rank itself (size 1). Every rank passes the same grid,
-  /// widths and dtypes, and shapes that agree on their shared faces (commux.halo checks
-  /// that across ranks; here a mismatch fails the first step with a size error).
+  /// (periodic size 2) or this rank itself (size 1). Collective: every rank passes the same
+  /// grid, widths, dtypes and tag, and shapes that agree on their shared faces; the ranks
+  /// check that together (two allgathers) and all raise the same error when they do not.
   static TensorExchange halo(c10::intrusive_ptr<ProcessGroupUCX> pg, std::vector<int> dims,
                              std::vector<bool> periodic, bool diagonals,
                              std::vector<at::Tensor> fields, std::vector<std::int64_t> widths,

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "engine/engine.hpp"
 #include "group/group.hpp"
+#include "halo/agree_on_cart.hpp"
 #include "halo/cart_plan.hpp"
 #include "halo/cart_topology.hpp"
 #include "halo/face_runs.hpp"
@@ -147,29 +148,47 @@ TensorExchange TensorExchange::halo(c10::intrusive_ptr<ProcessGroupUCX> pg, std:
                                     std::vector<at::Tensor> fields,
                                     std::vector<std::int64_t> widths, int tag) {
   COMMUX_CHECK(pg, InvalidArgument, "commux: halo exchange: no process group");
-  const halo::CartTopology grid(std::move(dims), std::move(periodic), diagonals);
-  COMMUX_CHECK(grid.size() == pg->getSize(), InvalidArgument, "commux: halo exchange: a grid of ",
-               grid.size(), " ranks for a group of ", pg->getSize());
-  COMMUX_CHECK(!fields.empty(), InvalidArgument, "commux: halo exchange: no fields");
-  std::vector<halo::Field> list;
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    const at::Tensor& f = fields[i];
-    COMMUX_CHECK(f.device().is_cpu() && f.layout() == c10::kStrided && f.is_contiguous() &&
-                     !f.is_conj() && !f.is_neg(),
-                 InvalidArgument, "commux: halo exchange: field ", i,
-                 " must be a contiguous CPU tensor (not a lazily conjugated or negated view)");
-    COMMUX_CHECK(f.sizes() == fields[0].sizes(), InvalidArgument, "commux: halo exchange: field ",
-                 i, " has shape ", f.sizes(), ", field 0 ", fields[0].sizes());
-    list.push_back({f.data_ptr(), static_cast<std::size_t>(f.element_size())});
+  // Collective: a rank whose own arguments are refused still takes part in the ranks'
+  // agreement, so the others raise too instead of waiting at their first step.
+  std::exception_ptr refused;
+  std::vector<halo::NeighbourMessages> plan;
+  halo::CartDescription mine{dims, periodic, diagonals, tag, widths, {}, {}};
+  try {
+    const halo::CartTopology grid(std::move(dims), std::move(periodic), diagonals);
+    COMMUX_CHECK(grid.size() == pg->getSize(), InvalidArgument, "commux: halo exchange: a grid of ",
+                 grid.size(), " ranks for a group of ", pg->getSize());
+    COMMUX_CHECK(!fields.empty(), InvalidArgument, "commux: halo exchange: no fields");
+    std::vector<halo::Field> list;
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      const at::Tensor& f = fields[i];
+      COMMUX_CHECK(f.device().is_cpu() && f.layout() == c10::kStrided && f.is_contiguous() &&
+                       !f.is_conj() && !f.is_neg(),
+                   InvalidArgument, "commux: halo exchange: field ", i,
+                   " must be a contiguous CPU tensor (not a lazily conjugated or negated view)");
+      COMMUX_CHECK(f.sizes() == fields[0].sizes(), InvalidArgument, "commux: halo exchange: field ",
+                   i, " has shape ", f.sizes(), ", field 0 ", fields[0].sizes());
+      list.push_back({f.data_ptr(), static_cast<std::size_t>(f.element_size())});
+      mine.fieldTypes.push_back(static_cast<std::int64_t>(f.scalar_type()));
+    }
+    mine.shape = fields[0].sizes().vec();
+    plan = halo::cartMessages(grid, pg->getRank(), mine.shape, widths, list);
+  } catch (...) {
+    refused = std::current_exception();
   }
+  halo::agreeOnCart(pg->coreGroup(), refused ? nullptr : &mine, pg->timeout(), "halo exchange",
+                    [](std::int64_t code) {
+                      const bool known = code >= 0 && code < static_cast<std::int64_t>(
+                                                                 c10::ScalarType::NumOptions);
+                      return known ? std::string(c10::toString(static_cast<c10::ScalarType>(code)))
+                                   : "type code " + std::to_string(code);
+                    });
+  if (refused) std::rethrow_exception(refused);
   auto state = std::make_shared<State>();
   state->pg = std::move(pg);
   state->keep = fields;
   state->outputs = fields;
   state->exchange = std::make_unique<halo::NeighbourExchange>(
-      state->pg->coreGroup(),
-      halo::cartMessages(grid, state->pg->getRank(), fields[0].sizes().vec(), widths, list), tag,
-      state->pg->timeout());
+      state->pg->coreGroup(), std::move(plan), tag, state->pg->timeout());
   return TensorExchange(std::move(state));
 }
 

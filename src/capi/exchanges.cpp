@@ -1,10 +1,13 @@
 // Neighbourhood exchanges (halo/neighbour_exchange.hpp) behind the C API's handles: a graph
 // of pieces as given, or a Cartesian grid's faces planned by the core (halo/cart_plan.hpp).
+#include <exception>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "capi/comm.hpp"
 #include "core/error.hpp"
+#include "halo/agree_on_cart.hpp"
 #include "halo/cart_plan.hpp"
 #include "halo/cart_topology.hpp"
 #include "halo/neighbour_exchange.hpp"
@@ -87,33 +90,52 @@ commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims, c
                                 const int64_t* widths, int tag, commuxExchange_t* exchange) {
   return guarded([&] {
     auto& c = capi::checkComm(comm);
-    COMMUX_CHECK(exchange != nullptr, InvalidArgument,
-                 "commux: commuxHaloCreate: exchange is NULL");
-    *exchange = nullptr;
-    COMMUX_CHECK(ndims > 0 && dims != nullptr && periodic != nullptr && widths != nullptr,
-                 InvalidArgument,
-                 "commux: commuxHaloCreate: needs ndims > 0, dims, periodic and widths");
-    COMMUX_CHECK(nfields > 0 && fields != nullptr && types != nullptr, InvalidArgument,
-                 "commux: commuxHaloCreate: needs nfields > 0, fields and types");
-    COMMUX_CHECK(fieldNdims >= ndims && shape != nullptr, InvalidArgument,
-                 "commux: commuxHaloCreate: the fields have ", fieldNdims,
-                 " dimensions (shape), fewer than the grid's ", ndims);
-    const halo::CartTopology grid(std::vector<int>(dims, dims + ndims),
-                                  std::vector<bool>(periodic, periodic + ndims), diagonals != 0);
-    COMMUX_CHECK(grid.size() == c.group->size(), InvalidArgument,
-                 "commux: commuxHaloCreate: a grid of ", grid.size(),
-                 " ranks for a communicator of ", c.group->size());
-    std::vector<halo::Field> list;
-    for (int i = 0; i < nfields; ++i) {
-      const core::Dtype dtype = capi::dtypeOf(types[i], "commuxHaloCreate");
-      list.push_back({fields[i], core::sizeOf(dtype)});
+    // Collective: a rank whose own arguments are refused still takes part in the ranks'
+    // agreement, so the others raise too instead of waiting at their first step.
+    std::exception_ptr refused;
+    std::vector<halo::NeighbourMessages> plan;
+    halo::CartDescription mine;
+    try {
+      COMMUX_CHECK(exchange != nullptr, InvalidArgument,
+                   "commux: commuxHaloCreate: exchange is NULL");
+      *exchange = nullptr;
+      COMMUX_CHECK(ndims > 0 && dims != nullptr && periodic != nullptr && widths != nullptr,
+                   InvalidArgument,
+                   "commux: commuxHaloCreate: needs ndims > 0, dims, periodic and widths");
+      COMMUX_CHECK(nfields > 0 && fields != nullptr && types != nullptr, InvalidArgument,
+                   "commux: commuxHaloCreate: needs nfields > 0, fields and types");
+      COMMUX_CHECK(fieldNdims >= ndims && shape != nullptr, InvalidArgument,
+                   "commux: commuxHaloCreate: the fields have ", fieldNdims,
+                   " dimensions (shape), fewer than the grid's ", ndims);
+      mine.dims.assign(dims, dims + ndims);
+      mine.periodic.assign(periodic, periodic + ndims);
+      mine.diagonals = diagonals != 0;
+      mine.tag = tag;
+      mine.widths.assign(widths, widths + ndims);
+      mine.shape.assign(shape, shape + fieldNdims);
+      const halo::CartTopology grid(mine.dims, mine.periodic, mine.diagonals);
+      COMMUX_CHECK(grid.size() == c.group->size(), InvalidArgument,
+                   "commux: commuxHaloCreate: a grid of ", grid.size(),
+                   " ranks for a communicator of ", c.group->size());
+      std::vector<halo::Field> list;
+      for (int i = 0; i < nfields; ++i) {
+        const core::Dtype dtype = capi::dtypeOf(types[i], "commuxHaloCreate");
+        mine.fieldTypes.push_back(static_cast<std::int64_t>(dtype));
+        list.push_back({fields[i], core::sizeOf(dtype)});
+      }
+      plan = halo::cartMessages(grid, c.group->rank(), mine.shape, mine.widths, list);
+    } catch (...) {
+      refused = std::current_exception();
     }
-    *exchange =
-        capi::made(c,
-                   halo::cartMessages(grid, c.group->rank(),
-                                      std::vector<std::int64_t>(shape, shape + fieldNdims),
-                                      std::vector<std::int64_t>(widths, widths + ndims), list),
-                   tag);
+    halo::agreeOnCart(*c.group, refused ? nullptr : &mine, capi::timeoutOf(&c), "commuxHaloCreate",
+                      [](std::int64_t code) {
+                        const bool known =
+                            code >= 0 && code <= static_cast<int>(core::Dtype::Opaque);
+                        return known ? std::string(core::nameOf(static_cast<core::Dtype>(code)))
+                                     : "type code " + std::to_string(code);
+                      });
+    if (refused) std::rethrow_exception(refused);
+    *exchange = capi::made(c, std::move(plan), tag);
   });
 }
 

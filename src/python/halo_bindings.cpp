@@ -92,6 +92,11 @@ void bindHalo(py::module_& m) {
            "`neighbours` lists (group rank, tensors sent to it or None, tensors received "
            "from it or None, its pack_below or None), each rank once; any strides; CPU "
            "tensors")
+      .def_static("halo", &commux::TensorExchange::halo, py::arg("backend"), py::arg("dims"),
+                  py::arg("periodic"), py::arg("diagonals"), py::arg("fields"), py::arg("widths"),
+                  py::arg("tag"), py::call_guard<py::gil_scoped_release>(),
+                  "TensorExchange::halo: the ghost cells of contiguous `fields` on a Cartesian "
+                  "grid; collective (the ranks agree on the exchange first)")
       .def("start", &commux::TensorExchange::start, py::call_guard<py::gil_scoped_release>(),
            "Posts the step's receives and sends")
       .def("wait", &commux::TensorExchange::wait, py::call_guard<py::gil_scoped_release>(),

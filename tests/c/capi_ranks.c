@@ -367,6 +367,21 @@ static void test_halo(commuxComm_t comm, int rank, int size) {
   const commuxDataType_t types[2] = {commuxFloat64, commuxFloat32};
   const int cx = rank / dims[1], cy = rank % dims[1];
   commuxExchange_t ex = NULL;
+  if (size > 1) {
+    /* The ranks agree on the exchange before any builds it: every rank is told when one
+     * rank's tag, shared face or own arguments differ, and the communicator goes on. */
+    const int64_t wider[2] = {shape[0], shape[1] + 1}; /* rank 1's face towards dimension 0 */
+    REFUSED(commuxHaloCreate(comm, 2, dims, periodic, diagonals, 2, fields, types, 2,
+                             rank == 1 ? wider : shape, widths, 77, &ex),
+            commuxInvalidArgument, "the faces they share differ");
+    if (ex != NULL) fail("halo: a refused commuxHaloCreate left an exchange");
+    REFUSED(commuxHaloCreate(comm, 2, dims, periodic, diagonals, 2, fields, types, 2, shape, widths,
+                             rank == size - 1 ? 78 : 77, &ex),
+            commuxInvalidArgument, "gives tag 78, rank 0 77");
+    REFUSED(commuxHaloCreate(comm, 2, dims, periodic, diagonals, 2, rank == 0 ? NULL : fields,
+                             types, 2, shape, widths, 77, &ex),
+            commuxInvalidArgument, rank == 0 ? "needs nfields > 0, fields" : "rank 0 refused its own");
+  }
   OK(commuxHaloCreate(comm, 2, dims, periodic, diagonals, 2, fields, types, 2, shape, widths, 77, &ex));
   const long gx = nx * dims[0], gy = ny * dims[1];
   for (int step = 0; step < 3; ++step) {

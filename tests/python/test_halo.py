@@ -212,6 +212,28 @@ def _bad_input(rank, world_size):
     else:
         refused = 0
     assert refused == (1 if rank <= 1 else 0), (rank, refused)
+    # The C++ halo (TensorExchange::halo, as the C API's commuxHaloCreate) is collective: the
+    # ranks agree on it first, and every rank raises when one differs.
+    native = halo.load_extension().NeighbourExchange.halo
+    backend = halo._native_backend(None, [field])
+    dims, flat = [world_size, 1], [False, False]
+    expect_error(lambda: native(backend, dims, flat, False, [field], [1, 1], 90),
+                 ["faces they share differ"], "shared faces of other extents", (ValueError,))
+    field = torch.zeros(4, 5)
+    expect_error(lambda: native(backend, dims, flat, False, [field], [1, 1],
+                                91 if rank == world_size - 1 else 90),
+                 [f"rank {world_size - 1} gives tag 91, rank 0 90"], "another tag", (ValueError,))
+    expect_error(lambda: native(backend, dims, flat, False,
+                                [field.t() if rank == 1 else field], [1, 1], 90),
+                 ["must be a contiguous CPU tensor" if rank == 1 else "rank 1 refused its own"],
+                 "one rank's own field refused", (ValueError,))
+    ex = native(backend, dims, flat, False, [field], [1, 1], 90)
+    field.fill_(rank)
+    ex.start()
+    ex.wait()
+    below, above = field[0, 1:-1], field[-1, 1:-1]
+    assert torch.all(below == (rank - 1 if rank > 0 else 0)), below
+    assert torch.all(above == (rank + 1 if rank < world_size - 1 else rank)), above
     # The group still works.
     t = torch.ones(3)
     dist.all_reduce(t)

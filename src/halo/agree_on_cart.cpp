@@ -1,0 +1,57 @@
+#include "halo/agree_on_cart.hpp"
+
+#include <vector>
+
+#include "core/buffer.hpp"
+#include "core/error.hpp"
+#include "group/collectives.hpp"
+#include "group/group.hpp"
+#include "group/request.hpp"
+
+namespace commux::halo {
+namespace {
+
+// Every rank's `mine` (equal lengths), in rank order.
+std::vector<std::int64_t> gathered(group::Group& group, std::vector<std::int64_t>& mine,
+                                   std::chrono::milliseconds timeout) {
+  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(group.size()));
+  auto request =
+      group::allgather(group, core::bufferOf(mine.data(), mine.size(), core::Dtype::Int64),
+                       core::bufferOf(all.data(), all.size(), core::Dtype::Int64), timeout);
+  try {
+    request->wait(timeout);
+  } catch (...) {
+    // The buffers are this frame's: let the cancellation end the operation first.
+    request->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+    throw;
+  }
+  if (auto error = request->error()) std::rethrow_exception(error);
+  return all;
+}
+
+}  // namespace
+
+void agreeOnCart(group::Group& group, const CartDescription* mine,
+                 std::chrono::milliseconds timeout, const std::string& what,
+                 const std::function<std::string(std::int64_t)>& typeName) {
+  std::vector<std::int64_t> header = cartHeader(mine);
+  const std::vector<std::int64_t> headers = gathered(group, header, timeout);
+  if (const std::string why = headerDisagreement(headers, what); !why.empty()) {
+    if (mine == nullptr) return;
+    COMMUX_FAIL(InvalidArgument, why);
+  }
+  // Every header is this rank's now: each body is as long as this rank's.
+  std::vector<std::int64_t> body = cartBody(*mine);
+  COMMUX_ASSERT(body.size() == cartBodyWords(header.data()));
+  const std::vector<std::int64_t> bodies = gathered(group, body, timeout);
+  std::vector<CartDescription> all;
+  for (int r = 0; r < group.size(); ++r) {
+    all.push_back(
+        cartFromBody(bodies.data() + static_cast<std::size_t>(r) * body.size(), header.data()));
+  }
+  if (const std::string why = cartDisagreement(all, what, typeName); !why.empty()) {
+    COMMUX_FAIL(InvalidArgument, why);
+  }
+}
+
+}  // namespace commux::halo

@@ -1,0 +1,26 @@
+#pragma once
+// The ranks of a halo exchange on a Cartesian grid check that they were given the same
+// exchange (halo/cart_agreement.hpp) before any builds it: two allgathers over the group.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "halo/cart_agreement.hpp"
+
+namespace commux::group {
+class Group;
+}
+
+namespace commux::halo {
+
+/// Collective over `group`: every rank calls it, also one whose own arguments were refused
+/// (`mine` null: it takes part so the others learn of it rather than wait, and returns for
+/// its caller to raise its own error). Raises InvalidArgument with the same message on
+/// every other rank when the ranks disagree (halo/cart_agreement.hpp), or a Backend error
+/// when the group fails or `timeout` passes; `what` names the call in messages.
+void agreeOnCart(group::Group& group, const CartDescription* mine,
+                 std::chrono::milliseconds timeout, const std::string& what,
+                 const std::function<std::string(std::int64_t)>& typeName);
+
+}  // namespace commux::halo
