@@ -113,6 +113,11 @@ def main(argv: list[str]) -> int:
     result = {"world_size": world_size, "points": [], "complete": False}
     result_path = os.path.join(workdir, "result.json")
 
+    # How the ranks were launched, as the kernel has it: the CPUs each rank may run on.
+    affinity = [None] * world_size
+    dist.all_gather_object(affinity, sorted(os.sched_getaffinity(0)), group=gloo)
+    result["affinity"] = affinity
+
     state("floor: fake-backend p2p and memcpy")
     result["floor"] = _floor(spec, rank, gloo)
     if rank == 0:

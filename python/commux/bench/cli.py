@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "same ranks (started under mpirun), its C API (mpi_bench.c, compiled with mpicc) "
                    "as a separate world, plus commux's C++ p2p (commux_bench) against Open MPI's; needs mpirun, "
                    "mpicc and mpi4py (scripts/install.sh --mpi)")
+    p.add_argument("--pinning", choices=["default", "pinned", "unpinned", "both"], default="default",
+                   help="how the ranks are placed on CPUs: default (the launcher's own: commux's "
+                   "launcher binds nothing, as torchrun; mpirun binds each rank to a core up to 2 ranks), "
+                   "pinned (each rank bound to one CPU, round-robin), unpinned (no binding, mpirun "
+                   "--bind-to none under --mpi), or both (every world pinned, then unpinned, and a table "
+                   "of the two side by side). Each world prints where its ranks may run")
     p.add_argument("--no-raw-ucx", action="store_true", help="skip ucx_perftest")
     p.add_argument("--no-plot", action="store_true", help="skip results.png and the <op>.png files")
     p.add_argument("--quiet", action="store_true", help="no line per point while measuring")
@@ -174,64 +180,94 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  commux_bench: {why}", flush=True)
 
     memory = _mem_available()
-    points, floors, worlds, skipped, failures = [], {}, [], [], []
+    points, worlds, skipped, failures = [], [], [], []
+    modes = ["pinned", "unpinned"] if args.pinning == "both" else [args.pinning]
+    floors: dict = {mode: {} for mode in modes}  # launch mode -> world size -> floor dict
+    pinning: dict = {mode: {} for mode in modes}  # launch mode -> world size -> what the ranks had
     # 64 MiB for the allreduce bound; every planned size from 64 KiB for the floor column.
     memcpy_sizes = sorted({64 << 20, min(256 << 20, max(64 << 20, sizes[-1]))}
                           | {n for n in sizes if 64 << 10 <= n <= 256 << 20})
-    for ranks in world_sizes:
-        plan, skip = plan_world(ops, sizes, ranks, memory)
-        skipped += skip
-        for s in skip:
-            print(f"  skipped {s['op']} {format_size(s['bytes'])} at {ranks} ranks: {s['reason']} "
-                  f"({MEMORY_SHARE:.0%} of {memory / 2**30:.1f} GiB available)")
-        columns = len(backends) + (len(mpi_ops.BACKENDS) if args.mpi else 0)
-        estimate = sum(estimate_seconds(op, n, ranks, columns, rounds, block_seconds) for op, n in plan)
-        # Generous on purpose: real hangs are caught sooner by the stall limit.
-        timeout = args.timeout or 120 + 2 * estimate
-        print(f"world of {ranks} ranks: {len(plan)} points, hard timeout {timeout:.0f} s, "
-              f"stall timeout {args.stall_timeout:.0f} s", flush=True)
-        spec = dict(backends=backends, points=plan, rounds=rounds, block_seconds=block_seconds,
-                    max_iters=args.max_iters, memcpy_sizes=memcpy_sizes,
-                    pg_timeout_s=timeout + 60, progress=not args.quiet, mpi=args.mpi)
-        world = runner.run_world(ranks, spec, os.path.join(out, "work", f"ranks{ranks}"), timeout,
-                                 args.stall_timeout, mpi_peer.mpirun_command(ranks) if args.mpi else None)
-        worlds.append(dict(ranks=ranks, seconds=round(world.seconds, 1), error=world.error,
-                           points=len(world.result.get("points", [])), planned=len(plan)))
-        points += world.result.get("points", [])
-        if world.result.get("floor"):
-            floors[ranks] = world.result["floor"]
-            f = world.result["floor"]
-            print(f"  floor: fake send {f.get('fake_send_us', float('nan')):.2f} us, fake recv "
-                  f"{f.get('fake_recv_us', float('nan')):.2f} us; memcpy "
-                  + ", ".join(f"{format_size(n)} {f[f'memcpy_gbps_{n}']:.2f} GB/s"
-                              for n in memcpy_sizes if f"memcpy_gbps_{n}" in f)
-                  + "; fake " + ", ".join(f"{op} {f[f'fake_{op}_us']:.2f} us" for op in OPS
-                                          if f"fake_{op}_us" in f))
-        if world.stderr:
-            print(world.stderr, file=sys.stderr, flush=True)
-        print(f"world of {ranks} ranks: {world.seconds:.1f} s", flush=True)
-        if world.error:
-            failures.append(world.error.splitlines()[0])
-            print(f"ERROR: {world.error}", file=sys.stderr, flush=True)
-        if mpi_exe:
-            t0 = time.monotonic()
-            print(f"MPI world of {ranks} ranks (Open MPI C) ...", flush=True)
-            got_c, error = mpi_peer.run_c(mpi_exe, ranks, plan, rounds, block_seconds, args.max_iters, timeout)
-            points += got_c
-            for p in got_c if not args.quiet else []:
-                print(f"  [{ranks} ranks] {p['op']:<14} {format_size(p['bytes']):>9}  mpi-c "
-                      f"{p['median_us']:10.2f} us", flush=True)
-            print(f"MPI world of {ranks} ranks: {time.monotonic() - t0:.1f} s", flush=True)
-            if error:
-                failures.append(error.splitlines()[0])
-                print(f"ERROR: {error}", file=sys.stderr, flush=True)
+    for mode in modes:
+        if len(modes) > 1:
+            print(f"== launch mode: {mode} ==", flush=True)
+        for ranks in world_sizes:
+            plan, skip = plan_world(ops, sizes, ranks, memory)
+            if mode == modes[0]:
+                skipped += skip
+                for s in skip:
+                    print(f"  skipped {s['op']} {format_size(s['bytes'])} at {ranks} ranks: {s['reason']} "
+                          f"({MEMORY_SHARE:.0%} of {memory / 2**30:.1f} GiB available)")
+            columns = len(backends) + (len(mpi_ops.BACKENDS) if args.mpi else 0)
+            estimate = sum(estimate_seconds(op, n, ranks, columns, rounds, block_seconds) for op, n in plan)
+            # Generous on purpose: real hangs are caught sooner by the stall limit.
+            timeout = args.timeout or 120 + 2 * estimate
+            print(f"world of {ranks} ranks: {len(plan)} points, hard timeout {timeout:.0f} s, "
+                  f"stall timeout {args.stall_timeout:.0f} s", flush=True)
+            spec = dict(backends=backends, points=plan, rounds=rounds, block_seconds=block_seconds,
+                        max_iters=args.max_iters, memcpy_sizes=memcpy_sizes,
+                        pg_timeout_s=timeout + 60, progress=not args.quiet, mpi=args.mpi)
+            folder = f"ranks{ranks}" if len(modes) == 1 else f"{mode}-ranks{ranks}"
+            world = runner.run_world(ranks, spec, os.path.join(out, "work", folder), timeout,
+                                     args.stall_timeout,
+                                     mpi_peer.mpirun_command(ranks, mode) if args.mpi else None,
+                                     pinned=mode == "pinned")
+            worlds.append(dict(ranks=ranks, launch=mode, seconds=round(world.seconds, 1), error=world.error,
+                               points=len(world.result.get("points", [])), planned=len(plan)))
+            points += [dict(p, launch=mode) for p in world.result.get("points", [])]
+            if affinity := world.result.get("affinity"):
+                kind = report.pinning_kind(affinity)
+                pinning[mode][ranks] = dict(kind=kind, affinity=affinity)
+                print(f"  ranks {report.describe_pinning(affinity)}", flush=True)
+                if mode in ("pinned", "unpinned") and kind != mode:
+                    print(f"  WARNING: asked for {mode} ranks, got {kind}", flush=True)
+            if world.result.get("floor"):
+                floors[mode][ranks] = world.result["floor"]
+                f = world.result["floor"]
+                print(f"  floor: fake send {f.get('fake_send_us', float('nan')):.2f} us, fake recv "
+                      f"{f.get('fake_recv_us', float('nan')):.2f} us; memcpy "
+                      + ", ".join(f"{format_size(n)} {f[f'memcpy_gbps_{n}']:.2f} GB/s"
+                                  for n in memcpy_sizes if f"memcpy_gbps_{n}" in f)
+                      + "; fake " + ", ".join(f"{op} {f[f'fake_{op}_us']:.2f} us" for op in OPS
+                                              if f"fake_{op}_us" in f))
+            if world.stderr:
+                print(world.stderr, file=sys.stderr, flush=True)
+            print(f"world of {ranks} ranks: {world.seconds:.1f} s", flush=True)
+            if world.error:
+                failures.append(world.error.splitlines()[0])
+                print(f"ERROR: {world.error}", file=sys.stderr, flush=True)
+            if mpi_exe:
+                t0 = time.monotonic()
+                print(f"MPI world of {ranks} ranks (Open MPI C) ...", flush=True)
+                got_c, error = mpi_peer.run_c(mpi_exe, ranks, plan, rounds, block_seconds, args.max_iters,
+                                              timeout, mode)
+                points += [dict(p, launch=mode) for p in got_c]
+                for p in got_c if not args.quiet else []:
+                    print(f"  [{ranks} ranks] {p['op']:<14} {format_size(p['bytes']):>9}  mpi-c "
+                          f"{p['median_us']:10.2f} us", flush=True)
+                print(f"MPI world of {ranks} ranks: {time.monotonic() - t0:.1f} s", flush=True)
+                if error:
+                    failures.append(error.splitlines()[0])
+                    print(f"ERROR: {error}", file=sys.stderr, flush=True)
+        measured = [p for p in points if p["launch"] == mode]
+        points += [dict(p, launch=mode) for p in
+                   floor_model.floor_points(measured, floors[mode], CORES, raw["tag_lat_us"].get(8))]
 
-    points += floor_model.floor_points(points, floors, CORES, raw["tag_lat_us"].get(8))
-    print()
-    print(report.format_table(points))
-    print()
-    evaluated = targets.evaluate(points, floors, raw, cpp_p2p if args.mpi else None)
-    print(targets.format_targets(evaluated))
+    evaluated = []
+    for mode in modes:
+        mine = [p for p in points if p["launch"] == mode]
+        print()
+        if len(modes) > 1:
+            print(f"== launch mode: {mode} ==")
+        for ranks, seen in sorted(pinning[mode].items()):
+            print(f"{ranks} ranks: {report.describe_pinning(seen['affinity'])}")
+        print(report.format_table(mine))
+        print()
+        got = targets.evaluate(mine, floors[mode], raw, cpp_p2p if args.mpi else None)
+        print(targets.format_targets(got))
+        evaluated += [(mode, t) for t in got]
+    if len(modes) > 1:
+        print()
+        print(report.format_launch_comparison(points, modes))
     print()
 
     report.write_results_csv(os.path.join(out, "results.csv"), points)
@@ -240,21 +276,26 @@ def main(argv: list[str] | None = None) -> int:
         command=sys.argv, cores=CORES, seconds=round(time.monotonic() - t_start, 1),
         worlds=worlds, skipped=skipped, size_convention=SIZE_CONVENTION,
         raw_ucx={k: v for k, v in raw.items() if k != "rows"},
-        floor={str(k): v for k, v in floors.items()},
+        floor={str(k): v for k, v in floors[modes[0]].items()},
+        floor_by_launch={mode: {str(k): v for k, v in f.items()} for mode, f in floors.items()},
+        pinning={mode: {str(k): v for k, v in seen.items()} for mode, seen in pinning.items()},
         commux_cpp_p2p=cpp_p2p,
         allreduce_bound="3*(p-1)/p*N / memcpy rate (64 MiB copy_): each rank receives "
                         "2(p-1)/p*N and reduces (p-1)/p*N",
         floor_column="max(1, ranks/cores) * (fake-backend call + least bytes copied per rank / "
                      "memcpy rate); p2p: fake send + recv + tag_lat + bytes / memcpy rate "
                      "(commux.bench.floor_model)",
-        targets=[t.__dict__ for t in evaluated],
+        targets=[dict(t.__dict__, launch=mode) for mode, t in evaluated],
     ))
     written = ["results.csv", "raw_ucx.csv", "summary.json"]
-    why = "--no-plot" if args.no_plot else report.plot(os.path.join(out, "results.png"), points)
-    if why:
-        print(f"plot skipped: {why}")
-    else:
-        written.append("results.png, <op>.png")
+    for mode in modes:
+        suffix = "" if len(modes) == 1 else f"-{mode}"
+        why = "--no-plot" if args.no_plot else report.plot(
+            os.path.join(out, f"results{suffix}.png"), [p for p in points if p["launch"] == mode], suffix)
+        if why:
+            print(f"plot skipped: {why}")
+            break
+        written.append(f"results{suffix}.png, <op>{suffix}.png")
     print(f"wrote {', '.join(written)} to {out}; total {time.monotonic() - t_start:.1f} s")
     for error in failures:
         print(f"ERROR (details above): {error}", file=sys.stderr)

@@ -38,9 +38,17 @@ def missing() -> str | None:
     return None
 
 
-def mpirun_command(ranks: int) -> list[str]:
-    """mpirun for ``ranks`` ranks on this host, up to the program."""
+def mpirun_command(ranks: int, pinning: str = "default") -> list[str]:
+    """mpirun for ``ranks`` ranks on this host, up to the program. ``pinning``: "default"
+    (Open MPI's own: each rank bound to a core up to 2 ranks, unbound above), "pinned" (each
+    rank bound to one core, cores shared when ranks outnumber them) or "unpinned" (no
+    binding, as torchrun starts ranks)."""
     cmd = ["mpirun", "-n", str(ranks), "--oversubscribe"]
+    if pinning == "pinned":
+        cores = os.cpu_count() or 1
+        cmd += ["--bind-to", "core:overload-allowed" if ranks > cores else "core"]
+    elif pinning == "unpinned":
+        cmd += ["--bind-to", "none"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     return cmd
@@ -58,10 +66,10 @@ def compile_c(out: str) -> tuple[str | None, str]:
 
 
 def run_c(exe: str, ranks: int, plan: list, rounds: int, block_seconds: float, max_iters: int,
-          timeout: float) -> tuple[list[dict], str | None]:
+          timeout: float, pinning: str = "default") -> tuple[list[dict], str | None]:
     args = [f"{op}:{sizes.element_count(op, n, ranks)}" for op, n in plan]
     try:
-        r = subprocess.run(mpirun_command(ranks) + [exe, str(rounds), str(block_seconds), str(max_iters)] + args,
+        r = subprocess.run(mpirun_command(ranks, pinning) + [exe, str(rounds), str(block_seconds), str(max_iters)] + args,
                            capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return [], f"mpi-c world of {ranks} ranks timed out after {timeout:.0f} s"

@@ -15,14 +15,15 @@ import os
 from .sizes import OPS, SIZE_CONVENTION, format_size
 
 RESULT_FIELDS = ["op", "ranks", "bytes", "backend", "median_us", "min_us", "iterations",
-                 "warmup", "blocks", "gbps", "requested_bytes", "size_convention"]
+                 "warmup", "blocks", "gbps", "requested_bytes", "size_convention", "launch"]
 RAW_FIELDS = ["test", "bytes", "repeat", "iterations", "lat_p50_us", "lat_avg_us",
               "lat_overall_us", "bw_avg_MiBps", "bw_overall_MiBps", "msgrate_avg",
               "msgrate_overall", "gbps", "gbps_from_latency"]
 
 
 def _sorted(points: list[dict]) -> list[dict]:
-    return sorted(points, key=lambda p: (OPS.index(p["op"]), p["ranks"], p["bytes"], p["backend"]))
+    return sorted(points, key=lambda p: (OPS.index(p["op"]), p["ranks"], p["bytes"], p["backend"],
+                                         p.get("launch") or ""))
 
 
 def gbps(point: dict) -> float:
@@ -79,6 +80,76 @@ def format_table(points: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _cpu_text(cpus: list[int]) -> str:
+    """0-3,6 for [0, 1, 2, 3, 6]."""
+    runs, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            runs.append(str(c) if c == start else f"{start}-{c}")
+            start = None
+    return ",".join(runs) or "none"
+
+
+def pinning_kind(affinity: list[list[int]]) -> str:
+    """"pinned" (every rank on one CPU), "unpinned" (every rank on every CPU any rank may
+    use) or "mixed", from each rank's CPUs (sched_getaffinity)."""
+    if affinity and all(len(cpus) == 1 for cpus in affinity):
+        return "pinned"
+    every = sorted({c for cpus in affinity for c in cpus})
+    if affinity and all(sorted(cpus) == every for cpus in affinity):
+        return "unpinned"
+    return "mixed"
+
+
+def describe_pinning(affinity: list[list[int]]) -> str:
+    """One line: the kind, and where each rank may run."""
+    kind = pinning_kind(affinity)
+    if kind == "unpinned":
+        return f"unpinned: every rank may run on CPUs {_cpu_text(sorted(affinity[0]))}"
+    return f"{kind}: " + ", ".join(f"rank {r} on CPU {_cpu_text(sorted(cpus))}"
+                                    for r, cpus in enumerate(affinity))
+
+
+def format_launch_comparison(points: list[dict], modes: list[str]) -> str:
+    """ucx (and mpi4py on torch, after --mpi) in each launch mode side by side, per point:
+    what pinning the ranks changes."""
+    a, b = modes[0], modes[1]
+    by: dict = {}
+    for p in _sorted(points):
+        by.setdefault((p["op"], p["ranks"], p["bytes"]), {})[(p["backend"], p.get("launch"))] = p
+    shown = [x for x in ("ucx", "mpi4py-torch", "floor")
+             if any(p["backend"] == x for p in points)]
+    lines = [f"launch modes side by side: {a} vs {b} (median us; {b}/{a} above 1: {b} slower; "
+             f"ucx/m4py-t above 1: commux slower than mpi4py on torch in that mode)", ""]
+    head = f"{'op':<15}{'ranks':>5}{'bytes':>11}"
+    for x in shown:
+        head += f"{_SHORT[x] + ' ' + a[:3]:>13}{_SHORT[x] + ' ' + b[:3]:>13}{b[:3] + '/' + a[:3]:>9}"
+    if "mpi4py-torch" in shown:
+        head += f"{'ucx/m4py-t ' + a[:3]:>17}{'ucx/m4py-t ' + b[:3]:>17}"
+    lines.append(head)
+    last_op = None
+    for (op, ranks, nbytes), got in by.items():
+        if last_op is not None and op != last_op:
+            lines.append("")
+        last_op = op
+        line = f"{op:<15}{ranks:>5}{format_size(nbytes):>11}"
+        for x in shown:
+            pa, pb = got.get((x, a)), got.get((x, b))
+            line += f"{pa['median_us']:>13.1f}" if pa else f"{'-':>13}"
+            line += f"{pb['median_us']:>13.1f}" if pb else f"{'-':>13}"
+            line += (f"{pb['median_us'] / pa['median_us']:>8.2f}x" if pa and pb and pa["median_us"] > 0
+                     else f"{'-':>9}")
+        if "mpi4py-torch" in shown:
+            for mode in (a, b):
+                u, m = got.get(("ucx", mode)), got.get(("mpi4py-torch", mode))
+                line += (f"{u['median_us'] / m['median_us']:>16.2f}x" if u and m and m["median_us"] > 0
+                         else f"{'-':>17}")
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def write_results_csv(path: str, points: list[dict]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=RESULT_FIELDS, extrasaction="ignore")
@@ -126,10 +197,11 @@ def _draw(ax, op: str, points: list[dict], colors: list[str]) -> None:
     ax.legend(fontsize=6)
 
 
-def plot(path: str, points: list[dict]) -> str | None:
+def plot(path: str, points: list[dict], suffix: str = "") -> str | None:
     """results.png (one subplot per op) and, next to it, <op>.png for each op: time vs
     bytes (log-log), a line per backend (commux, gloo, and Open MPI C and mpi4py on torch
-    tensors and numpy after --mpi, and the floor) and world size. Returns why it was skipped, or None."""
+    tensors and numpy after --mpi, and the floor) and world size; ``suffix`` ends the
+    per-op files' names (one set per launch mode). Returns why it was skipped, or None."""
     try:
         import matplotlib
 
@@ -159,6 +231,6 @@ def plot(path: str, points: list[dict]) -> str | None:
         _draw(ax, op, points, colors)
         fig.suptitle(f"{op}: {title}", fontsize=10)
         fig.tight_layout()
-        fig.savefig(os.path.join(folder, f"{op}.png"), dpi=110)
+        fig.savefig(os.path.join(folder, f"{op}{suffix}.png"), dpi=110)
         plt.close(fig)
     return None

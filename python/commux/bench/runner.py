@@ -146,10 +146,16 @@ def _forwarded(env: dict) -> list[str]:
     return [a for v in sorted(names) for a in ("-x", v)]
 
 
+def _pin_to(cpu: int):
+    """A child's pre-exec step: run on ``cpu`` alone (mpirun --bind-to core's way)."""
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
 def _launch(world_size: int, spec_path: str, workdir: str, base_env: dict, mpirun: list[str] | None,
-            logs: list) -> list[subprocess.Popen]:
-    """The ranks as processes of their own (each with RANK set), or, with ``mpirun`` (the
-    command up to the program), as one mpirun whose ranks read RANK from Open MPI's
+            logs: list, pinned: bool = False) -> list[subprocess.Popen]:
+    """The ranks as processes of their own (each with RANK set; ``pinned``: rank r bound to
+    CPU r mod the CPUs this process may use), or, with ``mpirun`` (the command up to the
+    program, its binding included), as one mpirun whose ranks read RANK from Open MPI's
     environment (_worker.py) and write their own rank<r>.stderr."""
     cmd = [sys.executable, "-m", "commux.bench._worker", spec_path]
     if mpirun is not None:
@@ -157,20 +163,24 @@ def _launch(world_size: int, spec_path: str, workdir: str, base_env: dict, mpiru
         return [subprocess.Popen(mpirun + _forwarded(base_env) + cmd, env=base_env, stdin=subprocess.DEVNULL,
                                  stderr=logs[-1], start_new_session=True)]
     procs = []
+    cpus = sorted(os.sched_getaffinity(0))
     for rank in range(world_size):
         env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
         logs.append(open(os.path.join(workdir, f"rank{rank}.stderr"), "w"))
         procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=logs[-1],
-                                      start_new_session=True))
+                                      start_new_session=True,
+                                      preexec_fn=_pin_to(cpus[rank % len(cpus)]) if pinned else None))
     return procs
 
 
 def run_world(world_size: int, spec: dict, workdir: str, timeout_s: float,
-              stall_timeout_s: float, mpirun: list[str] | None = None) -> WorldResult:
+              stall_timeout_s: float, mpirun: list[str] | None = None,
+              pinned: bool = False) -> WorldResult:
     """Runs ``spec`` (see _worker.py) in ``world_size`` ranks; at most ``timeout_s``, and
     at most ``stall_timeout_s`` without any rank starting a new block. With ``mpirun``
     (``mpirun -n R ...``, up to the program) the ranks start under it, so that they can
-    also run MPI (the --mpi run's mpi4py blocks)."""
+    also run MPI (the --mpi run's mpi4py blocks); else ``pinned`` binds each rank to a CPU
+    of its own (shared round-robin when ranks outnumber CPUs)."""
     os.makedirs(workdir, exist_ok=True)
     for name in os.listdir(workdir):
         os.unlink(os.path.join(workdir, name))
@@ -193,7 +203,7 @@ def run_world(world_size: int, spec: dict, workdir: str, timeout_s: float,
     wall_start = time.time()
     error = None
     try:
-        procs = _launch(world_size, spec_path, workdir, base_env, mpirun, logs)
+        procs = _launch(world_size, spec_path, workdir, base_env, mpirun, logs, pinned)
         deadline = start + timeout_s
         first_failure = None
         while True:
