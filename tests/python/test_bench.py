@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from commux.bench import cli, floor_model, raw_ucx, sizes
+from commux.bench import cli, floor_model, raw_ucx, report, sizes
 
 OPS = ("p2p", "allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
 QUICK_HARD_TIMEOUT_S = 300
@@ -55,6 +55,49 @@ def test_plan_measures_each_size_once_and_skips_what_does_not_fit():
     plan, skipped = cli.plan_world(["allgather"], [8, 256 << 20], 8, memory=4 << 30)
     assert plan == [["allgather", 8]]
     assert [(s["op"], s["bytes"]) for s in skipped] == [("allgather", 256 << 20)]
+
+
+def test_pinning_is_told_from_each_ranks_cpus():
+    assert report.pinning_kind([[0], [1]]) == "pinned"
+    assert report.pinning_kind([[0], [1], [0], [1]]) == "pinned"  # cores shared, still bound
+    assert report.pinning_kind([[0, 1], [0, 1]]) == "unpinned"
+    assert report.pinning_kind([[0, 1], [1]]) == "mixed"
+    assert report.describe_pinning([[0, 1, 2, 3, 6], [0, 1, 2, 3, 6]]) == \
+        "unpinned: every rank may run on CPUs 0-3,6"
+    assert report.describe_pinning([[0], [1]]) == "pinned: rank 0 on CPU 0, rank 1 on CPU 1"
+    points = [dict(op="p2p", ranks=2, bytes=8, backend=b, median_us=us, launch=mode)
+              for b, mode, us in [("ucx", "pinned", 4.0), ("ucx", "unpinned", 5.0),
+                                  ("mpi4py-torch", "pinned", 5.0), ("mpi4py-torch", "unpinned", 4.0)]]
+    table = report.format_launch_comparison(points, ["pinned", "unpinned"])
+    row = [line for line in table.splitlines() if line.startswith("p2p")][0].split()
+    # ucx pinned, unpinned, their ratio; the same for mpi4py; ucx over mpi4py in each mode.
+    assert row[4:7] == ["4.0", "5.0", "1.25x"] and row[7:10] == ["5.0", "4.0", "0.80x"], row
+    assert row[10:] == ["0.80x", "1.25x"], row
+
+
+@pytest.mark.ucx_only
+@pytest.mark.timeout(150)
+def test_both_launch_modes_in_one_run(tmp_path):
+    """--pinning both: each world pinned (one CPU a rank, as the kernel reports it), then
+    unpinned; the CSV says which, the summary has what each rank had, and the side-by-side
+    table is printed."""
+    r = _bench(["--pinning", "both", "--ops", "allreduce", "--ranks", "2", "--min-bytes", "8",
+                "--max-bytes", "8", "--backends", "ucx", "--rounds", "1", "--block-seconds", "0.02",
+                "--no-raw-ucx", "--no-plot", "--out", str(tmp_path)], 120)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    with open(tmp_path / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(row["backend"], row["launch"]) for row in rows} >= {
+        ("ucx", "pinned"), ("ucx", "unpinned")}, rows
+    summary = json.load(open(tmp_path / "summary.json"))
+    pinned, unpinned = summary["pinning"]["pinned"]["2"], summary["pinning"]["unpinned"]["2"]
+    assert pinned["kind"] == "pinned" and all(len(c) == 1 for c in pinned["affinity"]), pinned
+    cpus = sorted(os.sched_getaffinity(0))
+    assert unpinned["affinity"] == [cpus, cpus], unpinned
+    if len(cpus) > 1:  # on one CPU the two modes are the same
+        assert unpinned["kind"] == "unpinned", unpinned
+    assert "launch modes side by side: pinned vs unpinned" in r.stdout
+    assert "ranks pinned: rank 0 on CPU" in r.stdout and "ranks unpinned" in r.stdout
 
 
 def test_floor_model():
