@@ -385,7 +385,10 @@ commuxResult_t commuxExchangeCreate(commuxComm_t comm, const commuxNeighbour* ne
  * widths and field types, and shapes that agree on their shared faces; the ranks check that
  * together (two allgathers, within the communicator's timeout) and all return
  * commuxInvalidArgument, the message naming the ranks and what differs, when they do not,
- * also when one rank's own arguments are refused. */
+ * also when one rank's own arguments are refused. Being collective, it runs at once
+ * (commuxInvalidUsage inside commuxGroupStart/End) and fails, like every collective, once
+ * a collective of the communicator has failed (its steps are point-to-point and would still
+ * run: a new communicator, or commuxExchangeCreate, goes on). */
 commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims,
                                 const int* periodic, int diagonals, int nfields,
                                 void* const* fields, const commuxDataType_t* types,

@@ -175,13 +175,18 @@ TensorExchange TensorExchange::halo(c10::intrusive_ptr<ProcessGroupUCX> pg, std:
   } catch (...) {
     refused = std::current_exception();
   }
-  halo::agreeOnCart(pg->coreGroup(), refused ? nullptr : &mine, pg->timeout(), "halo exchange",
-                    [](std::int64_t code) {
-                      const bool known = code >= 0 && code < static_cast<std::int64_t>(
-                                                                 c10::ScalarType::NumOptions);
-                      return known ? std::string(c10::toString(static_cast<c10::ScalarType>(code)))
-                                   : "type code " + std::to_string(code);
-                    });
+  const auto typeName = [](std::int64_t code) {
+    const bool known = code >= 0 && code < static_cast<std::int64_t>(c10::ScalarType::NumOptions);
+    return known ? std::string(c10::toString(static_cast<c10::ScalarType>(code)))
+                 : "type code " + std::to_string(code);
+  };
+  try {
+    halo::agreeOnCart(pg->coreGroup(), refused ? nullptr : &mine, pg->timeout(), "halo exchange",
+                      typeName);
+  } catch (...) {
+    if (refused) std::rethrow_exception(refused);  // this rank's own error first
+    throw;
+  }
   if (refused) std::rethrow_exception(refused);
   auto state = std::make_shared<State>();
   state->pg = std::move(pg);

@@ -127,13 +127,18 @@ commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims, c
     } catch (...) {
       refused = std::current_exception();
     }
-    halo::agreeOnCart(*c.group, refused ? nullptr : &mine, capi::timeoutOf(&c), "commuxHaloCreate",
-                      [](std::int64_t code) {
-                        const bool known =
-                            code >= 0 && code <= static_cast<int>(core::Dtype::Opaque);
-                        return known ? std::string(core::nameOf(static_cast<core::Dtype>(code)))
-                                     : "type code " + std::to_string(code);
-                      });
+    const auto typeName = [](std::int64_t code) {
+      const bool known = code >= 0 && code <= static_cast<int>(core::Dtype::Opaque);
+      return known ? std::string(core::nameOf(static_cast<core::Dtype>(code)))
+                   : "type code " + std::to_string(code);
+    };
+    try {
+      halo::agreeOnCart(*c.group, refused ? nullptr : &mine, capi::timeoutOf(&c),
+                        "commuxHaloCreate", typeName);
+    } catch (...) {
+      if (refused) std::rethrow_exception(refused);  // this rank's own error first
+      throw;
+    }
     if (refused) std::rethrow_exception(refused);
     *exchange = capi::made(c, std::move(plan), tag);
   });

@@ -1,5 +1,6 @@
 #include "halo/agree_on_cart.hpp"
 
+#include <memory>
 #include <vector>
 
 #include "core/buffer.hpp"
@@ -11,22 +12,24 @@
 namespace commux::halo {
 namespace {
 
-// Every rank's `mine` (equal lengths), in rank order.
-std::vector<std::int64_t> gathered(group::Group& group, std::vector<std::int64_t>& mine,
+// Every rank's `mine` (equal lengths), in rank order. The buffers are owned by the
+// operation: a timed-out one may still be cancelling when this returns.
+std::vector<std::int64_t> gathered(group::Group& group, const std::vector<std::int64_t>& mine,
                                    std::chrono::milliseconds timeout) {
-  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(group.size()));
+  auto in = std::make_shared<std::vector<std::int64_t>>(mine);
+  auto all = std::make_shared<std::vector<std::int64_t>>(mine.size() *
+                                                         static_cast<std::size_t>(group.size()));
   auto request =
-      group::allgather(group, core::bufferOf(mine.data(), mine.size(), core::Dtype::Int64),
-                       core::bufferOf(all.data(), all.size(), core::Dtype::Int64), timeout);
+      group::allgather(group, core::bufferOf(in->data(), in->size(), core::Dtype::Int64, in),
+                       core::bufferOf(all->data(), all->size(), core::Dtype::Int64, all), timeout);
   try {
     request->wait(timeout);
   } catch (...) {
-    // The buffers are this frame's: let the cancellation end the operation first.
     request->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
     throw;
   }
   if (auto error = request->error()) std::rethrow_exception(error);
-  return all;
+  return *all;
 }
 
 }  // namespace
@@ -34,6 +37,11 @@ std::vector<std::int64_t> gathered(group::Group& group, std::vector<std::int64_t
 void agreeOnCart(group::Group& group, const CartDescription* mine,
                  std::chrono::milliseconds timeout, const std::string& what,
                  const std::function<std::string(std::int64_t)>& typeName) {
+  // Its allgathers must run now, not at the end of a batch (commuxGroupStart, a coalescing
+  // window): every rank is inside one alike, or none is.
+  COMMUX_CHECK(!group.batching(), Runtime, "commux: ", what,
+               ": it is collective and runs at once; call it outside a batch of operations "
+               "(commuxGroupStart/End, a coalescing window)");
   std::vector<std::int64_t> header = cartHeader(mine);
   const std::vector<std::int64_t> headers = gathered(group, header, timeout);
   if (const std::string why = headerDisagreement(headers, what); !why.empty()) {
@@ -41,7 +49,7 @@ void agreeOnCart(group::Group& group, const CartDescription* mine,
     COMMUX_FAIL(InvalidArgument, why);
   }
   // Every header is this rank's now: each body is as long as this rank's.
-  std::vector<std::int64_t> body = cartBody(*mine);
+  const std::vector<std::int64_t> body = cartBody(*mine);
   COMMUX_ASSERT(body.size() == cartBodyWords(header.data()));
   const std::vector<std::int64_t> bodies = gathered(group, body, timeout);
   std::vector<CartDescription> all;

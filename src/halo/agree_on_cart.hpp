@@ -18,7 +18,9 @@ namespace commux::halo {
 /// (`mine` null: it takes part so the others learn of it rather than wait, and returns for
 /// its caller to raise its own error). Raises InvalidArgument with the same message on
 /// every other rank when the ranks disagree (halo/cart_agreement.hpp), or a Backend error
-/// when the group fails or `timeout` passes; `what` names the call in messages.
+/// when the group fails or `timeout` passes; `what` names the call in messages. Runtime
+/// (commuxInvalidUsage in C), before anything moves, inside a batch (Group::batching: its
+/// allgathers would wait for the batch's end, which comes after this returns).
 void agreeOnCart(group::Group& group, const CartDescription* mine,
                  std::chrono::milliseconds timeout, const std::string& what,
                  const std::function<std::string(std::int64_t)>& typeName);

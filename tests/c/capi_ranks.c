@@ -381,6 +381,16 @@ static void test_halo(commuxComm_t comm, int rank, int size) {
     REFUSED(commuxHaloCreate(comm, 2, dims, periodic, diagonals, 2, rank == 0 ? NULL : fields,
                              types, 2, shape, widths, 77, &ex),
             commuxInvalidArgument, rank == 0 ? "needs nfields > 0, fields" : "rank 0 refused its own");
+    /* Collective, so not inside a batch that another call has opened (it would wait for
+     * the batch's end); the batch still completes. */
+    int one = 1;
+    OK(commuxGroupStart());
+    OK(commuxAllReduce(&one, &one, 1, commuxInt32, commuxSum, comm, NULL));
+    REFUSED(commuxHaloCreate(comm, 2, dims, periodic, diagonals, 2, fields, types, 2, shape, widths,
+                             77, &ex),
+            commuxInvalidUsage, "outside a batch");
+    OK(commuxGroupEnd());
+    if (one != size) fail("halo: the batch around a refused commuxHaloCreate summed %d, not %d", one, size);
   }
   OK(commuxHaloCreate(comm, 2, dims, periodic, diagonals, 2, fields, types, 2, shape, widths, 77, &ex));
   const long gx = nx * dims[0], gy = ny * dims[1];

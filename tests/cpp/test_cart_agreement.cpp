@@ -78,8 +78,9 @@ TEST(CartAgreement, NoFaceIsSharedAcrossADimensionOfWidthZero) {
   auto all = uneven({1, 2}, {5}, 4, {1, 0});
   all[1].shape[0] = 9;  // ranks 0 and 1 neighbour along dimension 1, which carries nothing
   EXPECT_EQ(verdict(all), "");
-  all[1].shape[1] = 3;  // but their extents along it may differ freely
-  EXPECT_EQ(verdict(all), "");
+  all = uneven({1, 2}, {5}, 4, {1, 1});
+  all[1].shape[0] = 9;  // with a width there, their faces along it must agree
+  EXPECT_NE(verdict(all), "");
 }
 
 TEST(CartAgreement, TrailingDimensionsTravelWhole) {

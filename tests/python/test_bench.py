@@ -62,6 +62,7 @@ def test_pinning_is_told_from_each_ranks_cpus():
     assert report.pinning_kind([[0], [1], [0], [1]]) == "pinned"  # cores shared, still bound
     assert report.pinning_kind([[0, 1], [0, 1]]) == "unpinned"
     assert report.pinning_kind([[0, 1], [1]]) == "mixed"
+    assert report.pinning_kind([[0, 2], [1, 3]]) == "pinned"  # a core's two hyperthreads each
     assert report.describe_pinning([[0, 1, 2, 3, 6], [0, 1, 2, 3, 6]]) == \
         "unpinned: every rank may run on CPUs 0-3,6"
     assert report.describe_pinning([[0], [1]]) == "pinned: rank 0 on CPU 0, rank 1 on CPU 1"

@@ -45,8 +45,9 @@ def mpirun_command(ranks: int, pinning: str = "default") -> list[str]:
     binding, as torchrun starts ranks)."""
     cmd = ["mpirun", "-n", str(ranks), "--oversubscribe"]
     if pinning == "pinned":
-        cores = os.cpu_count() or 1
-        cmd += ["--bind-to", "core:overload-allowed" if ranks > cores else "core"]
+        # overload-allowed: more ranks than cores share them (mpirun refuses plain "core"
+        # there, and os.cpu_count() would not say where that starts: hyperthreads, cpusets).
+        cmd += ["--bind-to", "core:overload-allowed"]
     elif pinning == "unpinned":
         cmd += ["--bind-to", "none"]
     if os.geteuid() == 0:

@@ -93,13 +93,14 @@ def _cpu_text(cpus: list[int]) -> str:
 
 
 def pinning_kind(affinity: list[list[int]]) -> str:
-    """"pinned" (every rank on one CPU), "unpinned" (every rank on every CPU any rank may
-    use) or "mixed", from each rank's CPUs (sched_getaffinity)."""
-    if affinity and all(len(cpus) == 1 for cpus in affinity):
-        return "pinned"
+    """"unpinned" (every rank may run on every CPU any rank may use), "pinned" (every rank
+    bound to fewer: one CPU, or a core's hyperthreads) or "mixed", from each rank's CPUs
+    (sched_getaffinity)."""
     every = sorted({c for cpus in affinity for c in cpus})
     if affinity and all(sorted(cpus) == every for cpus in affinity):
         return "unpinned"
+    if affinity and all(len(cpus) < len(every) for cpus in affinity):
+        return "pinned"
     return "mixed"
 
 
