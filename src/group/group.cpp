@@ -112,7 +112,7 @@ Group::~Group() {
     // A forked child: the group's threads, locks, UCX state and shared memory are the
     // parent's. Free none of it (member destructors then see empty handles).
     new std::tuple(std::move(engine_), std::move(peers_), std::move(relay_), std::move(shm_),
-                   std::move(store_), std::move(health_), std::move(layout_));
+                   std::move(shmOwned_), std::move(store_), std::move(health_), std::move(layout_));
     return;
   }
   stopSetUp();  // before anything it uses goes
@@ -120,6 +120,9 @@ Group::~Group() {
   // First: a notice arriving now would mark a rank dead in a group that is going away.
   if (relay_) relay_->close();
   engine_->removeFailureListener(failureListener_);
+  shmReady_.store(false, std::memory_order_release);
+  shmRaw_.store(nullptr, std::memory_order_release);
+  shmOwned_.reset();
   std::atomic_store(&shm_, std::shared_ptr<shm::Channel>());
   failOrphans("the process group was destroyed with this receive in flight");
   engine_->submit(engine::Submission::purge(context_));
@@ -460,12 +463,13 @@ std::string Group::checkHealthy(const Request& request) {
 
 bool Group::collectivesMayBeRefused() const {
   if (health_->anyCollectiveFailed()) return true;
-  auto channel = std::atomic_load(&shm_);
+  const shm::Channel* channel = shmRaw_.load(std::memory_order_acquire);
   return channel && channel->broken();
 }
 
 void Group::checkCollectivesAllowed(const char* what) {
-  if (auto channel = std::atomic_load(&shm_); channel && channel->broken()) {
+  if (shm::Channel* channel = shmRaw_.load(std::memory_order_acquire);
+      channel && channel->broken()) {
     if (const int dead = channel->deadRank(); dead >= 0) {
       // Found dead by this rank's watch or another survivor's: no collective can finish.
       const std::string why = health_->deadWhy(dead);
@@ -594,6 +598,8 @@ void Group::stopSetUp() {
 
 std::shared_ptr<shm::Channel> Group::channel() {
   if (size_ < 2) return nullptr;
+  // Set up, without error: the channel is fixed for the group's life (no lock to take).
+  if (shmReady_.load(std::memory_order_acquire)) return shmOwned_;
   std::lock_guard<std::mutex> lock(shmMutex_);
   if (!shmDecided_) setUp(store_);
   // Every collective raises the set-up's error: none of them can run.
@@ -660,7 +666,10 @@ void Group::setUp(const std::shared_ptr<core::KeyValueStore>& store) {
       return;
     }
   }
+  shmOwned_ = std::atomic_load(&shm_);
+  shmRaw_.store(shmOwned_.get(), std::memory_order_release);
   shmDecided_ = true;
+  shmReady_.store(true, std::memory_order_release);
 }
 
 std::shared_ptr<shm::Channel> Group::flatChannel(const char* what, bool cpu) {

@@ -275,6 +275,11 @@ class Group {
   // and written with std::atomic_load/store: the watch thread reads it without shmMutex_,
   // which a first collective holds through the (blocking) shared-memory set-up.
   std::shared_ptr<shm::Channel> shm_;
+  // The same channel for the collectives' path, read without a lock: written once, before
+  // shmReady_ (release) says the set-up succeeded; let go in the destructor with shm_.
+  std::shared_ptr<shm::Channel> shmOwned_;
+  std::atomic<shm::Channel*> shmRaw_{nullptr};
+  std::atomic<bool> shmReady_{false};
 };
 
 }  // namespace group
