@@ -180,14 +180,7 @@ TensorExchange TensorExchange::halo(c10::intrusive_ptr<ProcessGroupUCX> pg, std:
     return known ? std::string(c10::toString(static_cast<c10::ScalarType>(code)))
                  : "type code " + std::to_string(code);
   };
-  try {
-    halo::agreeOnCart(pg->coreGroup(), refused ? nullptr : &mine, pg->timeout(), "halo exchange",
-                      typeName);
-  } catch (...) {
-    if (refused) std::rethrow_exception(refused);  // this rank's own error first
-    throw;
-  }
-  if (refused) std::rethrow_exception(refused);
+  halo::agreeOnCart(pg->coreGroup(), mine, refused, pg->timeout(), "halo exchange", typeName);
   auto state = std::make_shared<State>();
   state->pg = std::move(pg);
   state->keep = fields;

@@ -132,14 +132,7 @@ commuxResult_t commuxHaloCreate(commuxComm_t comm, int ndims, const int* dims, c
       return known ? std::string(core::nameOf(static_cast<core::Dtype>(code)))
                    : "type code " + std::to_string(code);
     };
-    try {
-      halo::agreeOnCart(*c.group, refused ? nullptr : &mine, capi::timeoutOf(&c),
-                        "commuxHaloCreate", typeName);
-    } catch (...) {
-      if (refused) std::rethrow_exception(refused);  // this rank's own error first
-      throw;
-    }
-    if (refused) std::rethrow_exception(refused);
+    halo::agreeOnCart(*c.group, mine, refused, capi::timeoutOf(&c), "commuxHaloCreate", typeName);
     *exchange = capi::made(c, std::move(plan), tag);
   });
 }

@@ -121,7 +121,6 @@ Group::~Group() {
   if (relay_) relay_->close();
   engine_->removeFailureListener(failureListener_);
   shmReady_.store(false, std::memory_order_release);
-  shmRaw_.store(nullptr, std::memory_order_release);
   shmOwned_.reset();
   std::atomic_store(&shm_, std::shared_ptr<shm::Channel>());
   failOrphans("the process group was destroyed with this receive in flight");
@@ -463,13 +462,12 @@ std::string Group::checkHealthy(const Request& request) {
 
 bool Group::collectivesMayBeRefused() const {
   if (health_->anyCollectiveFailed()) return true;
-  const shm::Channel* channel = shmRaw_.load(std::memory_order_acquire);
+  const shm::Channel* channel = readyChannel();
   return channel && channel->broken();
 }
 
 void Group::checkCollectivesAllowed(const char* what) {
-  if (shm::Channel* channel = shmRaw_.load(std::memory_order_acquire);
-      channel && channel->broken()) {
+  if (shm::Channel* channel = readyChannel(); channel && channel->broken()) {
     if (const int dead = channel->deadRank(); dead >= 0) {
       // Found dead by this rank's watch or another survivor's: no collective can finish.
       const std::string why = health_->deadWhy(dead);
@@ -667,7 +665,6 @@ void Group::setUp(const std::shared_ptr<core::KeyValueStore>& store) {
     }
   }
   shmOwned_ = std::atomic_load(&shm_);
-  shmRaw_.store(shmOwned_.get(), std::memory_order_release);
   shmDecided_ = true;
   shmReady_.store(true, std::memory_order_release);
 }

@@ -278,8 +278,11 @@ class Group {
   // The same channel for the collectives' path, read without a lock: written once, before
   // shmReady_ (release) says the set-up succeeded; let go in the destructor with shm_.
   std::shared_ptr<shm::Channel> shmOwned_;
-  std::atomic<shm::Channel*> shmRaw_{nullptr};
   std::atomic<bool> shmReady_{false};
+  /// The channel once set up (null before, and without shared memory), without a lock.
+  shm::Channel* readyChannel() const noexcept {
+    return shmReady_.load(std::memory_order_acquire) ? shmOwned_.get() : nullptr;
+  }
 };
 
 }  // namespace group

@@ -32,11 +32,10 @@ std::vector<std::int64_t> gathered(group::Group& group, const std::vector<std::i
   return *all;
 }
 
-}  // namespace
-
-void agreeOnCart(group::Group& group, const CartDescription* mine,
-                 std::chrono::milliseconds timeout, const std::string& what,
-                 const std::function<std::string(std::int64_t)>& typeName) {
+// The agreement itself; `mine` null for a rank that refused its own arguments (it returns
+// once the others know).
+void agree(group::Group& group, const CartDescription* mine, std::chrono::milliseconds timeout,
+           const std::string& what, const std::function<std::string(std::int64_t)>& typeName) {
   // Its allgathers must run now, not at the end of a batch (commuxGroupStart, a coalescing
   // window): every rank is inside one alike, or none is.
   COMMUX_CHECK(!group.batching(), Runtime, "commux: ", what,
@@ -60,6 +59,20 @@ void agreeOnCart(group::Group& group, const CartDescription* mine,
   if (const std::string why = cartDisagreement(all, what, typeName); !why.empty()) {
     COMMUX_FAIL(InvalidArgument, why);
   }
+}
+
+}  // namespace
+
+void agreeOnCart(group::Group& group, const CartDescription& mine, std::exception_ptr refused,
+                 std::chrono::milliseconds timeout, const std::string& what,
+                 const std::function<std::string(std::int64_t)>& typeName) {
+  try {
+    agree(group, refused ? nullptr : &mine, timeout, what, typeName);
+  } catch (...) {
+    if (refused) std::rethrow_exception(refused);  // this rank's own error first
+    throw;
+  }
+  if (refused) std::rethrow_exception(refused);
 }
 
 }  // namespace commux::halo
