@@ -109,9 +109,13 @@ struct Config {
   std::size_t shmSmallBytes = 16 * 1024;
   /// COMMUX_SHM_CMA_BYTES: from this many bytes per rank, broadcast, (all)gather, scatter
   /// and all-to-all read the other ranks' buffers directly (process_vm_readv), one copy
-  /// instead of two through the slots; 0 turns it off. Used only when every rank could
-  /// read its neighbour when the group set shared memory up.
-  std::size_t shmCmaBytes = 0;
+  /// instead of two through the slots; 0 turns it off. Unset (the default): allgather from
+  /// 32 KiB and all-to-all from 1 MiB pieces while the host's ranks have a core each, never
+  /// when they outnumber the cores, and never for the rooted kinds (docs/performance.md).
+  /// Used only when every rank could read its neighbour when the group set shared memory
+  /// up; only a set, nonzero value lets any process of the user read this one's memory
+  /// (PR_SET_PTRACER) where Yama would otherwise refuse.
+  std::optional<std::size_t> shmCmaBytes;
   /// COMMUX_CHECK_COLLECTIVES: every rank of a shared-memory collective meets every other
   /// at its first step and compares what they called, so that mismatched calls fail every
   /// rank alike and the group goes on. Off: rooted collectives do not wait for ranks they

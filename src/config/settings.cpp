@@ -48,6 +48,21 @@ void readShmDepth(const char* name, std::uint32_t& out) {
   out = static_cast<std::uint32_t>(depth);
 }
 
+void readCmaBytes(const char* name, std::optional<std::size_t>& out) {
+  const char* raw = env::rawValue(name);
+  if (raw == nullptr) return;
+  if (std::strcmp(raw, "auto") == 0) {
+    out.reset();
+    return;
+  }
+  if (std::strspn(raw, "0123456789") != std::strlen(raw)) {
+    throw std::invalid_argument(std::string(name) + "='" + raw + "' is not a byte count or auto");
+  }
+  std::size_t bytes = 0;
+  env::readInRange(name, bytes, 0, kMaxThreshold, "bytes (0: off; or auto)");
+  out = bytes;
+}
+
 void readCheckCollectives(const char* name, bool& out) {
   // torch's own debug level asks for the same checks.
   if (const char* debug = std::getenv("TORCH_DISTRIBUTED_DEBUG"); debug != nullptr) {
@@ -241,16 +256,19 @@ const std::vector<Setting>& settings() {
          env::readInRange(n, c.shmSmallBytes, 0, 1ULL << 20, "bytes (0: no small slots)");
        },
        [](const Config& c) -> SettingValue { return whole(c.shmSmallBytes); }},
-      {"COMMUX_SHM_CMA_BYTES", "`0` (off)",
+      {"COMMUX_SHM_CMA_BYTES", "`auto`",
        "from this many bytes per rank, broadcast, (all)gather, scatter and all_to_all read "
-       "the other ranks' buffers directly (`process_vm_readv`, one copy instead of two). Off "
-       "by default: on the machine it was measured on, it is slower than the two copies "
-       "through the segment (docs/performance.md). Used only if every rank could read its "
-       "neighbour at set-up",
-       [](const char* n, Config& c) {
-         env::readInRange(n, c.shmCmaBytes, 0, kMaxThreshold, "bytes (0: off)");
-       },
-       [](const Config& c) -> SettingValue { return whole(c.shmCmaBytes); }},
+       "the other ranks' buffers directly (`process_vm_readv`, one copy instead of two); `0`: "
+       "never. `auto`: allgather from 32 KiB and all_to_all from 1 MiB pieces while the "
+       "host's ranks have a core each, nothing when they outnumber the cores (there, and for "
+       "broadcast, gather and scatter, the two copies through the segment were faster: "
+       "docs/performance.md). Used only if every rank could read its neighbour at set-up; a "
+       "number also lets the user's other processes read this one (`PR_SET_PTRACER`) where "
+       "Yama's `ptrace_scope=1` would refuse, `auto` never does. The host's first rank decides",
+       [](const char* n, Config& c) { readCmaBytes(n, c.shmCmaBytes); },
+       [](const Config& c) -> SettingValue {
+         return c.shmCmaBytes ? SettingValue(whole(*c.shmCmaBytes)) : SettingValue(std::string("auto"));
+       }},
       {"COMMUX_CHECK_COLLECTIVES", "`0` (`1` with `TORCH_DISTRIBUTED_DEBUG=DETAIL`)",
        "`1`: every rank of a collective compares what it called (operation, dtype, "
        "reduction, element count) with every other before anything is sent: on shared memory "

@@ -524,7 +524,9 @@ std::map<std::string, std::int64_t> Group::sharedMemoryShape() const {
           {"copy_step_bytes", n(shape.copyStepBytes)},
           {"small_bytes", n(shape.smallBytes)},
           {"depth", n(shape.depth)},
-          {"cma_bytes", n(shape.cmaBytes)},
+          {"cma_rooted_bytes", n(shape.cma.rooted)},
+          {"cma_allgather_bytes", n(shape.cma.allgather)},
+          {"cma_alltoall_bytes", n(shape.cma.alltoall)},
           {"crowded", n(shape.crowded)},
           {"poll_ns", n(shape.poll.count())}};
 }

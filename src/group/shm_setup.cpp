@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -230,6 +231,22 @@ void chooseSlots(shm::ChannelShape& shape) {
   shape.copyStepBytes = crowded ? 0 : kBase;
 }
 
+// Where the leader's channel reads the others' buffers directly (shm::CmaThresholds):
+// COMMUX_SHM_CMA_BYTES for every kind where set (0: nowhere); unset, only where the copy
+// saved is the one that costs. With a core per rank, an allgather's two copies through the
+// slots are both this rank's own work, while a broadcast's root fills the next slot as the
+// reader empties the last (a pipeline over two cores that process_vm_readv's page pinning
+// loses to). Measured on 2 ranks of a 2-core VM, collective_loop.py alternating
+// (docs/performance.md, 2026-12-07 03:00): allgather 24 KiB-2 MiB 1.3-1.8x faster single
+// copy, all_to_all only from 1 MiB pieces (1.1-1.2x), broadcast 2-16 MiB 1.3-1.6x slower;
+// ranks outnumbering cores, where every copy competes for the same cores, single copy was
+// slower or no faster for all three.
+shm::CmaThresholds chooseCma(std::optional<std::size_t> setting, bool crowded) {
+  if (setting) return {*setting, *setting, *setting};
+  if (crowded) return {};
+  return {0, std::size_t{32} << 10, std::size_t{1} << 20};
+}
+
 // Why the leader's announcement (read from the store) cannot be acted on, or empty: a shape
 // outside what any leader chooses, or a name that is not one of commux's segments. Checked
 // before the shape sizes a mapping or the name is opened.
@@ -269,8 +286,11 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
   const int count = static_cast<int>(local.size());
   // Every rank takes part in the probe, whatever its own setting, so none waits for a key
   // that never comes; the leader's COMMUX_SHM_CMA_BYTES counts (the segment key carries it).
+  // Only a rank that asked for single copy opens itself to readers (PR_SET_PTRACER); the
+  // automatic choice uses it only where the kernel lets the ranks read each other anyway.
+  const bool askedForCma = config.shmCmaBytes.value_or(0) != 0;
   store.put(key("cma-ok", rank),
-           canReadNeighbour(store, rank, local, index, config.shmCmaBytes != 0) ? "1" : "0");
+           canReadNeighbour(store, rank, local, index, askedForCma) ? "1" : "0");
 
   store.put(key("cpus", rank), shm::cpuList());
   store.put(key("pid-space", rank), engine::ProcessId::localPidSpace());
@@ -304,7 +324,7 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
     chooseSlots(shape);
     setPoll();
     shape.smallBytes = std::min(config.shmSmallBytes, shape.slotBytes);
-    shape.cmaBytes = allSay(store, "cma-ok", local, local) ? config.shmCmaBytes : 0;
+    if (allSay(store, "cma-ok", local, local)) shape.cma = chooseCma(config.shmCmaBytes, shape.crowded);
     shape.checkAll = config.checkCollectives;
     std::string description;
     try {
@@ -314,7 +334,9 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
       // The sizes that pick the algorithms: every rank must use the same.
       description = std::to_string(shape.depth) + " " + std::to_string(shape.slotBytes) + " " +
                     std::to_string(shape.copyStepBytes) + " " + std::to_string(shape.smallBytes) +
-                    " " + std::to_string(shape.cmaBytes) + " " + (shape.checkAll ? "1" : "0") +
+                    " " + std::to_string(shape.cma.rooted) + " " +
+                    std::to_string(shape.cma.allgather) + " " + std::to_string(shape.cma.alltoall) +
+                    " " + (shape.checkAll ? "1" : "0") +
                     " " + (shape.crowded ? "1" : "0") + " " + channel->segment().name();
     } catch (const std::exception& e) {
       problem = e.what();
@@ -326,7 +348,8 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
     int checkAll = 0;
     int crowded = 0;
     if (in >> shape.depth >> shape.slotBytes >> shape.copyStepBytes >> shape.smallBytes >>
-        shape.cmaBytes >> checkAll >> crowded >> name) {
+        shape.cma.rooted >> shape.cma.allgather >> shape.cma.alltoall >> checkAll >> crowded >>
+        name) {
       shape.checkAll = checkAll != 0;
       shape.crowded = crowded != 0;
       setPoll();

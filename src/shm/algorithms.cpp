@@ -150,7 +150,7 @@ void broadcast(Steps& steps, const Turn& turn) {
   const std::size_t total = job.buffer.bytes();
   const bool root = steps.rank() == job.root;
   char* const base = total ? job.buffer.bytePointer() : nullptr;
-  if (steps.cmaFor(total)) {
+  if (steps.cmaFor(CmaUse::Rooted, total)) {
     const std::uint32_t s = steps.beginStep(turn);
     if (root) steps.publish(s, base);
     arriveFromRoot(steps, turn, s, true, 1);
@@ -192,7 +192,7 @@ void allgather(Steps& steps, const Turn& turn) {
       steps.lead(s, turn, first, count);
     }
   };
-  if (steps.cmaFor(block)) {
+  if (steps.cmaFor(job.kind == Kind::Allgather ? CmaUse::Allgather : CmaUse::Rooted, block)) {
     const std::uint32_t s = steps.beginStep(turn);
     steps.publish(s, in);
     arrive(s, true, 1);
@@ -238,7 +238,7 @@ void scatter(Steps& steps, const Turn& turn) {
   const bool root = steps.rank() == job.root;
   const char* const in = root && block ? job.input.bytePointer() : nullptr;
   char* const out = block ? job.output.bytePointer() : nullptr;
-  if (steps.cmaFor(block)) {
+  if (steps.cmaFor(CmaUse::Rooted, block)) {
     const std::uint32_t s = steps.beginStep(turn);
     if (root) steps.publish(s, in);
     arriveFromRoot(steps, turn, s, true, 1);
@@ -409,7 +409,7 @@ void alltoall(Steps& steps, const Turn& turn) {
         }
       }
       stepCount = std::max<std::size_t>(1, (largest + piece - 1) / piece);
-      if (stepCount > 1 && steps.cmaFor(largest * es)) {
+      if (stepCount > 1 && steps.cmaFor(CmaUse::Alltoall, largest * es)) {
         // This step carried each piece's first part; the rest comes straight from the
         // senders' inputs, where each sender's piece for this rank starts after its pieces
         // for the ranks before.

@@ -13,10 +13,10 @@
 //    destination folds (reduce_scatter, in rank order) or copies its piece out of every
 //    slot. all_to_all pieces may differ in size: each slot starts with the rank's send and
 //    receive counts, which every rank checks against each other in the first step.
-//  - from COMMUX_SHM_CMA_BYTES per rank, broadcast, (all)gather, scatter and all_to_all
-//    publish their buffers' addresses instead and the readers copy straight out of the
-//    owner's memory (process_vm_readv, shm/cma.hpp): one copy, all readers at once. The
-//    owner leaves once every reader has.
+//  - from a size per kind (ChannelShape::cma: COMMUX_SHM_CMA_BYTES, or the leader's choice),
+//    broadcast, (all)gather, scatter and all_to_all publish their buffers' addresses
+//    instead and the readers copy straight out of the owner's memory (process_vm_readv,
+//    shm/cma.hpp): one copy, all readers at once. The owner leaves once every reader has.
 #include "shm/steps.hpp"
 
 namespace commux::shm {

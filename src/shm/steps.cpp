@@ -59,20 +59,24 @@ Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const 
   if (initialise) {
     header_->size = static_cast<std::uint32_t>(shape.size);
     header_->slotBytes = shape.slotBytes;
-    header_->cmaBytes = shape.cmaBytes;
+    header_->cmaRooted = shape.cma.rooted;
+    header_->cmaAllgather = shape.cma.allgather;
+    header_->cmaAlltoall = shape.cma.alltoall;
     header_->checkAll = shape.checkAll ? 1 : 0;
     header_->depth = shape.depth;
     __atomic_store_n(&header_->magic, layout::kMagic, __ATOMIC_RELEASE);
   } else {
     COMMUX_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == layout::kMagic &&
                      header_->size == static_cast<std::uint32_t>(shape.size) &&
-                     header_->slotBytes == shape.slotBytes && header_->cmaBytes == shape.cmaBytes &&
+                     header_->slotBytes == shape.slotBytes && header_->cmaRooted == shape.cma.rooted &&
+                     header_->cmaAllgather == shape.cma.allgather &&
+                     header_->cmaAlltoall == shape.cma.alltoall &&
                      header_->checkAll == (shape.checkAll ? 1u : 0u) &&
                      header_->depth == shape.depth,
                  Runtime, "commux: shared-memory segment ", name_,
                  " does not match this rank's layout (", shape.size, " ranks, ", shape.depth,
-                 " sets of ", shape.slotBytes, "-byte slots, CMA from ", shape.cmaBytes,
-                 " bytes); do all ranks run the same commux with the same COMMUX_SHM_* settings?");
+                 " sets of ", shape.slotBytes, "-byte slots, CMA from ", shape.cma.rooted, "/",
+                 shape.cma.allgather, "/", shape.cma.alltoall, " bytes); do all ranks run the same commux with the same COMMUX_SHM_* settings?");
   }
   signal_ = signal ? signal(&header_->bell)
                    : std::make_unique<Bell>(&header_->bell, shape.spin, shape.poll);

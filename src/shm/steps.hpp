@@ -48,6 +48,24 @@ class Op;
 
 namespace commux::shm {
 
+/// Which collectives read the other ranks' buffers directly (process_vm_readv, one copy
+/// instead of two through the slots), each from its own size; 0: never.
+struct CmaThresholds {
+  /// broadcast, gather, scatter: one rank's buffer is read (or read into) by the others.
+  std::size_t rooted = 0;
+  /// allgather: every rank reads every other's block (bytes per rank).
+  std::size_t allgather = 0;
+  /// all_to_all: every rank reads its piece of every other's input (the largest piece
+  /// between two ranks, in bytes).
+  std::size_t alltoall = 0;
+  bool operator==(const CmaThresholds& o) const noexcept {
+    return rooted == o.rooted && allgather == o.allgather && alltoall == o.alltoall;
+  }
+};
+
+/// The collective a single-copy read is for (CmaThresholds).
+enum class CmaUse { Rooted, Allgather, Alltoall };
+
 struct ChannelShape {
   int size = 0;
   std::size_t slotBytes = 0;   // per rank and parity; a multiple of 4096
@@ -63,7 +81,7 @@ struct ChannelShape {
   unsigned depth = 2;
   std::chrono::microseconds spin{0};
   std::chrono::nanoseconds poll{0};  // this process's own (Bell), not agreed
-  std::size_t cmaBytes = 0;          // single-copy reads (shm/cma.hpp) from here; 0: never
+  CmaThresholds cma;                 // where single-copy reads (shm/cma.hpp) start
   /// Every rank meets every other at each collective's first step and checks them all.
   bool checkAll = false;
   /// The host's ranks outnumber the CPUs they may run on together (shm/host_cpus.hpp): the
@@ -181,9 +199,13 @@ class Steps {
   void copyToSlot(char* to, const void* from, std::size_t bytes) noexcept {
     slotCopy_.copy(to, from, bytes);
   }
-  /// Whether a collective moving `bytes` per rank reads the others' buffers directly.
-  bool cmaFor(std::size_t bytes) const noexcept {
-    return shape_.cmaBytes != 0 && bytes >= shape_.cmaBytes;
+  /// Whether a collective of kind `use` moving `bytes` per rank reads the others' buffers
+  /// directly.
+  bool cmaFor(CmaUse use, std::size_t bytes) const noexcept {
+    const std::size_t from = use == CmaUse::Rooted      ? shape_.cma.rooted
+                             : use == CmaUse::Allgather ? shape_.cma.allgather
+                                                        : shape_.cma.alltoall;
+    return from != 0 && bytes >= from;
   }
   /// Publishes `buffer` for the others to read in step `s`.
   void publish(std::uint32_t s, const void* buffer);

@@ -180,6 +180,10 @@ def test_shm_shape_follows_the_cpus_the_ranks_share(pins):
         assert shape["copy_step_bytes"] == (0 if crowded else 256 << 10), (pins, shape)
         assert shape["poll_ns"] == (0 if crowded else 2000), (pins, shape)
         assert shape["slot_bytes"] == 1 << 20, (pins, shape)
+        # Single copy (COMMUX_SHM_CMA_BYTES unset): allgather and all_to_all with a core per
+        # rank, never crowded, never for the rooted kinds.
+        assert (shape["cma_rooted_bytes"], shape["cma_allgather_bytes"], shape["cma_alltoall_bytes"]) \
+            == ((0, 0, 0) if crowded else (0, 32 << 10, 1 << 20)), (pins, shape)
     assert shapes[0] == shapes[1]
 
 

@@ -197,6 +197,90 @@ def test_shm_every_collective_results_single_copy(world_size):
         pytest.skip(f"the results are right, but the single-copy path was not observed: {why}")
 
 
+def _single_copy_by_default(rank, ws):
+    """The automatic choice (COMMUX_SHM_CMA_BYTES unset): with a core per rank, allgather
+    reads the others' blocks directly from 32 KiB and all_to_all from 1 MiB pieces, while
+    broadcast, gather and scatter copy through the slots at any size; crowded, nothing
+    reads directly. The leader's verdict is in the channel's shape, the reads are counted."""
+    from cma_counter import available, install
+
+    dist.barrier()  # sets up the channel (its probe reads a neighbour once)
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    shape = backend.shared_memory_shape()
+    crowded = bool(shape["crowded"])
+    want = (0, 0, 0) if crowded else (0, 32 << 10, 1 << 20)
+    got = (shape["cma_rooted_bytes"], shape["cma_allgather_bytes"], shape["cma_alltoall_bytes"])
+    assert got == want, (f"rank {rank}: single-copy sizes {got}, expected {want} (crowded "
+                         f"{crowded}; can these processes read each other with process_vm_readv?)")
+    counter = install() if not available() else None
+    others = ws - 1
+
+    def reads(call):
+        before = counter.count() if counter else 0
+        call()
+        return (counter.count() - before) if counter else None
+
+    def allgather(n):
+        out = torch.empty(ws * n)
+        k = reads(lambda: dist.all_gather_into_tensor(out, _val(rank, n, 1)))
+        assert torch.equal(out, torch.cat([_val(r, n, 1) for r in range(ws)])), ("allgather", n)
+        return k
+
+    def alltoall(piece):
+        out = torch.empty(ws * piece)
+        k = reads(lambda: dist.all_to_all_single(out, _val(rank, ws * piece, 3)))
+        want = torch.cat([_val(r, ws * piece, 3)[rank * piece:(rank + 1) * piece] for r in range(ws)])
+        assert torch.equal(out, want), ("all_to_all", piece)
+        return k
+
+    def broadcast(n):
+        x = _val(rank, n, 5)
+        k = reads(lambda: dist.broadcast(x, src=0))
+        assert torch.equal(x, _val(0, n, 5)), ("broadcast", n)
+        return k
+
+    def gather(n):
+        outs = [torch.empty(n) for _ in range(ws)] if rank == 0 else None
+        k = reads(lambda: dist.gather(_val(rank, n, 7), outs, dst=0))
+        if rank == 0:
+            assert all(torch.equal(outs[r], _val(r, n, 7)) for r in range(ws)), ("gather", n)
+        return k
+
+    def scatter(n):
+        out = torch.empty(n)
+        k = reads(lambda: dist.scatter(out, [_val(r, n, 9) for r in range(ws)] if rank == 0 else None,
+                                       src=0))
+        assert torch.equal(out, _val(rank, n, 9)), ("scatter", n)
+        return k
+
+    counts = {
+        "allgather 64 KiB": (allgather(16384), 0 if crowded else others),
+        "allgather 16 KiB": (allgather(4096), 0),
+        "all_to_all 2 MiB pieces": (alltoall(1 << 19), 0 if crowded else others),
+        "all_to_all 512 KiB pieces": (alltoall(1 << 17), 0),
+        "broadcast 4 MiB": (broadcast(1 << 20), 0),
+        "gather 1 MiB": (gather(1 << 18), 0),
+        "scatter 1 MiB": (scatter(1 << 18), 0),
+    }
+    if counter is not None:
+        for name, (n, least) in counts.items():
+            if least:
+                assert n >= least, f"{name}: rank {rank} made {n} single-copy reads, expected >= {least}"
+            else:
+                assert n == 0, f"{name}: rank {rank} made {n} single-copy reads, expected none"
+    return crowded
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_shm_single_copy_by_default_where_it_pays(world_size):
+    env = {"COMMUX_SHM_CMA_BYTES": "auto"} if world_size == 3 else {}
+    crowded = run_ranks(_single_copy_by_default, world_size, timeout=120, env=env)
+    assert crowded[0] == (world_size > len(os.sched_getaffinity(0)))
+    if _why_reads_cannot_be_counted():
+        pytest.skip("the results and sizes are right; the reads could not be counted: "
+                    + _why_reads_cannot_be_counted())
+
+
 def _mismatch(rank, ws):
     same = ("different collectives",)
     # Each of these is a disagreement only the shared-memory path's step check can see
