@@ -524,9 +524,11 @@ std::map<std::string, std::int64_t> Group::sharedMemoryShape() const {
           {"copy_step_bytes", n(shape.copyStepBytes)},
           {"small_bytes", n(shape.smallBytes)},
           {"depth", n(shape.depth)},
-          {"cma_rooted_bytes", n(shape.cma.rooted)},
-          {"cma_allgather_bytes", n(shape.cma.allgather)},
-          {"cma_alltoall_bytes", n(shape.cma.alltoall)},
+          {"cma_broadcast_from", n(shape.cma[shm::CmaUse::Broadcast].from)},
+          {"cma_broadcast_below", n(shape.cma[shm::CmaUse::Broadcast].below)},
+          {"cma_gather_scatter_from", n(shape.cma[shm::CmaUse::Rooted].from)},
+          {"cma_allgather_from", n(shape.cma[shm::CmaUse::Allgather].from)},
+          {"cma_alltoall_from", n(shape.cma[shm::CmaUse::Alltoall].from)},
           {"crowded", n(shape.crowded)},
           {"poll_ns", n(shape.poll.count())}};
 }

@@ -233,18 +233,39 @@ void chooseSlots(shm::ChannelShape& shape) {
 
 // Where the leader's channel reads the others' buffers directly (shm::CmaThresholds):
 // COMMUX_SHM_CMA_BYTES for every kind where set (0: nowhere); unset, only where the copy
-// saved is the one that costs. With a core per rank, an allgather's two copies through the
-// slots are both this rank's own work, while a broadcast's root fills the next slot as the
-// reader empties the last (a pipeline over two cores that process_vm_readv's page pinning
-// loses to). Measured on 2 ranks of a 2-core VM, collective_loop.py alternating
-// (docs/performance.md, 2026-12-07 03:00): allgather 24 KiB-2 MiB 1.3-1.8x faster single
-// copy, all_to_all only from 1 MiB pieces (1.1-1.2x), broadcast 2-16 MiB 1.3-1.6x slower;
-// ranks outnumbering cores, where every copy competes for the same cores, single copy was
-// slower or no faster for all three.
+// saved is the one that costs. process_vm_readv pins the pages it reads, which costs about
+// as much as a copy: it pays where the two copies through the slots run one after the
+// other. An allgather's two copies are both the rank's own work; a broadcast that fits one
+// step (up to the slots of every rank) is the root's copy in, then the readers' copy out,
+// while a larger one pipelines the root's next step with the readers' last over two cores,
+// and there single copy loses. Measured on 2 ranks of a 2-core VM, collective_loop.py with
+// and without, alternating (docs/performance.md, 2026-12-07 03:00-04:00): allgather 24
+// KiB-2 MiB 1.3-1.8x faster single copy, all_to_all only from 1 MiB pieces (1.1-1.2x),
+// broadcast 128-512 KiB 1.1-1.6x faster and 1-16 MiB 1.3-1.6x slower. Ranks outnumbering
+// cores, where every copy competes for the same cores, single copy was slower or no faster
+// for all three. gather and scatter were not measured: they keep the slots.
 shm::CmaThresholds chooseCma(std::optional<std::size_t> setting, bool crowded) {
-  if (setting) return {*setting, *setting, *setting};
-  if (crowded) return {};
-  return {0, std::size_t{32} << 10, std::size_t{1} << 20};
+  if (setting) return shm::CmaThresholds::all(*setting);
+  shm::CmaThresholds t;
+  if (crowded) return t;
+  t[shm::CmaUse::Allgather].from = std::size_t{32} << 10;
+  t[shm::CmaUse::Alltoall].from = std::size_t{1} << 20;
+  t[shm::CmaUse::Broadcast] = {std::size_t{64} << 10, std::size_t{1} << 20};
+  return t;
+}
+
+std::string cmaWords(const shm::CmaThresholds& cma) {
+  std::string out;
+  for (int i = 0; i < shm::CmaThresholds::kWords; ++i) out += std::to_string(cma.word(i)) + " ";
+  return out;
+}
+
+std::istream& readCmaWords(std::istream& in, shm::CmaThresholds& cma) {
+  for (int i = 0; i < shm::CmaThresholds::kWords; ++i) {
+    std::uint64_t v = 0;
+    if (in >> v) cma.setWord(i, v);
+  }
+  return in;
 }
 
 // Why the leader's announcement (read from the store) cannot be acted on, or empty: a shape
@@ -334,9 +355,7 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
       // The sizes that pick the algorithms: every rank must use the same.
       description = std::to_string(shape.depth) + " " + std::to_string(shape.slotBytes) + " " +
                     std::to_string(shape.copyStepBytes) + " " + std::to_string(shape.smallBytes) +
-                    " " + std::to_string(shape.cma.rooted) + " " +
-                    std::to_string(shape.cma.allgather) + " " + std::to_string(shape.cma.alltoall) +
-                    " " + (shape.checkAll ? "1" : "0") +
+                    " " + cmaWords(shape.cma) + (shape.checkAll ? "1" : "0") +
                     " " + (shape.crowded ? "1" : "0") + " " + channel->segment().name();
     } catch (const std::exception& e) {
       problem = e.what();
@@ -347,9 +366,8 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
     std::string name;
     int checkAll = 0;
     int crowded = 0;
-    if (in >> shape.depth >> shape.slotBytes >> shape.copyStepBytes >> shape.smallBytes >>
-        shape.cma.rooted >> shape.cma.allgather >> shape.cma.alltoall >> checkAll >> crowded >>
-        name) {
+    if ((in >> shape.depth >> shape.slotBytes >> shape.copyStepBytes >> shape.smallBytes) &&
+        readCmaWords(in, shape.cma) && (in >> checkAll >> crowded >> name)) {
       shape.checkAll = checkAll != 0;
       shape.crowded = crowded != 0;
       setPoll();

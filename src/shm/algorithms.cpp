@@ -150,7 +150,7 @@ void broadcast(Steps& steps, const Turn& turn) {
   const std::size_t total = job.buffer.bytes();
   const bool root = steps.rank() == job.root;
   char* const base = total ? job.buffer.bytePointer() : nullptr;
-  if (steps.cmaFor(CmaUse::Rooted, total)) {
+  if (steps.cmaFor(CmaUse::Broadcast, total)) {
     const std::uint32_t s = steps.beginStep(turn);
     if (root) steps.publish(s, base);
     arriveFromRoot(steps, turn, s, true, 1);

@@ -27,6 +27,12 @@ std::size_t smallSlotFor(const ChannelShape& shape) {
 std::size_t bigSlotsBytes(const ChannelShape& shape) {
   return 2 * static_cast<std::size_t>(shape.size) * shape.slotBytes;
 }
+bool sameCma(const std::uint64_t (&words)[CmaThresholds::kWords], const CmaThresholds& cma) {
+  for (int i = 0; i < CmaThresholds::kWords; ++i) {
+    if (words[i] != cma.word(i)) return false;
+  }
+  return true;
+}
 }  // namespace
 
 std::size_t Steps::bytesFor(const ChannelShape& shape) {
@@ -59,24 +65,20 @@ Steps::Steps(char* memory, std::size_t bytes, std::string name, int rank, const 
   if (initialise) {
     header_->size = static_cast<std::uint32_t>(shape.size);
     header_->slotBytes = shape.slotBytes;
-    header_->cmaRooted = shape.cma.rooted;
-    header_->cmaAllgather = shape.cma.allgather;
-    header_->cmaAlltoall = shape.cma.alltoall;
+    for (int i = 0; i < CmaThresholds::kWords; ++i) header_->cma[i] = shape.cma.word(i);
     header_->checkAll = shape.checkAll ? 1 : 0;
     header_->depth = shape.depth;
     __atomic_store_n(&header_->magic, layout::kMagic, __ATOMIC_RELEASE);
   } else {
     COMMUX_CHECK(__atomic_load_n(&header_->magic, __ATOMIC_ACQUIRE) == layout::kMagic &&
                      header_->size == static_cast<std::uint32_t>(shape.size) &&
-                     header_->slotBytes == shape.slotBytes && header_->cmaRooted == shape.cma.rooted &&
-                     header_->cmaAllgather == shape.cma.allgather &&
-                     header_->cmaAlltoall == shape.cma.alltoall &&
+                     header_->slotBytes == shape.slotBytes && sameCma(header_->cma, shape.cma) &&
                      header_->checkAll == (shape.checkAll ? 1u : 0u) &&
                      header_->depth == shape.depth,
                  Runtime, "commux: shared-memory segment ", name_,
                  " does not match this rank's layout (", shape.size, " ranks, ", shape.depth,
-                 " sets of ", shape.slotBytes, "-byte slots, CMA from ", shape.cma.rooted, "/",
-                 shape.cma.allgather, "/", shape.cma.alltoall, " bytes); do all ranks run the same commux with the same COMMUX_SHM_* settings?");
+                 " sets of ", shape.slotBytes, "-byte slots, its own single-copy sizes)"
+                 "; do all ranks run the same commux with the same COMMUX_SHM_* settings?");
   }
   signal_ = signal ? signal(&header_->bell)
                    : std::make_unique<Bell>(&header_->bell, shape.spin, shape.poll);

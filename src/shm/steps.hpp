@@ -48,23 +48,49 @@ class Op;
 
 namespace commux::shm {
 
-/// Which collectives read the other ranks' buffers directly (process_vm_readv, one copy
-/// instead of two through the slots), each from its own size; 0: never.
-struct CmaThresholds {
-  /// broadcast, gather, scatter: one rank's buffer is read (or read into) by the others.
-  std::size_t rooted = 0;
-  /// allgather: every rank reads every other's block (bytes per rank).
-  std::size_t allgather = 0;
-  /// all_to_all: every rank reads its piece of every other's input (the largest piece
-  /// between two ranks, in bytes).
-  std::size_t alltoall = 0;
-  bool operator==(const CmaThresholds& o) const noexcept {
-    return rooted == o.rooted && allgather == o.allgather && alltoall == o.alltoall;
+/// Sizes (bytes per rank) at which a collective reads the other ranks' buffers directly
+/// (process_vm_readv, one copy instead of two through the slots): from `from` (0: never)
+/// up to, not including, `below` (0: no end).
+struct CmaRange {
+  std::size_t from = 0;
+  std::size_t below = 0;
+  bool covers(std::size_t bytes) const noexcept {
+    return from != 0 && bytes >= from && (below == 0 || bytes < below);
   }
+  bool operator==(const CmaRange& o) const noexcept { return from == o.from && below == o.below; }
 };
 
-/// The collective a single-copy read is for (CmaThresholds).
-enum class CmaUse { Rooted, Allgather, Alltoall };
+/// The collective a single-copy read is for.
+enum class CmaUse {
+  Broadcast,  // the readers copy the root's buffer
+  Rooted,     // gather (the root reads every block), scatter (each reader its block)
+  Allgather,  // every rank reads every other's block
+  Alltoall,   // every rank reads its piece of every other's input (the largest piece)
+  Count
+};
+
+/// Where each kind reads directly; agreed by every rank of a channel (the leader's choice).
+struct CmaThresholds {
+  CmaRange use[static_cast<int>(CmaUse::Count)];
+  static constexpr int kWords = 2 * static_cast<int>(CmaUse::Count);
+  /// The same range for every kind (a COMMUX_SHM_CMA_BYTES set by the user).
+  static CmaThresholds all(std::size_t from) noexcept {
+    CmaThresholds t;
+    for (auto& r : t.use) r.from = from;
+    return t;
+  }
+  const CmaRange& operator[](CmaUse u) const noexcept { return use[static_cast<int>(u)]; }
+  CmaRange& operator[](CmaUse u) noexcept { return use[static_cast<int>(u)]; }
+  /// As words for the segment header and the leader's announcement, and back.
+  std::uint64_t word(int i) const noexcept { return i % 2 ? use[i / 2].below : use[i / 2].from; }
+  void setWord(int i, std::uint64_t v) noexcept { (i % 2 ? use[i / 2].below : use[i / 2].from) = v; }
+  bool operator==(const CmaThresholds& o) const noexcept {
+    for (int i = 0; i < kWords; ++i) {
+      if (word(i) != o.word(i)) return false;
+    }
+    return true;
+  }
+};
 
 struct ChannelShape {
   int size = 0;
@@ -201,12 +227,7 @@ class Steps {
   }
   /// Whether a collective of kind `use` moving `bytes` per rank reads the others' buffers
   /// directly.
-  bool cmaFor(CmaUse use, std::size_t bytes) const noexcept {
-    const std::size_t from = use == CmaUse::Rooted      ? shape_.cma.rooted
-                             : use == CmaUse::Allgather ? shape_.cma.allgather
-                                                        : shape_.cma.alltoall;
-    return from != 0 && bytes >= from;
-  }
+  bool cmaFor(CmaUse use, std::size_t bytes) const noexcept { return shape_.cma[use].covers(bytes); }
   /// Publishes `buffer` for the others to read in step `s`.
   void publish(std::uint32_t s, const void* buffer);
   /// Copies `bytes` at `offset` of what `rank` published in step `s` to `to`; on failure

@@ -31,9 +31,7 @@ struct alignas(layout::kLine) Steps::Header {
   std::uint32_t magic;
   std::uint32_t size;
   std::uint64_t slotBytes;
-  std::uint64_t cmaRooted;     // ChannelShape::cma
-  std::uint64_t cmaAllgather;
-  std::uint64_t cmaAlltoall;
+  std::uint64_t cma[CmaThresholds::kWords];  // ChannelShape::cma, as words
   std::uint32_t brokenBy;    // 0, or 1 + the rank that abandoned a collective
   std::uint32_t deadRank;    // 0, or 1 + a rank some survivor found dead (| kLeftBit: it
                              // left the group, its process lives on)

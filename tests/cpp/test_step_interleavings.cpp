@@ -413,7 +413,7 @@ RunResult runOnce(const Case& c, Chooser& chooser, Fault fault, int faulty) {
   shape.size = c.ranks;
   shape.slotBytes = 4096;  // small slots: the larger cases take several steps
   shape.smallBytes = 256;
-  shape.cma = {c.cmaBytes, c.cmaBytes, c.cmaBytes};
+  shape.cma = commux::shm::CmaThresholds::all(c.cmaBytes);
   shape.checkAll = c.checkAll;
   shape.depth = c.depth;
   const std::size_t bytes = Steps::bytesFor(shape);

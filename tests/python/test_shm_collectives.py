@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from harness import assert_group_works, expect_error, run_ranks, side_barrier
-from test_shm import _shm_threads
+from test_shm import _AUTO_CMA, _NO_CMA, _cma_sizes, _shm_threads
 
 pytestmark = pytest.mark.ucx_only
 
@@ -199,17 +199,18 @@ def test_shm_every_collective_results_single_copy(world_size):
 
 def _single_copy_by_default(rank, ws):
     """The automatic choice (COMMUX_SHM_CMA_BYTES unset): with a core per rank, allgather
-    reads the others' blocks directly from 32 KiB and all_to_all from 1 MiB pieces, while
-    broadcast, gather and scatter copy through the slots at any size; crowded, nothing
-    reads directly. The leader's verdict is in the channel's shape, the reads are counted."""
+    reads the others' blocks directly from 32 KiB, all_to_all from 1 MiB pieces and a
+    broadcast from 64 KiB to below 1 MiB, while gather and scatter copy through the slots at
+    any size; crowded, nothing reads directly. The leader's verdict is in the channel's
+    shape, the reads are counted."""
     from cma_counter import available, install
 
     dist.barrier()  # sets up the channel (its probe reads a neighbour once)
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     shape = backend.shared_memory_shape()
     crowded = bool(shape["crowded"])
-    want = (0, 0, 0) if crowded else (0, 32 << 10, 1 << 20)
-    got = (shape["cma_rooted_bytes"], shape["cma_allgather_bytes"], shape["cma_alltoall_bytes"])
+    want = _NO_CMA if crowded else _AUTO_CMA
+    got = _cma_sizes(shape)
     assert got == want, (f"rank {rank}: single-copy sizes {got}, expected {want} (crowded "
                          f"{crowded}; can these processes read each other with process_vm_readv?)")
     counter = install() if not available() else None
@@ -258,7 +259,9 @@ def _single_copy_by_default(rank, ws):
         "allgather 16 KiB": (allgather(4096), 0),
         "all_to_all 2 MiB pieces": (alltoall(1 << 19), 0 if crowded else others),
         "all_to_all 512 KiB pieces": (alltoall(1 << 17), 0),
-        "broadcast 4 MiB": (broadcast(1 << 20), 0),
+        "broadcast 256 KiB": (broadcast(1 << 16), 0 if crowded or rank == 0 else 1),
+        "broadcast 32 KiB": (broadcast(1 << 13), 0),
+        "broadcast 1 MiB": (broadcast(1 << 18), 0),
         "gather 1 MiB": (gather(1 << 18), 0),
         "scatter 1 MiB": (scatter(1 << 18), 0),
     }
