@@ -151,10 +151,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::allreduce(std::vector<at::Tensor
                                                   : localReduce(tensors, reduction.kind(), false);
   reduction.prepare(work);
   const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
-  auto finalize = [work, tensors, reduction, contributions] {
-    reduction.finish(work, contributions);
-    scatterBack(work, tensors);
-  };
+  std::function<void()> finalize;
+  if (reduction.finishes() || scatterBackNeeded(work, tensors)) {
+    finalize = [work, tensors, reduction, contributions] {
+      reduction.finish(work, contributions);
+      scatterBack(work, tensors);
+    };
+  }
   if (shared) {
     TensorJob job;
     job.kind = shm::Kind::Allreduce;
@@ -199,11 +202,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::reduce(std::vector<at::Tensor>& 
                         : localReduce(tensors, reduction.kind(), !isRoot);
   reduction.prepare(work);
   const auto contributions = static_cast<int64_t>(size_) * static_cast<int64_t>(tensors.size());
-  auto finalize = [work, tensors, reduction, contributions, isRoot] {
-    if (!isRoot) return;
-    reduction.finish(work, contributions);
-    scatterBack(work, tensors);
-  };
+  std::function<void()> finalize;
+  if (isRoot && (reduction.finishes() || scatterBackNeeded(work, tensors))) {
+    finalize = [work, tensors, reduction, contributions] {
+      reduction.finish(work, contributions);
+      scatterBack(work, tensors);
+    };
+  }
   const std::string detail = reduction.label() + " to rank " + std::to_string(root);
   if (route.path != collectives::Path::Schedule) {
     TensorJob job;
@@ -248,14 +253,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
                         ? (anyShape ? tensors[0] : tensors[0].view({-1}))
                         : at::empty({tensors[0].numel()}, tensors[0].options());
   const std::string detail = "from rank " + std::to_string(root);
+  std::function<void()> finalize;
+  if (scatterBackNeeded(work, tensors)) finalize = [work, tensors] { scatterBack(work, tensors); };
   if (anyShape) {
     TensorJob job;
     job.kind = shm::Kind::Broadcast;
     job.root = root;
     job.buffer = work;
     return launchShared(c10d::OpType::BROADCAST, channel, std::move(job), "broadcast", tensors,
-                        detail, tensors, [work, tensors] { scatterBack(work, tensors); },
-                        opts.timeout);
+                        detail, tensors, std::move(finalize), opts.timeout);
   }
   auto plan = collectives::planBroadcast(rank_, size_, root, elementCount(work),
                                          work.element_size(), thresholds(work, route.schedule));
@@ -264,7 +270,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::broadcast(std::vector<at::Tensor
       c10d::OpType::BROADCAST, seq,
       describe("broadcast", tensors, detail, plan.algorithm, seq),
       tensors, std::move(plan.schedule), work, std::nullopt,
-      [work, tensors] { scatterBack(work, tensors); }, opts.timeout);
+      std::move(finalize), opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::barrier(const c10d::BarrierOptions& opts) {

@@ -23,8 +23,9 @@ void ProcessGroupUCX::checkStorageIdle(const char* op, const at::Tensor& tensor)
   group_->forEachInFlight([&](const group::Request& inFlight) {
     // Every request of this group is the adapter's: it launches them all.
     const auto& request = static_cast<const TensorRequest&>(inFlight);
-    for (const auto* tensors : {&request.outputs(), &request.reads()}) {
-      for (const auto& t : *tensors) {
+    for (const c10::ArrayRef<at::Tensor> tensors :
+         {c10::ArrayRef<at::Tensor>(request.outputs()), request.reads()}) {
+      for (const auto& t : tensors) {
         TORCH_CHECK_VALUE(!t.defined() || !t.has_storage() || !t.storage().is_alias_of(storage),
                           "commux: ", op,
                           ": the tensor's memory is in use by an operation "

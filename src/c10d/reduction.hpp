@@ -25,6 +25,8 @@ class Reduction {
   bool changesContribution() const noexcept { return scale_.has_value() || tensorScale_.defined(); }
   /// Applied to this rank's contribution before it is sent anywhere.
   void prepare(const at::Tensor& contribution) const;
+  /// Whether finish() does anything (an average).
+  bool finishes() const noexcept { return average_; }
   /// Applied to a fully reduced result made of `contributions` inputs.
   void finish(const at::Tensor& result, int64_t contributions) const;
 

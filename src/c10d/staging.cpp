@@ -21,6 +21,12 @@ at::Tensor flat(const at::Tensor& t) {
   return t.is_contiguous() ? t.view({-1}) : t.contiguous().view({-1});
 }
 
+bool scatterBackNeeded(const at::Tensor& work, const std::vector<at::Tensor>& tensors) {
+  return std::any_of(tensors.begin(), tensors.end(), [&](const at::Tensor& t) {
+    return !(t.is_contiguous() && t.data_ptr() == work.data_ptr());
+  });
+}
+
 void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors) {
   for (const auto& t : tensors) {
     if (t.is_contiguous() && t.data_ptr() == work.data_ptr()) continue;

@@ -66,6 +66,10 @@ inline at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.
 
 using collectives::equalBlocks;
 
+/// Whether scatterBack(work, tensors) would copy anything: not when the only tensor is
+/// `work` itself (the common case), so a call can skip its closure and that closure's
+/// allocations.
+bool scatterBackNeeded(const at::Tensor& work, const std::vector<at::Tensor>& tensors);
 /// Copies `work` back into every tensor that does not already alias it.
 void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors);
 

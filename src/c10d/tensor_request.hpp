@@ -5,6 +5,7 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Stream.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>  // c10d::OpType (in Work.hpp up to torch 2.5)
 
@@ -32,7 +33,7 @@ class TensorRequest final : public group::Request {
   /// ones are skipped), for as long as the request lives: a window registration must not
   /// move their memory while the operation may still read it (set before launch).
   void addReads(std::initializer_list<at::Tensor> tensors);
-  const std::vector<at::Tensor>& reads() const noexcept { return reads_; }
+  c10::ArrayRef<at::Tensor> reads() const noexcept { return reads_; }
   /// The GPU of its output tensors, if they are on one.
   std::optional<c10::Device> cudaDevice() const;
   /// The caller's CUDA stream, for operations on CUDA tensors (set before launch).
@@ -58,7 +59,9 @@ class TensorRequest final : public group::Request {
   void completeFuture(c10::ivalue::Future& future);
 
   std::vector<at::Tensor> outputs_;
-  std::vector<at::Tensor> reads_;
+  // Most calls read up to three buffers (job.buffer/input/output): held inline, no
+  // allocation on the small-message path.
+  c10::SmallVector<at::Tensor, 3> reads_;
   std::optional<c10::Stream> stream_;
   std::function<void(bool)> onFinished_;  // hooks, the profiler's span end
   std::mutex futureMutex_;

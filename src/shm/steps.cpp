@@ -284,30 +284,32 @@ int Steps::leftBefore(std::optional<std::uint32_t> sequence) const noexcept {
   return static_cast<int>(left >> 32) - 1;
 }
 
+// The conditions below capture one reference or a pointer and a step: small enough for
+// std::function to hold without allocating (two waits on every small collective's path).
 void Steps::waitAll(Phase phase, std::uint32_t s, const Turn& turn) {
-  const auto reachedBy = field(phase);
-  int next = 0;  // ranks before this one are known to be there
-  const bool ok = signal_->waitFor(
-      [&] {
-        for (; next < shape_.size; ++next) {
-          if (!layout::reached(__atomic_load_n(&(controls_[next].*reachedBy), __ATOMIC_ACQUIRE),
-                               s)) {
-            return false;
-          }
+  struct Scan {
+    const Steps& steps;
+    const std::uint32_t Control::*reachedBy;
+    std::uint32_t s;
+    int next = 0;  // ranks before this one are known to be there
+    bool operator()() {
+      for (; next < steps.shape_.size; ++next) {
+        if (!layout::reached(__atomic_load_n(&(steps.controls_[next].*reachedBy), __ATOMIC_ACQUIRE),
+                             s)) {
+          return false;
         }
-        return true;
-      },
-      [&] { return interrupted(turn); });
+      }
+      return true;
+    }
+  } scan{*this, field(phase), s};
+  const bool ok = signal_->waitFor([&scan] { return scan(); }, [&] { return interrupted(turn); });
   if (!ok) leave(turn);
 }
 
 void Steps::waitOne(Phase phase, std::uint32_t s, int index, const Turn& turn) {
-  const auto reachedBy = field(phase);
+  const std::uint32_t* word = &(controls_[index].*field(phase));
   const bool ok = signal_->waitFor(
-      [&] {
-        return layout::reached(__atomic_load_n(&(controls_[index].*reachedBy), __ATOMIC_ACQUIRE),
-                               s);
-      },
+      [word, s] { return layout::reached(__atomic_load_n(word, __ATOMIC_ACQUIRE), s); },
       [&] { return interrupted(turn); });
   if (!ok) leave(turn);
 }
