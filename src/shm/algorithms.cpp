@@ -378,9 +378,19 @@ void alltoall(Steps& steps, const Turn& turn) {
   if (job.sendCounts[me] != 0) {
     std::memcpy(out + recvAt[me] * es, in + sendAt[me] * es, job.sendCounts[me] * es);
   }
+  // A piece of at least the single-copy size (CmaUse::Alltoall) is read by its receiver
+  // straight from the sender's input (one copy); the others go through the slots. Sender
+  // and receiver decide alike from the pair's count, the same on both (checked at the
+  // first step, before anything is read).
+  const auto direct = [&](std::uint64_t count) {
+    return count != 0 && steps.cmaFor(CmaUse::Alltoall, count * es);
+  };
   std::size_t stepCount = 1;
+  bool anyDirect = false;
+  std::uint32_t last = 0;
   for (std::size_t i = 0; i < stepCount; ++i) {
     const std::uint32_t s = steps.beginStep(turn);
+    last = s;
     char* const mine = steps.slot(s, rank);
     if (i == 0) {
       auto* counts = reinterpret_cast<std::uint64_t*>(mine);
@@ -392,7 +402,7 @@ void alltoall(Steps& steps, const Turn& turn) {
     }
     const std::size_t lo = i * piece;
     for (std::size_t q = 0; q < p; ++q) {
-      if (q == me || lo >= job.sendCounts[q]) continue;
+      if (q == me || direct(job.sendCounts[q]) || lo >= job.sendCounts[q]) continue;
       const std::size_t len = std::min(piece, job.sendCounts[q] - lo);
       steps.copyToSlot(mine + pieceAt(me, q), in + (sendAt[q] + lo) * es, len * es);
     }
@@ -400,44 +410,40 @@ void alltoall(Steps& steps, const Turn& turn) {
     if (i == 0) {
       checkAlltoallCounts(steps, s, turn);
       // Every rank derives the same number of steps from the same counts: the largest
-      // piece between two different ranks.
+      // piece between two different ranks that goes through the slots.
       std::uint64_t largest = 0;
       for (std::size_t r = 0; r < p; ++r) {
         const auto* counts = alltoallCounts(steps.slot(s, static_cast<int>(r)));
         for (std::size_t q = 0; q < p; ++q) {
-          if (q != r) largest = std::max(largest, counts[q]);
+          if (q == r) continue;
+          if (direct(counts[q])) {
+            anyDirect = true;
+          } else {
+            largest = std::max(largest, counts[q]);
+          }
         }
       }
       stepCount = std::max<std::size_t>(1, (largest + piece - 1) / piece);
-      if (stepCount > 1 && steps.cmaFor(CmaUse::Alltoall, largest * es)) {
-        // This step carried each piece's first part; the rest comes straight from the
-        // senders' inputs, where each sender's piece for this rank starts after its pieces
-        // for the ranks before.
-        for (std::size_t from = 0; from < p; ++from) {
-          const std::size_t n = job.recvCounts[from];
-          if (from == me || n == 0) continue;
-          const std::size_t first = std::min(piece, n);
-          std::memcpy(out + recvAt[from] * es,
-                      steps.slot(s, static_cast<int>(from)) + pieceAt(from, me), first * es);
-          if (n == first) continue;
-          const auto* theirs = alltoallCounts(steps.slot(s, static_cast<int>(from)));
-          const std::size_t at = std::accumulate(theirs, theirs + rank, std::uint64_t{0});
-          steps.readFrom(s, static_cast<int>(from), (at + first) * es,
-                         out + (recvAt[from] + first) * es, (n - first) * es, turn);
-        }
-        steps.mark(Phase::Departed, s);
-        steps.waitAll(Phase::Departed, s, turn);  // every reader is done with this rank's input
-        return;
+      for (std::size_t from = 0; from < p; ++from) {
+        const std::size_t n = job.recvCounts[from];
+        if (from == me || !direct(n)) continue;
+        // The sender's piece for this rank starts after its pieces for the ranks before.
+        const auto* theirs = alltoallCounts(steps.slot(s, static_cast<int>(from)));
+        const std::size_t at = std::accumulate(theirs, theirs + rank, std::uint64_t{0});
+        steps.readFrom(s, static_cast<int>(from), at * es, out + recvAt[from] * es, n * es, turn);
       }
     }
     for (std::size_t from = 0; from < p; ++from) {
-      if (from == me || lo >= job.recvCounts[from]) continue;
+      if (from == me || direct(job.recvCounts[from]) || lo >= job.recvCounts[from]) continue;
       const std::size_t len = std::min(piece, job.recvCounts[from] - lo);
       std::memcpy(out + (recvAt[from] + lo) * es,
                   steps.slot(s, static_cast<int>(from)) + pieceAt(from, me), len * es);
     }
     steps.mark(Phase::Departed, s);
   }
+  // Every reader read in the first step and left the last after it: once all have, this
+  // rank's input is the caller's again.
+  if (anyDirect) steps.waitAll(Phase::Departed, last, turn);
 }
 
 }  // namespace

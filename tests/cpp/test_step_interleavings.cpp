@@ -680,7 +680,9 @@ std::vector<Case> shapes() {
     add("reduce_scatter", Kind::ReduceScatter, 700);  // several pieces per slot
     add("alltoall", Kind::Alltoall, 7);               // uneven, one step
     add("alltoall_steps", Kind::Alltoall, 211);       // uneven, several steps
-    add("alltoall_cma", Kind::Alltoall, 211, 0, 1);   // first step in slots, then direct
+    add("alltoall_cma", Kind::Alltoall, 211, 0, 1);   // every piece direct
+    // Pieces of 2,532 bytes and less through the slots (several steps), larger ones direct.
+    add("alltoall_cma_mixed", Kind::Alltoall, 211, 0, 3000);
     add("barrier", Kind::Barrier, 0);
     // The rooted ones again with COMMUX_CHECK_COLLECTIVES: every rank meets at the first step.
     for (const auto& [name, kind, count, cma] :
