@@ -46,9 +46,13 @@ def _check_group(members: list[int], tag: int) -> None:
     b = torch.arange(16, dtype=torch.int64) if me == n - 1 else torch.zeros(16, dtype=torch.int64)
     dist.broadcast(b, src=n - 1)
     assert torch.equal(b, torch.arange(16, dtype=torch.int64))
-    # Before the last exchange: once a rank is done it may leave, which its peers see.
+    # Before the last exchange: once a rank is done it may leave, which its peers see. The
+    # allreduce after the check holds every rank until all have checked: without it, rank 0
+    # of 3 could finish the ring below (its sends are eager, it waits for rank 2 only) and
+    # leave while rank 1, slowed down by the machine's load, had not checked yet.
     h = commux.health()
     assert h["healthy"], h
+    dist.all_reduce(torch.ones(1))
     # Messages matched by (sender, tag): sent in one order, received in the other.
     nxt, prev = (me + 1) % n, (me - 1) % n
     sends = [dist.isend(torch.full((8,), float(me * 10 + t)), dst=nxt, tag=tag + t) for t in (0, 1)]
