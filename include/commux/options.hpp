@@ -110,9 +110,9 @@ struct Config {
   /// COMMUX_SHM_CMA_BYTES: from this many bytes per rank, broadcast, (all)gather, scatter
   /// and all-to-all read the other ranks' buffers directly (process_vm_readv), one copy
   /// instead of two through the slots; 0 turns it off. Unset (the default): while the host's
-  /// ranks have a core each, allgather from 32 KiB, all-to-all from 1 MiB pieces and
-  /// broadcast from 64 KiB up to 1 MiB; never when they outnumber the cores, nor for gather
-  /// and scatter (docs/performance.md).
+  /// ranks have a core each, allgather from 32 KiB, all-to-all from 32 KiB pieces and
+  /// broadcast from 64 KiB up to 1 MiB; when they outnumber the cores, all-to-all from
+  /// 64 KiB pieces only; never gather and scatter (docs/performance.md).
   /// Used only when every rank could read its neighbour when the group set shared memory
   /// up; only a set, nonzero value lets any process of the user read this one's memory
   /// (PR_SET_PTRACER) where Yama would otherwise refuse.

@@ -260,9 +260,10 @@ const std::vector<Setting>& settings() {
        "from this many bytes per rank, broadcast, (all)gather, scatter and all_to_all read "
        "the other ranks' buffers directly (`process_vm_readv`, one copy instead of two); `0`: "
        "never. `auto`: while the host's ranks have a core each, allgather from 32 KiB, "
-       "all_to_all from 1 MiB pieces and broadcast from 64 KiB up to 1 MiB; nothing when they "
-       "outnumber the cores (there, for larger broadcasts, and for gather and scatter the two "
-       "copies through the segment were faster or not measured: docs/performance.md). Used only if every rank could read its neighbour at set-up; a "
+       "all_to_all from 32 KiB pieces and broadcast from 64 KiB up to 1 MiB; when they "
+       "outnumber the cores, all_to_all from 64 KiB pieces only (elsewhere the two copies "
+       "through the segment were faster, or gather and scatter not measured: "
+       "docs/performance.md). Used only if every rank could read its neighbour at set-up; a "
        "number also lets the user's other processes read this one (`PR_SET_PTRACER`) where "
        "Yama's `ptrace_scope=1` would refuse, `auto` never does. The host's first rank decides",
        [](const char* n, Config& c) { readCmaBytes(n, c.shmCmaBytes); },

@@ -235,21 +235,25 @@ void chooseSlots(shm::ChannelShape& shape) {
 // COMMUX_SHM_CMA_BYTES for every kind where set (0: nowhere); unset, only where the copy
 // saved is the one that costs. process_vm_readv pins the pages it reads, which costs about
 // as much as a copy: it pays where the two copies through the slots run one after the
-// other. An allgather's two copies are both the rank's own work; a broadcast that fits one
-// step (up to the slots of every rank) is the root's copy in, then the readers' copy out,
-// while a larger one pipelines the root's next step with the readers' last over two cores,
-// and there single copy loses. Measured on 2 ranks of a 2-core VM, collective_loop.py with
-// and without, alternating (docs/performance.md, 2026-12-07 03:00-04:00): allgather 24
-// KiB-2 MiB 1.3-1.8x faster single copy, all_to_all only from 1 MiB pieces (1.1-1.2x),
-// broadcast 128-512 KiB 1.1-1.6x faster and 1-16 MiB 1.3-1.6x slower. Ranks outnumbering
-// cores, where every copy competes for the same cores, single copy was slower or no faster
-// for all three. gather and scatter were not measured: they keep the slots.
+// other. An allgather's and an all_to_all's two copies are both the rank's own work; a
+// broadcast that fits one step is the root's copy in, then the readers' copy out, while a
+// larger one pipelines the root's next step with the readers' last over two cores, and
+// there single copy loses. Measured on a 2-core VM, collective_loop.py with and without,
+// alternating (docs/performance.md, 2026-12-07 02:40-04:10): at 2 ranks allgather from 24
+// KiB 1.3-1.8x faster single copy, all_to_all from 32 KiB pieces 1.3-1.8x, broadcast
+// 128-512 KiB 1.1-1.6x faster and 1-16 MiB 1.3-1.6x slower; at 4 ranks on the 2 cores
+// (crowded), where every copy competes for the same cores, allgather and broadcast were
+// slower single copy and all_to_all faster from 64 KiB pieces (1.1-1.2x). gather and
+// scatter were not measured: they keep the slots.
 shm::CmaThresholds chooseCma(std::optional<std::size_t> setting, bool crowded) {
   if (setting) return shm::CmaThresholds::all(*setting);
   shm::CmaThresholds t;
-  if (crowded) return t;
+  if (crowded) {
+    t[shm::CmaUse::Alltoall].from = std::size_t{64} << 10;
+    return t;
+  }
   t[shm::CmaUse::Allgather].from = std::size_t{32} << 10;
-  t[shm::CmaUse::Alltoall].from = std::size_t{1} << 20;
+  t[shm::CmaUse::Alltoall].from = std::size_t{32} << 10;
   t[shm::CmaUse::Broadcast] = {std::size_t{64} << 10, std::size_t{1} << 20};
   return t;
 }

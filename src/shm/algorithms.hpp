@@ -17,6 +17,8 @@
 //    broadcast, (all)gather, scatter and all_to_all publish their buffers' addresses
 //    instead and the readers copy straight out of the owner's memory (process_vm_readv,
 //    shm/cma.hpp): one copy, all readers at once. The owner leaves once every reader has.
+//    all_to_all decides per pair (the pair's count, the same on both sides): its large
+//    pieces go direct, the others through the slots.
 #include "shm/steps.hpp"
 
 namespace commux::shm {

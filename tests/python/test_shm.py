@@ -144,9 +144,10 @@ def test_shm_chunked_allreduce_gives_every_rank_the_same_bits(world_size):
     assert all(results), f"seed {seed}"
 
 
-# (broadcast from, below; gather/scatter from; allgather from; all_to_all from), bytes.
-_AUTO_CMA = (64 << 10, 1 << 20, 0, 32 << 10, 1 << 20)
-_NO_CMA = (0, 0, 0, 0, 0)
+# (broadcast from, below; gather/scatter from; allgather from; all_to_all from), bytes,
+# with a core per rank and crowded.
+_AUTO_CMA = (64 << 10, 1 << 20, 0, 32 << 10, 32 << 10)
+_CROWDED_CMA = (0, 0, 0, 0, 64 << 10)
 
 
 def _cma_sizes(shape):
@@ -191,9 +192,9 @@ def test_shm_shape_follows_the_cpus_the_ranks_share(pins):
         assert shape["copy_step_bytes"] == (0 if crowded else 256 << 10), (pins, shape)
         assert shape["poll_ns"] == (0 if crowded else 2000), (pins, shape)
         assert shape["slot_bytes"] == 1 << 20, (pins, shape)
-        # Single copy (COMMUX_SHM_CMA_BYTES unset): with a core per rank, allgather, large
-        # all_to_all pieces and medium broadcasts; never crowded.
-        assert _cma_sizes(shape) == (_NO_CMA if crowded else _AUTO_CMA), (pins, shape)
+        # Single copy (COMMUX_SHM_CMA_BYTES unset): with a core per rank, allgather,
+        # all_to_all and medium broadcasts; crowded, large all_to_all pieces only.
+        assert _cma_sizes(shape) == (_CROWDED_CMA if crowded else _AUTO_CMA), (pins, shape)
     assert shapes[0] == shapes[1]
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from harness import assert_group_works, expect_error, run_ranks, side_barrier
-from test_shm import _AUTO_CMA, _NO_CMA, _cma_sizes, _shm_threads
+from test_shm import _AUTO_CMA, _CROWDED_CMA, _cma_sizes, _shm_threads
 
 pytestmark = pytest.mark.ucx_only
 
@@ -199,17 +199,17 @@ def test_shm_every_collective_results_single_copy(world_size):
 
 def _single_copy_by_default(rank, ws):
     """The automatic choice (COMMUX_SHM_CMA_BYTES unset): with a core per rank, allgather
-    reads the others' blocks directly from 32 KiB, all_to_all from 1 MiB pieces and a
+    reads the others' blocks directly from 32 KiB, all_to_all its pieces from 32 KiB and a
     broadcast from 64 KiB to below 1 MiB, while gather and scatter copy through the slots at
-    any size; crowded, nothing reads directly. The leader's verdict is in the channel's
-    shape, the reads are counted."""
+    any size; crowded, only all_to_all pieces from 64 KiB. The leader's verdict is in the
+    channel's shape, the reads are counted."""
     from cma_counter import available, install
 
     dist.barrier()  # sets up the channel (its probe reads a neighbour once)
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     shape = backend.shared_memory_shape()
     crowded = bool(shape["crowded"])
-    want = _NO_CMA if crowded else _AUTO_CMA
+    want = _CROWDED_CMA if crowded else _AUTO_CMA
     got = _cma_sizes(shape)
     assert got == want, (f"rank {rank}: single-copy sizes {got}, expected {want} (crowded "
                          f"{crowded}; can these processes read each other with process_vm_readv?)")
@@ -257,8 +257,9 @@ def _single_copy_by_default(rank, ws):
     counts = {
         "allgather 64 KiB": (allgather(16384), 0 if crowded else others),
         "allgather 16 KiB": (allgather(4096), 0),
-        "all_to_all 2 MiB pieces": (alltoall(1 << 19), 0 if crowded else others),
-        "all_to_all 512 KiB pieces": (alltoall(1 << 17), 0),
+        "all_to_all 64 KiB pieces": (alltoall(1 << 14), others),
+        "all_to_all 32 KiB pieces": (alltoall(1 << 13), 0 if crowded else others),
+        "all_to_all 16 KiB pieces": (alltoall(1 << 12), 0),
         "broadcast 256 KiB": (broadcast(1 << 16), 0 if crowded or rank == 0 else 1),
         "broadcast 32 KiB": (broadcast(1 << 13), 0),
         "broadcast 1 MiB": (broadcast(1 << 18), 0),
