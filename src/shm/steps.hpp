@@ -65,7 +65,7 @@ enum class CmaUse {
   Broadcast,  // the readers copy the root's buffer
   Rooted,     // gather (the root reads every block), scatter (each reader its block)
   Allgather,  // every rank reads every other's block
-  Alltoall,   // every rank reads its piece of every other's input (the largest piece)
+  Alltoall,   // every rank reads its piece of every other's input (each pair's count)
   Count
 };
 

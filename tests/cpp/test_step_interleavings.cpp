@@ -681,7 +681,8 @@ std::vector<Case> shapes() {
     add("alltoall", Kind::Alltoall, 7);               // uneven, one step
     add("alltoall_steps", Kind::Alltoall, 211);       // uneven, several steps
     add("alltoall_cma", Kind::Alltoall, 211, 0, 1);   // every piece direct
-    // Pieces of 2,532 bytes and less through the slots (several steps), larger ones direct.
+    // Pieces of 2,532 bytes and less through the slots, larger ones direct: at 2 ranks one
+    // step (only the final wait keeps the owner's input), at 3 ranks several.
     add("alltoall_cma_mixed", Kind::Alltoall, 211, 0, 3000);
     add("barrier", Kind::Barrier, 0);
     // The rooted ones again with COMMUX_CHECK_COLLECTIVES: every rank meets at the first step.

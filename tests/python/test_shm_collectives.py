@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from harness import assert_group_works, expect_error, run_ranks, side_barrier
-from test_shm import _AUTO_CMA, _CROWDED_CMA, _cma_sizes, _shm_threads
+from test_shm import _auto_cma, _cma_sizes, _shm_threads
 
 pytestmark = pytest.mark.ucx_only
 
@@ -209,7 +209,7 @@ def _single_copy_by_default(rank, ws):
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     shape = backend.shared_memory_shape()
     crowded = bool(shape["crowded"])
-    want = _CROWDED_CMA if crowded else _AUTO_CMA
+    want = _auto_cma(crowded)
     got = _cma_sizes(shape)
     assert got == want, (f"rank {rank}: single-copy sizes {got}, expected {want} (crowded "
                          f"{crowded}; can these processes read each other with process_vm_readv?)")
@@ -254,15 +254,23 @@ def _single_copy_by_default(rank, ws):
         assert torch.equal(out, _val(rank, n, 9)), ("scatter", n)
         return k
 
+    b_from, b_below, _, ag_from, a2a_from = want
+
+    def direct(nbytes, start, below=0):  # the reads a size should make: all others' or none
+        return others if start and nbytes >= start and (not below or nbytes < below) else 0
+
+    def bcast_reads(nbytes):
+        return 0 if rank == 0 else min(1, direct(nbytes, b_from, b_below))
+
     counts = {
-        "allgather 64 KiB": (allgather(16384), 0 if crowded else others),
-        "allgather 16 KiB": (allgather(4096), 0),
-        "all_to_all 64 KiB pieces": (alltoall(1 << 14), others),
-        "all_to_all 32 KiB pieces": (alltoall(1 << 13), 0 if crowded else others),
-        "all_to_all 16 KiB pieces": (alltoall(1 << 12), 0),
-        "broadcast 256 KiB": (broadcast(1 << 16), 0 if crowded or rank == 0 else 1),
-        "broadcast 32 KiB": (broadcast(1 << 13), 0),
-        "broadcast 1 MiB": (broadcast(1 << 18), 0),
+        "allgather 64 KiB": (allgather(16384), direct(64 << 10, ag_from)),
+        "allgather 16 KiB": (allgather(4096), direct(16 << 10, ag_from)),
+        "all_to_all 64 KiB pieces": (alltoall(1 << 14), direct(64 << 10, a2a_from)),
+        "all_to_all 32 KiB pieces": (alltoall(1 << 13), direct(32 << 10, a2a_from)),
+        "all_to_all 16 KiB pieces": (alltoall(1 << 12), direct(16 << 10, a2a_from)),
+        "broadcast 256 KiB": (broadcast(1 << 16), bcast_reads(256 << 10)),
+        "broadcast 32 KiB": (broadcast(1 << 13), bcast_reads(32 << 10)),
+        "broadcast 1 MiB": (broadcast(1 << 18), bcast_reads(1 << 20)),
         "gather 1 MiB": (gather(1 << 18), 0),
         "scatter 1 MiB": (scatter(1 << 18), 0),
     }
