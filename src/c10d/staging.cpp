@@ -21,16 +21,21 @@ at::Tensor flat(const at::Tensor& t) {
   return t.is_contiguous() ? t.view({-1}) : t.contiguous().view({-1});
 }
 
+namespace {
+/// Whether `t` is `work` itself, so nothing needs copying back into it.
+bool isWork(const at::Tensor& t, const at::Tensor& work) {
+  return t.is_contiguous() && t.data_ptr() == work.data_ptr();
+}
+}  // namespace
+
 bool scatterBackNeeded(const at::Tensor& work, const std::vector<at::Tensor>& tensors) {
-  return std::any_of(tensors.begin(), tensors.end(), [&](const at::Tensor& t) {
-    return !(t.is_contiguous() && t.data_ptr() == work.data_ptr());
-  });
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [&](const at::Tensor& t) { return !isWork(t, work); });
 }
 
 void scatterBack(const at::Tensor& work, const std::vector<at::Tensor>& tensors) {
   for (const auto& t : tensors) {
-    if (t.is_contiguous() && t.data_ptr() == work.data_ptr()) continue;
-    t.copy_(work.view(t.sizes()));
+    if (!isWork(t, work)) t.copy_(work.view(t.sizes()));
   }
 }
 

@@ -57,7 +57,6 @@ struct CmaRange {
   bool covers(std::size_t bytes) const noexcept {
     return from != 0 && bytes >= from && (below == 0 || bytes < below);
   }
-  bool operator==(const CmaRange& o) const noexcept { return from == o.from && below == o.below; }
 };
 
 /// The collective a single-copy read is for.
@@ -84,12 +83,6 @@ struct CmaThresholds {
   /// As words for the segment header and the leader's announcement, and back.
   std::uint64_t word(int i) const noexcept { return i % 2 ? use[i / 2].below : use[i / 2].from; }
   void setWord(int i, std::uint64_t v) noexcept { (i % 2 ? use[i / 2].below : use[i / 2].from) = v; }
-  bool operator==(const CmaThresholds& o) const noexcept {
-    for (int i = 0; i < kWords; ++i) {
-      if (word(i) != o.word(i)) return false;
-    }
-    return true;
-  }
 };
 
 struct ChannelShape {
