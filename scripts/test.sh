@@ -41,4 +41,4 @@ stage "Python tests"
 # The long ones (a second full build against the system's UCX) run with COMMUX_LONG_TESTS=1.
 long=(-m "not long")
 [ "${COMMUX_LONG_TESTS:-0}" = 1 ] && long=()
-exec "$PY" -m pytest tests/python -q "${long[@]}" "$@"
+exec "$PY" -m pytest tests/python -q --durations=25 "${long[@]}" "$@"

@@ -275,7 +275,7 @@ class ProcessGroupUCX : public c10d::Backend {
   /// This host's shared-memory channel as its leader shaped it: ranks, slot_bytes,
   /// copy_step_bytes, small_bytes, depth, where single-copy reads start per kind
   /// (cma_broadcast_from, cma_broadcast_below, cma_gather_scatter_from, cma_allgather_from,
-  /// cma_alltoall_from; 0: never, or no end), crowded (1 when the host's ranks
+  /// cma_alltoall_from, cma_neighbours_from; 0: never, or no end), crowded (1 when the host's ranks
   /// outnumber the CPUs they may run on together), and this process's poll_ns. Empty
   /// before the group's first collective set it up, and when the group has none.
   std::map<std::string, std::int64_t> sharedMemoryShape() const;

@@ -89,6 +89,9 @@ class TensorExchange {
   bool inFlight() const;
   /// (send packed, receive packed) per neighbour, in the order given (rank order for halo()).
   std::vector<std::pair<bool, bool>> packing() const;
+  /// (send shared, receive shared) per neighbour, as packing(): messages that go through
+  /// shared memory (neighbours on this host, from the second step on), not UCX.
+  std::vector<std::pair<bool, bool>> sharing() const;
 
  private:
   /// What a step's Work shares with the exchange.

@@ -262,6 +262,10 @@ class HaloExchange:
         """See GraphExchange.packing."""
         return self._graph.packing()
 
+    def sharing(self) -> dict:
+        """See GraphExchange.sharing."""
+        return self._graph.sharing()
+
     def start(self, ready: bool = True) -> StepWork:
         """Posts this step's receives, packs the faces and sends them. ``ready=False``
         (partitioned): posts the receives only; ``ready(offset)`` then marks the face
@@ -387,6 +391,15 @@ class GraphExchange:
         if self._native is None:
             return {}
         return dict(zip(self._ranks, self._native.packing()))
+
+    def sharing(self) -> dict:
+        """Which neighbours' messages go through shared memory on the native path, the
+        receiver copying straight out of the sender's tensors: ``{rank: (send shared,
+        receive shared)}``. Neighbours on this host do from the second step on, where the
+        host's ranks may read each other's memory (``COMMUX_SHM_CMA_BYTES``)."""
+        if self._native is None:
+            return {}
+        return dict(zip(self._ranks, self._native.sharing()))
 
     def _peer(self, r: int) -> int:
         return r if self.group is None else dist.get_global_rank(self.group, r)

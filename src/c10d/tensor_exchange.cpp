@@ -232,4 +232,12 @@ std::vector<std::pair<bool, bool>> TensorExchange::packing() const {
   return out;
 }
 
+std::vector<std::pair<bool, bool>> TensorExchange::sharing() const {
+  std::vector<std::pair<bool, bool>> out;
+  for (std::size_t i = 0; i < live().neighbours(); ++i) {
+    out.emplace_back(state_->exchange->sendsShared(i), state_->exchange->receivesShared(i));
+  }
+  return out;
+}
+
 }  // namespace commux

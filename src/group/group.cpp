@@ -529,6 +529,7 @@ std::map<std::string, std::int64_t> Group::sharedMemoryShape() const {
           {"cma_gather_scatter_from", n(shape.cma[shm::CmaUse::Rooted].from)},
           {"cma_allgather_from", n(shape.cma[shm::CmaUse::Allgather].from)},
           {"cma_alltoall_from", n(shape.cma[shm::CmaUse::Alltoall].from)},
+          {"cma_neighbours_from", n(shape.cma[shm::CmaUse::Neighbours].from)},
           {"crowded", n(shape.crowded)},
           {"poll_ns", n(shape.poll.count())}};
 }

@@ -244,10 +244,14 @@ void chooseSlots(shm::ChannelShape& shape) {
 // 128-512 KiB 1.1-1.6x faster and 1-16 MiB 1.3-1.6x slower; at 4 ranks on the 2 cores
 // (crowded), where every copy competes for the same cores, allgather and broadcast were
 // slower single copy and all_to_all faster from 64 KiB pieces (1.1-1.2x). gather and
-// scatter were not measured: they keep the slots.
+// scatter were not measured: they keep the slots. A neighbourhood exchange's messages are
+// read straight from the sender's face into the receiver's ghost cells at every size: one
+// copy and two flags in place of a UCX message (halo/shared_sides.hpp; docs/performance.md,
+// 2026-12-07 06:20).
 shm::CmaThresholds chooseCma(std::optional<std::size_t> setting, bool crowded) {
   if (setting) return shm::CmaThresholds::all(*setting);
   shm::CmaThresholds t;
+  t[shm::CmaUse::Neighbours].from = 1;
   if (crowded) {
     t[shm::CmaUse::Alltoall].from = std::size_t{64} << 10;
     return t;

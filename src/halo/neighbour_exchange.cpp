@@ -16,6 +16,7 @@
 #include "group/group.hpp"
 #include "group/peer_table.hpp"
 #include "group/request.hpp"
+#include "shm/channel.hpp"
 #include "wire/tag.hpp"
 
 namespace commux::halo {
@@ -32,51 +33,6 @@ bool packs(const std::vector<Piece>& pieces, std::size_t bytes, std::size_t pack
   std::size_t count = 0;  // empty pieces travel in neither form
   for (const auto& p : pieces) count += p.bytes != 0;
   return count > 1 && bytes / count < packBelow;
-}
-
-// `count` rows of `bytes`, `srcStride` apart, to rows `dstStride` apart. A face's rows are
-// often one element (a column of a row-major grid): a fixed-size copy the compiler turns
-// into one load and one store, where memcpy's call would cost more than the bytes.
-template <std::size_t N>
-void copyFixedRows(char* dst, std::ptrdiff_t dstStride, const char* src, std::ptrdiff_t srcStride,
-                   std::size_t count) {
-  for (std::size_t i = 0; i < count; ++i, dst += dstStride, src += srcStride) {
-    std::memcpy(dst, src, N);
-  }
-}
-
-void copyRows(char* dst, std::ptrdiff_t dstStride, const char* src, std::ptrdiff_t srcStride,
-              std::size_t bytes, std::size_t count) {
-  switch (bytes) {
-    case 1:
-      return copyFixedRows<1>(dst, dstStride, src, srcStride, count);
-    case 2:
-      return copyFixedRows<2>(dst, dstStride, src, srcStride, count);
-    case 4:
-      return copyFixedRows<4>(dst, dstStride, src, srcStride, count);
-    case 8:
-      return copyFixedRows<8>(dst, dstStride, src, srcStride, count);
-    case 16:
-      return copyFixedRows<16>(dst, dstStride, src, srcStride, count);
-    default:
-      for (std::size_t i = 0; i < count; ++i, dst += dstStride, src += srcStride) {
-        std::memcpy(dst, src, bytes);
-      }
-  }
-}
-
-void gather(const std::vector<Rows>& rows, char* out) {
-  for (const auto& r : rows) {
-    copyRows(out, static_cast<std::ptrdiff_t>(r.bytes), r.data, r.stride, r.bytes, r.count);
-    out += r.bytes * r.count;
-  }
-}
-
-void scatter(const char* in, const std::vector<Rows>& rows) {
-  for (const auto& r : rows) {
-    copyRows(r.data, r.stride, in, static_cast<std::ptrdiff_t>(r.bytes), r.bytes, r.count);
-    in += r.bytes * r.count;
-  }
 }
 
 bool sameShape(const std::vector<Rows>& a, const std::vector<Rows>& b) {
@@ -160,6 +116,8 @@ struct NeighbourExchange::StepEnd : std::enable_shared_from_this<StepEnd> {
     {
       std::lock_guard<std::mutex> lock(mutex);
       copy = requests;
+      aborted.store(true, std::memory_order_release);
+      if (shared != nullptr) shared->wake();  // its finisher may sleep on the bell
     }
     for (auto& r : copy) {
       if (!r->done()) r->abort();
@@ -176,6 +134,11 @@ struct NeighbourExchange::StepEnd : std::enable_shared_from_this<StepEnd> {
   std::vector<std::size_t> unpack;
   engine::DoneFlag finished;
   std::exception_ptr error;  // written before `finished` is set
+  // The shared part, finished on the exchange's finisher: its error, and the flag that
+  // stops it (a timeout, the exchange's end).
+  SharedSides* shared = nullptr;  // under mutex; null once the exchange is gone
+  std::exception_ptr sharedError;  // under mutex
+  std::atomic<bool> aborted{false};
 };
 
 // A message of a step: its end counts towards the step's.
@@ -190,30 +153,6 @@ class NeighbourExchange::StepRequest final : public group::Request {
   void onDone() override { end_->messageEnded(); }
   std::shared_ptr<StepEnd> end_;
 };
-
-std::vector<Rows> rowsOf(const std::vector<Piece>& pieces) {
-  std::vector<Rows> rows;
-  for (const auto& p : pieces) {
-    if (p.bytes == 0) continue;
-    char* at = static_cast<char*>(p.data);
-    if (!rows.empty()) {
-      Rows& r = rows.back();
-      if (r.bytes == p.bytes) {
-        if (r.count == 1) {
-          r.stride = at - r.data;
-          r.count = 2;
-          continue;
-        }
-        if (at == r.data + r.stride * static_cast<std::ptrdiff_t>(r.count)) {
-          ++r.count;
-          continue;
-        }
-      }
-    }
-    rows.push_back(Rows{at, p.bytes, static_cast<std::ptrdiff_t>(p.bytes), 1});
-  }
-  return rows;
-}
 
 NeighbourExchange::NeighbourExchange(group::Group& group, std::vector<NeighbourMessages> neighbours,
                                      int tag, std::chrono::milliseconds timeout,
@@ -265,17 +204,24 @@ NeighbourExchange::NeighbourExchange(group::Group& group, std::vector<NeighbourM
 }
 
 NeighbourExchange::~NeighbourExchange() {
+  // The shared part of a step that ends by itself stops first: its thread uses this object.
+  if (end_) end_->aborted.store(true, std::memory_order_release);
+  if (shared_) shared_->wake();
+  finisher_.reset();
   // A step still in flight reads and writes the caller's memory: end it first.
-  for (auto& r : requests_) {
-    if (!r->done()) r->abort();
+  for (auto* list : {&requests_, &hellos_}) {
+    for (auto& r : *list) {
+      if (!r->done()) r->abort();
+    }
+    for (auto& r : *list) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
   }
-  for (auto& r : requests_) r->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
   if (!end_) return;
   {
     // Waits for an ending that is writing this exchange's memory now; one that comes later
     // finds it gone and fails the step instead.
     std::lock_guard<std::mutex> lock(end_->mutex);
     end_->exchange = nullptr;
+    end_->shared = nullptr;
   }
   if (armed_ && end_->held.load(std::memory_order_acquire)) {  // it could never end now
     abandon(end_, core::makeError(core::ErrorKind::Runtime,
@@ -327,6 +273,12 @@ void NeighbourExchange::openStep() {
                  "commux: neighbourhood exchange: ", core::lostMember(peer, why),
                  "; a step with it cannot run");
   }
+  if (setUpError_) std::rethrow_exception(freshCopy(setUpError_));
+  if (!greeted_) {
+    greet();
+  } else if (!connected_) {
+    connectShared();
+  }
   requests_.clear();
   requests_.reserve(2 * sides_.size());
   unpack_.clear();
@@ -334,10 +286,12 @@ void NeighbourExchange::openStep() {
     // The last step ended in wait() and nothing holds its end any more (its Requests are
     // gone): reused, one allocation less a step (the small steps' cost is in such things).
     end_->pending.store(1, std::memory_order_relaxed);
+    end_->aborted.store(false, std::memory_order_relaxed);
   } else {
     end_ = std::make_shared<StepEnd>(this, group_.sharedEngine());
   }
   armed_ = false;
+  ++step_;
   unsent_ = 0;
   for (auto& s : sides_) {
     s.sent = !s.messages.sends || s.messages.rank == me;
@@ -351,7 +305,7 @@ void NeighbourExchange::postReceives() {
   for (std::size_t i = 0; i < sides_.size(); ++i) {
     auto& s = sides_[i];
     const auto& n = s.messages;
-    if (!n.receives || n.rank == me) continue;
+    if (!n.receives || n.rank == me || (shared_ && shared_->receivesShared(i))) continue;
     launchMessage(engine::P2POp::Kind::Recv, n.rank, s.recvBytes, n.recv.size(),
                   buffersOf(n.recv, s.recvStaging.get(), s.recvBytes), nullptr,
                   wire::p2pTag(group_.context(), static_cast<std::uint32_t>(n.rank),
@@ -388,6 +342,13 @@ void NeighbourExchange::launchMessage(engine::P2POp::Kind kind, int peer, std::s
 
 void NeighbourExchange::postSend(Side& s) {
   const auto& n = s.messages;
+  const auto index = static_cast<std::size_t>(&s - sides_.data());
+  if (shared_ && shared_->sendsShared(index)) {
+    shared_->markReady(index, step_);  // the neighbour copies it out
+    s.sent = true;
+    --unsent_;
+    return;
+  }
   if (s.sendStaging) gather(s.sendRows, s.sendStaging.get());
   auto route = group_.peers().get(n.rank, "a send to it");
   const wire::Tag tag = wire::p2pTag(route->context, static_cast<std::uint32_t>(group_.rank()),
@@ -413,6 +374,7 @@ void NeighbourExchange::releaseHold() {
     end->requests = requests_;
     end->unpack = unpack_;
   }
+  if (shared_ && shared_->active()) finishSharedLater(end);
   end->held.store(false, std::memory_order_release);
   if (end->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) endStep(end);
 }
@@ -438,6 +400,7 @@ void NeighbourExchange::endStep(const std::shared_ptr<StepEnd>& end) {
         break;
       }
     }
+    if (!first && end->sharedError) first = end->sharedError;
     if (end->exchange == nullptr) {
       if (!first) {
         first = core::makeError(core::ErrorKind::Runtime,
@@ -539,6 +502,14 @@ void NeighbourExchange::wait() {
   stepOpen_.store(false, std::memory_order_release);
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   std::exception_ptr first;
+  const bool shared = shared_ && shared_->active();
+  if (shared) {
+    try {
+      shared_->advance(step_);  // what is ready already, before the network's
+    } catch (...) {
+      first = std::current_exception();
+    }
+  }
   for (auto& r : requests) {
     if (first) {  // the step failed: end the rest rather than wait for each to time out
       if (!r->done()) r->abort();
@@ -556,6 +527,14 @@ void NeighbourExchange::wait() {
       continue;
     }
     if (auto error = r->error()) first = error;
+  }
+  if (shared && !first) {
+    try {
+      shared_->finish(step_, [&] { return sharedInterruption(deadline); });
+      if (step_ == firstShared_) shared_->withdraw();  // every neighbour has it mapped
+    } catch (...) {
+      first = std::current_exception();
+    }
   }
   if (first) {
     // A fresh exception, not the Request's: the Requests' last owner may be another thread
@@ -616,6 +595,152 @@ void NeighbourExchange::waitStep(const std::shared_ptr<StepEnd>& step) {
                {__func__, __FILE__, __LINE__});
   }
   if (step->error) std::rethrow_exception(freshCopy(step->error));
+}
+
+void NeighbourExchange::greet() {
+  greeted_ = true;
+  // The host's channel as this rank sees it now: a set-up run in the background is waited
+  // for (every rank runs it anyway); one due at the group's first collective is not run
+  // here (only the neighbours take part in a step). The greetings make the view both
+  // ranks' of a pair.
+  std::shared_ptr<shm::Channel> channel;
+  try {
+    channel = group_.setsUpInBackground() ? group_.channel() : group_.currentChannel();
+  } catch (const std::exception&) {
+    // A failed set-up: the group's collectives report it; the exchange goes through UCX.
+  }
+  shm::CmaRange range;  // none: nothing shared
+  std::chrono::microseconds spin{0};
+  std::chrono::nanoseconds poll{0};
+  if (channel) {
+    range = channel->shape().cma[shm::CmaUse::Neighbours];
+    spin = channel->shape().spin;
+    poll = channel->shape().poll;
+  }
+  const int me = group_.rank();
+  std::vector<SharedSides::Neighbour> list;
+  for (std::size_t i = 0; i < sides_.size(); ++i) {
+    auto& s = sides_[i];
+    const int peer = s.messages.rank;
+    if (peer == me) continue;
+    list.push_back({i, peer, channel && channel->hosts(peer), s.messages.sends,
+                    s.messages.receives, s.sendBytes, s.recvBytes, &s.sendRows, &s.recvRows,
+                    s.sendStaging.get(), s.recvStaging.get()});
+  }
+  if (list.empty()) return;
+  shared_ = std::make_unique<SharedSides>(std::move(list), range, spin, poll);
+  // One greeting each way, before the first step's messages on the same tag (so each side's
+  // first message from the other is its greeting); waited for at the second step.
+  const std::size_t n = shared_->size();
+  theirHellos_.assign(n, Hello{});
+  std::vector<std::shared_ptr<engine::Op>> ops;
+  for (std::size_t k = 0; k < 2 * n; ++k) {
+    const bool send = k >= n;
+    const std::size_t i = k % n;
+    const int peer = shared_->rank(i);
+    auto request = std::make_shared<group::Request>(
+        send ? group::Request::Kind::Send : group::Request::Kind::Recv,
+        engine::Description::p2p(send ? "neighbourhood greeting" : "neighbourhood greeting",
+                                 send ? "to" : "from", peer, tag_, sizeof(Hello), 1),
+        timeout_, group_.sharedEngine());
+    request->setPeer(peer);
+    engine::P2POp::Buffers buffers;
+    std::shared_ptr<const engine::Route> route;
+    wire::Tag tag;
+    if (send) {
+      buffers.push_back(core::bufferOf(const_cast<Hello*>(&shared_->hello(i)), sizeof(Hello),
+                                       core::Dtype::UInt8));
+      route = group_.peers().get(peer, "a send to it");
+      tag = wire::p2pTag(route->context, static_cast<std::uint32_t>(me),
+                         static_cast<std::uint32_t>(tag_), /*packed=*/true);
+    } else {
+      buffers.push_back(core::bufferOf(&theirHellos_[i], sizeof(Hello), core::Dtype::UInt8));
+      tag = wire::p2pTag(group_.context(), static_cast<std::uint32_t>(peer),
+                         static_cast<std::uint32_t>(tag_));
+    }
+    ops.push_back(std::make_shared<engine::P2POp>(
+        send ? engine::P2POp::Kind::Send : engine::P2POp::Kind::Recv, std::move(buffers),
+        std::move(route), tag, wire::kExactMask, /*pack=*/true, request->parts(),
+        request->completer()));
+    hellos_.push_back(std::move(request));
+  }
+  group_.launchAll(hellos_, std::move(ops));
+}
+
+void NeighbourExchange::connectShared() {
+  connected_ = true;
+  if (!shared_) return;
+  try {
+    // Every neighbour's first step went (this one's ended), so its greeting is here or on
+    // its way: a neighbour that only receives from this rank may not have started yet.
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (auto& r : hellos_) {
+      r->wait(std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           deadline - std::chrono::steady_clock::now()),
+                       std::chrono::milliseconds(0)));
+      if (auto error = r->error()) std::rethrow_exception(freshCopy(error));
+    }
+    hellos_.clear();
+    shared_->connect(theirHellos_);
+  } catch (...) {
+    // The pair may be half set up: this exchange cannot run another step.
+    setUpError_ = freshCopy(std::current_exception());
+    throw;
+  }
+  if (!shared_->active()) {
+    shared_.reset();
+    return;
+  }
+  firstShared_ = step_ + 1;
+}
+
+std::string NeighbourExchange::sharedInterruption(
+    std::chrono::steady_clock::time_point deadline) const {
+  const std::string state = group_.stateText();
+  if (!state.empty()) return "commux: neighbourhood exchange: " + state;
+  for (std::size_t i = 0; i < shared_->size(); ++i) {
+    const int peer = shared_->rank(i);
+    const std::string why = group_.deadWhy(peer);
+    if (!why.empty()) {
+      return "commux: neighbourhood exchange: " + core::lostMember(peer, why) +
+             "; a step with it cannot end";
+    }
+  }
+  if (std::chrono::steady_clock::now() >= deadline) {
+    return core::concat("commux: neighbourhood exchange: Timed out: the step's messages on "
+                        "this host did not arrive or were not read within ",
+                        timeout_.count(), " ms");
+  }
+  return {};
+}
+
+void NeighbourExchange::finishSharedLater(const Step& end) {
+  end->pending.fetch_add(1, std::memory_order_relaxed);  // the shared part: one more to end
+  {
+    std::lock_guard<std::mutex> lock(end->mutex);
+    end->shared = shared_.get();
+  }
+  if (!finisher_) finisher_ = std::make_unique<StepFinisher>();
+  finisher_->post([this, end, step = step_] {
+    std::exception_ptr error;
+    try {
+      shared_->finish(step, [&]() -> std::string {
+        if (end->aborted.load(std::memory_order_acquire)) {
+          return "commux: neighbourhood exchange: the step was cancelled (timed out, or its "
+                 "exchange destroyed)";
+        }
+        return sharedInterruption(std::chrono::steady_clock::time_point::max());
+      });
+      if (step == firstShared_) shared_->withdraw();
+    } catch (...) {
+      error = freshCopy(std::current_exception());
+    }
+    if (error) {
+      std::lock_guard<std::mutex> lock(end->mutex);
+      end->sharedError = error;
+    }
+    end->messageEnded();
+  });
 }
 
 }  // namespace commux::halo

@@ -5,7 +5,11 @@
 // per step: a UCX iov message straight from and into the pieces where they are long, or
 // packed into (unpacked from) a staging buffer the exchange keeps where they are many and
 // short. Sender and receiver choose independently: the bytes on the wire are the same.
-// A rank that is its own neighbour copies, in wait(). (docs/halo.md)
+// A rank that is its own neighbour copies, in wait(). Neighbours on this host (its
+// shared-memory channel's ranks, where they may read each other's memory) go without UCX
+// from the second step on: the receiver copies the message straight out of the sender's
+// memory (halo/shared_sides.hpp); the first step carries one greeting each way with them.
+// (docs/halo.md)
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -17,6 +21,9 @@
 
 #include "engine/p2p_op.hpp"
 #include "halo/messages.hpp"
+#include "halo/row_copy.hpp"
+#include "halo/shared_sides.hpp"
+#include "halo/step_finisher.hpp"
 #include "wire/tag.hpp"
 
 namespace commux::group {
@@ -25,17 +32,6 @@ class Request;
 }  // namespace commux::group
 
 namespace commux::halo {
-
-/// Pieces of equal size at equal distances: `count` rows of `bytes`, `stride` bytes apart
-/// (a face of a grid is a few of these, however many pieces it has).
-struct Rows {
-  char* data = nullptr;
-  std::size_t bytes = 0;
-  std::ptrdiff_t stride = 0;
-  std::size_t count = 0;
-};
-/// `pieces` (in order; empty ones dropped) as runs of Rows.
-std::vector<Rows> rowsOf(const std::vector<Piece>& pieces);
 
 /// Below this average piece size (bytes) a message is packed into a staging buffer rather
 /// than sent as an iov of its pieces (benchmarks/halo.py, docs/performance.md).
@@ -100,6 +96,10 @@ class NeighbourExchange {
   /// How each side of neighbour `i` travels (for tests and the benchmark).
   bool sendPacked(std::size_t i) const { return sides_.at(i).sendStaging != nullptr; }
   bool recvPacked(std::size_t i) const { return sides_.at(i).recvStaging != nullptr; }
+  /// Whether neighbour `i`'s messages go through shared memory (from the second step on;
+  /// false before it has started).
+  bool sendsShared(std::size_t i) const { return shared_ && shared_->sendsShared(i); }
+  bool receivesShared(std::size_t i) const { return shared_ && shared_->receivesShared(i); }
   std::size_t neighbours() const noexcept { return sides_.size(); }
 
  private:
@@ -142,6 +142,14 @@ class NeighbourExchange {
   void launchMessage(engine::P2POp::Kind kind, int peer, std::size_t bytes, std::size_t pieces,
                      engine::P2POp::Buffers buffers, std::shared_ptr<const engine::Route> route,
                      wire::Tag tag);
+  /// First step: greets the neighbours on this host (SharedSides), outside the step.
+  void greet();
+  /// Second step: reads their greetings and decides what goes through shared memory.
+  void connectShared();
+  /// Why a wait for the shared part of a step must stop, or empty.
+  std::string sharedInterruption(std::chrono::steady_clock::time_point deadline) const;
+  /// A step that ends by itself: its shared part is finished on finisher_'s thread.
+  void finishSharedLater(const Step& end);
   /// Runs `body`; if it throws, ends what the step posted and closes the step first.
   template <typename Body>
   void guarded(Body&& body);
@@ -158,6 +166,16 @@ class NeighbourExchange {
   std::size_t unsent_ = 0;           // sends of this step not posted yet
   Step end_;                         // this step's; its Requests hold it too
   bool armed_ = false;               // finishWhenDone was called this step
+  std::uint64_t step_ = 0;           // steps opened; the shared counters' values
+  // Neighbours on this host: greeted at the first step, connected at the second.
+  std::unique_ptr<SharedSides> shared_;
+  std::vector<Hello> theirHellos_;
+  std::vector<std::shared_ptr<group::Request>> hellos_;
+  bool greeted_ = false;
+  bool connected_ = false;
+  std::uint64_t firstShared_ = 0;      // the first step with a shared part
+  std::exception_ptr setUpError_;      // the greetings failed: every start raises it
+  std::unique_ptr<StepFinisher> finisher_;  // last: its jobs use the members above
 };
 
 }  // namespace commux::halo

@@ -113,5 +113,7 @@ void bindHalo(py::module_& m) {
            "Sends the step's message to group rank `rank` now")
       .def_property_readonly("in_flight", &commux::TensorExchange::inFlight)
       .def("packing", &commux::TensorExchange::packing,
-           "(send packed, receive packed) per neighbour, in the order given");
+           "(send packed, receive packed) per neighbour, in the order given")
+      .def("sharing", &commux::TensorExchange::sharing,
+           "(send shared, receive shared) per neighbour, in the order given");
 }

@@ -65,6 +65,13 @@ class Channel {
   }
   /// The group rank found dead (by this rank or another survivor), or -1.
   int deadRank() const noexcept { return steps_.deadRank(); }
+  /// Whether group rank `rank` is a member (on this host).
+  bool hosts(int rank) const noexcept {
+    for (int i = 0; i < shape().size; ++i) {
+      if (steps_.groupRank(i) == rank) return true;
+    }
+    return false;
+  }
   /// Why the channel is broken, naming the rank; empty while it is not.
   std::string brokenReason() const { return steps_.brokenReason(); }
   /// Any thread: run `op` after those queued before it.

@@ -3,7 +3,11 @@
 #include <sys/prctl.h>
 #include <sys/uio.h>
 
+#include <algorithm>
+#include <climits>
 #include <cerrno>
+#include <new>
+#include <vector>
 
 namespace commux::shm {
 namespace {
@@ -50,6 +54,75 @@ bool cmaCopy(pid_t pid, char* local, char* remote, std::size_t bytes) noexcept {
 bool cmaRead(pid_t pid, const void* remote, void* local, std::size_t bytes) noexcept {
   return cmaCopy<false>(pid, static_cast<char*>(local),
                         const_cast<char*>(static_cast<const char*>(remote)), bytes);
+}
+
+namespace {
+
+// Up to IOV_MAX entries of `list` from entry `at`, the first `skip` bytes of it done.
+std::size_t window(const iovec* list, std::size_t count, std::size_t at, std::size_t skip,
+                   std::vector<iovec>& out) {
+  const std::size_t n = std::min<std::size_t>(count - at, IOV_MAX);
+  out.assign(list + at, list + at + n);
+  out[0].iov_base = static_cast<char*>(out[0].iov_base) + skip;
+  out[0].iov_len -= skip;
+  return n;
+}
+
+// Moves the cursor (entry `at`, `skip` bytes into it) on by `bytes`.
+void advance(const iovec* list, std::size_t count, std::size_t& at, std::size_t& skip,
+             std::size_t bytes) {
+  while (bytes > 0 && at < count) {
+    const std::size_t left = list[at].iov_len - skip;
+    if (bytes < left) {
+      skip += bytes;
+      return;
+    }
+    bytes -= left;
+    ++at;
+    skip = 0;
+  }
+  while (at < count && list[at].iov_len == 0) ++at;
+}
+
+}  // namespace
+
+bool cmaReadv(pid_t pid, const iovec* local, std::size_t localCount, const iovec* remote,
+              std::size_t remoteCount) noexcept {
+  std::size_t li = 0, lskip = 0, ri = 0, rskip = 0;
+  advance(local, localCount, li, lskip, 0);
+  advance(remote, remoteCount, ri, rskip, 0);
+  // The usual case, one call over the lists as they are; copies of a window otherwise.
+  thread_local std::vector<iovec> lw, rw;
+  try {
+    while (li < localCount && ri < remoteCount) {
+      const iovec* l = local + li;
+      const iovec* r = remote + ri;
+      std::size_t ln = localCount - li, rn = remoteCount - ri;
+      if (lskip != 0 || ln > IOV_MAX) {
+        ln = window(local, localCount, li, lskip, lw);
+        l = lw.data();
+      }
+      if (rskip != 0 || rn > IOV_MAX) {
+        rn = window(remote, remoteCount, ri, rskip, rw);
+        r = rw.data();
+      }
+      const ssize_t n = ::process_vm_readv(pid, l, ln, r, rn, 0);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return false;
+      }
+      if (n == 0) {
+        errno = EFAULT;
+        return false;
+      }
+      advance(local, localCount, li, lskip, static_cast<std::size_t>(n));
+      advance(remote, remoteCount, ri, rskip, static_cast<std::size_t>(n));
+    }
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+    return false;
+  }
+  return true;
 }
 
 bool cmaWrite(pid_t pid, void* remote, const void* local, std::size_t bytes) noexcept {

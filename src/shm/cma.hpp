@@ -6,6 +6,7 @@
 // Open MPI does, and the group probes that every rank can read its neighbour before it
 // relies on it.
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +24,12 @@ constexpr std::uint64_t kCmaCanaryValue = 0x434d412d636f6d6dull;
 /// Copies `bytes` from `remote` in process `pid` to `local`; false (errno set) when the
 /// kernel refuses or the process is gone.
 bool cmaRead(pid_t pid, const void* remote, void* local, std::size_t bytes) noexcept;
+/// Copies the bytes of `remote` (iovecs of process `pid`) into `local`, in order, both lists
+/// holding the same number of bytes however they are cut and however many entries they
+/// have (the kernel takes IOV_MAX a call, and a call may stop short); false (errno set) as
+/// cmaRead.
+bool cmaReadv(pid_t pid, const iovec* local, std::size_t localCount, const iovec* remote,
+              std::size_t remoteCount) noexcept;
 /// Copies `bytes` from `local` to `remote` in process `pid` (a window's put); as cmaRead.
 bool cmaWrite(pid_t pid, void* remote, const void* local, std::size_t bytes) noexcept;
 

@@ -65,6 +65,7 @@ enum class CmaUse {
   Rooted,     // gather (the root reads every block), scatter (each reader its block)
   Allgather,  // every rank reads every other's block
   Alltoall,   // every rank reads its piece of every other's input (each pair's count)
+  Neighbours, // a neighbourhood exchange's receiver reads its neighbour's message (halo/)
   Count
 };
 

@@ -12,7 +12,7 @@ namespace commux::shm {
 namespace layout {
 
 // Changes whenever the layout does: ranks of different commux builds refuse each other.
-constexpr std::uint32_t kMagic = 0x384d4853;  // "SHM8"
+constexpr std::uint32_t kMagic = 0x394d4853;  // "SHM9"
 constexpr std::size_t kLine = 64;
 /// Set in Header::deadRank when that rank left the group rather than died.
 constexpr std::uint32_t kLeftBit = 1u << 31;

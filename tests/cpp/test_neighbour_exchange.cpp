@@ -23,6 +23,7 @@
 #include "fork_ranks.hpp"
 #include "group/group.hpp"
 #include "halo/neighbour_exchange.hpp"
+#include "shm/channel.hpp"
 #include "test_seed.hpp"
 
 namespace {
@@ -37,10 +38,14 @@ using commux::testing::Member;
 std::vector<halo::Piece> cut(std::mt19937& random, std::vector<std::uint8_t>& memory,
                              std::size_t bytes) {
   std::vector<std::size_t> sizes;
+  // A third of the messages in long pieces (rows a neighbour on the host reads where they
+  // lie), the rest mostly short (a column: packed, or staged in shared memory).
+  const bool rows = random() % 3 == 0;
   for (std::size_t left = bytes; left > 0;) {
-    // Mostly short pieces (a column), sometimes long ones (rows).
-    const std::size_t n =
-        std::min<std::size_t>(left, random() % 4 == 0 ? 1 + random() % 4096 : 1 + random() % 16);
+    const std::size_t n = std::min<std::size_t>(
+        left, rows                ? 4096 + random() % 12288
+              : random() % 4 == 0 ? 1 + random() % 4096
+                                  : 1 + random() % 16);
     sizes.push_back(n);
     left -= n;
   }
@@ -141,6 +146,10 @@ TEST(NeighbourExchange, EveryRankGetsItsNeighboursBytesPackedOrAsTheyLie) {
       std::mt19937 pair(s ^ static_cast<unsigned>(from * 131 + to));
       return static_cast<std::size_t>(pair() % 3 == 0 ? pair() % 64 : pair() % 70000);
     };
+    // COMMUX_SHM=0 (the suite runs again so) has no channel; Yama may keep ranks apart.
+    const auto channel = g.channel();
+    const bool sharedHere =
+        channel && channel->shape().cma[shm::CmaUse::Neighbours].from != 0;
     for (const std::size_t packBelow :
          {std::size_t{0}, halo::kDefaultPackBelow, std::size_t{1} << 40}) {
       std::vector<std::vector<std::uint8_t>> out, in;
@@ -166,6 +175,18 @@ TEST(NeighbourExchange, EveryRankGetsItsNeighboursBytesPackedOrAsTheyLie) {
         ex.wait();
         const std::string wrong = wrongReceived(pieces, rank, step);
         check(wrong.empty(), wrong + " (pack below " + std::to_string(packBelow) + ")");
+        // From the second step on, the other ranks' messages go through shared memory
+        // where the host lets its ranks read each other (the first step greets them).
+        for (std::size_t i = 0; i < pieces.size(); ++i) {
+          const bool other = pieces[i].rank != rank;
+          const bool sends = other && bytesOf(rank, pieces[i].rank) != 0;
+          const bool receives = other && bytesOf(pieces[i].rank, rank) != 0;
+          check(ex.sendsShared(i) == (sharedHere && sends && step > 0) &&
+                    ex.receivesShared(i) == (sharedHere && receives && step > 0),
+                "rank " + std::to_string(rank) + " step " + std::to_string(step) +
+                    ": neighbour " + std::to_string(pieces[i].rank) + " goes " +
+                    (ex.sendsShared(i) ? "shared" : "through UCX"));
+        }
       }
     }
     commux::testing::leaveTogether(g);
@@ -387,6 +408,122 @@ TEST(NeighbourExchange, BadPlansAreRefusedAndADeadNeighbourEndsTheStep) {
         // Neither leaves before the other is done (a leaving rank looks dead).
         third.start();
         third.wait();
+      },
+      {victim});
+  EXPECT_EQ(problems, "");
+}
+
+// Steps through shared memory (neighbours on this host, from the second step on) end like
+// any other: a neighbour that dies during one ends it with an error naming it, in wait()
+// and in a step that ends by itself; one that never starts its step times the step out.
+TEST(NeighbourExchange, ASharedStepEndsWhenItsNeighbourDiesOrNeverComes) {
+  Folder folder;
+  const int size = 3;
+  const int victim = 2;
+  const std::string problems = commux::testing::forkRanks(
+      size,
+      [&](int rank) {
+        Member me(folder.path(), rank, size);
+        group::Group& g = *me.group;
+        const auto channel = g.channel();
+        const bool sharedHere =
+            channel && channel->shape().cma[shm::CmaUse::Neighbours].from != 0;
+        std::vector<std::uint8_t> out(4096, static_cast<std::uint8_t>(rank)), in(4096);
+        const auto ring = [&](int tag, std::chrono::milliseconds timeout) {
+          std::vector<halo::NeighbourMessages> plan;
+          for (int peer : {(rank + 1) % size, (rank + size - 1) % size}) {
+            halo::NeighbourMessages n;
+            n.rank = peer;
+            n.sends = n.receives = true;
+            // Two pieces each way (rows of 2 KiB): the neighbour reads them as they lie.
+            const std::size_t half = 2048 * (peer == (rank + 1) % size);
+            n.send = {{out.data() + half, 1024}, {out.data() + half + 1024, 1024}};
+            n.recv = {{in.data() + half, 2048}};
+            plan.push_back(std::move(n));
+          }
+          return std::make_unique<halo::NeighbourExchange>(g, std::move(plan), tag, timeout);
+        };
+        // A neighbour that never starts its step: the step times out.
+        {
+          auto ex = ring(5, 1500ms);
+          for (int step = 0; step < 2; ++step) {
+            ex->start();
+            ex->wait();
+          }
+          check(ex->sendsShared(0) == sharedHere, "the second step did not go shared");
+          if (rank != 0) {
+            std::string why;
+            try {
+              ex->start();
+              ex->wait();
+            } catch (const std::exception& e) {
+              why = e.what();
+            }
+            check(why.find("Timed out") != std::string::npos,
+                  "a step whose neighbour never came ended with: '" + why + "'");
+          }
+        }
+        commux::testing::leaveTogether(g);
+        auto ex = ring(6, 20s);
+        for (int step = 0; step < 2; ++step) {
+          ex->start();
+          ex->wait();
+        }
+        if (rank == victim) {
+          ::usleep(100000);
+          ::raise(SIGKILL);
+        }
+        if (rank == 1) {
+          // This rank's message to the victim is never read: the step ends by itself
+          // (finishWhenDone's thread) with the error.
+          std::atomic<int> calls{0};
+          std::string told;
+          ex->start();
+          auto step = ex->finishWhenDone([&](std::exception_ptr error) {
+            try {
+              if (error) std::rethrow_exception(error);
+            } catch (const std::exception& e) {
+              told = e.what();
+            }
+            ++calls;
+          });
+          std::string why;
+          try {
+            ex->waitStep(step);
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
+          for (int i = 0; i < 20000 && calls.load() == 0; ++i) ::usleep(1000);
+          check(why.find("rank 2") != std::string::npos && told.find("rank 2") != std::string::npos &&
+                    calls.load() == 1,
+                "the step with a dead neighbour ended with: '" + why + "', told '" + told + "'");
+        } else {
+          std::string why;
+          try {
+            ex->start();
+            ex->wait();
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
+          check(why.find("rank 2") != std::string::npos,
+                "the step with a dead neighbour ended with: '" + why + "'");
+        }
+        // Neither survivor leaves before the other saw its error (a rank that left is
+        // reported as such); their own exchange still runs.
+        std::vector<std::uint8_t> e(8, static_cast<std::uint8_t>(rank)), f(8);
+        std::vector<halo::NeighbourMessages> survivors(1);
+        survivors[0].rank = 1 - rank;
+        survivors[0].sends = survivors[0].receives = true;
+        survivors[0].send = {{e.data(), e.size()}};
+        survivors[0].recv = {{f.data(), f.size()}};
+        halo::NeighbourExchange last(g, std::move(survivors), 7, 20s);
+        for (int step = 0; step < 3; ++step) {
+          std::fill(f.begin(), f.end(), 0);
+          last.start();
+          last.wait();
+          check(f == std::vector<std::uint8_t>(8, static_cast<std::uint8_t>(1 - rank)),
+                "the survivors' exchange delivered the wrong bytes");
+        }
       },
       {victim});
   EXPECT_EQ(problems, "");

@@ -11,6 +11,7 @@ split."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -87,6 +88,16 @@ def _expected(g, grid, case, block, ghost_shape):
     return out
 
 
+def _ranks_may_read_each_other():
+    """Whether sibling processes may read each other's memory (no Yama, or ptrace_scope 0):
+    only then do neighbours on one host go through shared memory."""
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            return f.read().strip() == "0"
+    except OSError:
+        return True
+
+
 def _exchange_cases(rank, world_size, seed, cases):
     import torch
     import torch.distributed as dist
@@ -94,6 +105,7 @@ def _exchange_cases(rank, world_size, seed, cases):
     import commux.halo as halo
 
     rng = random.Random(seed)
+    shared_expected = os.environ.get("COMMUX_SHM") != "0" and _ranks_may_read_each_other()
     for k in range(cases):
         case = _case(rng, world_size)
         where = f"seed {seed} case {k}: {case}"
@@ -103,10 +115,10 @@ def _exchange_cases(rank, world_size, seed, cases):
         block = [grid.split(case["extents"][d], d) for d in range(grid.ndim)]
         shape = [hi - lo + 2 * w for (lo, hi), w in zip(block, case["widths"])]
         fields, globals_ = [], []
+        inner = tuple(slice(w, s - w) for w, s in zip(case["widths"], shape))
         for f, dtype in enumerate(case["dtypes"]):
             g = _global(case["extents"], case["trailing"], f, dtype)
             local = torch.full(shape + list(case["trailing"]), SENTINEL, dtype=g.dtype)
-            inner = tuple(slice(w, s - w) for w, s in zip(case["widths"], shape))
             local[inner] = g[tuple(slice(lo, hi) for lo, hi in block)]
             fields.append(local)
             globals_.append(g)
@@ -114,9 +126,16 @@ def _exchange_cases(rank, world_size, seed, cases):
         pack_below = rng.choice([None, 0, 1 << 40])
         ex = halo.HaloExchange(fields, case["widths"], grid, pack_below=pack_below)
         assert ex.native, where
-        for step in range(2):  # persistent: the second step must land alike
+        for step in range(3):  # persistent: the later steps must land alike
             # (This rank's own draws: the shared rng must stay in step across ranks.)
-            mine = random.Random(seed * 7919 + k * 31 + rank)
+            mine = random.Random(seed * 7919 + k * 31 + step * 7 + rank)
+            if step > 0:
+                # Ghost cells wiped: each step must write them again (from the second step
+                # on, neighbours on this host through shared memory, not UCX).
+                ghosts = torch.ones(fields[0].shape, dtype=torch.bool)
+                ghosts[inner] = False
+                for local in fields:
+                    local[ghosts] = SENTINEL
             if step == 1 and mine.random() < 0.5:
                 # Partitioned: faces marked computed one by one, some left to wait().
                 ex.start(ready=False)
@@ -131,7 +150,13 @@ def _exchange_cases(rank, world_size, seed, cases):
                 want = _expected(g, grid, case, block, tuple(local.shape))
                 if not torch.equal(local, want):
                     bad = (local != want).nonzero()[:5].tolist()
-                    raise AssertionError(f"rank {rank}, field {f}, {where}: cells {bad} differ")
+                    raise AssertionError(f"rank {rank}, field {f}, {where}: cells {bad} "
+                                         f"differ at step {step}")
+        sharing = {r: s for r, s in ex.sharing().items() if r != rank}
+        if shared_expected and sharing:
+            assert any(s or r for s, r in sharing.values()), (where, sharing)
+        elif not shared_expected:
+            assert not any(s or r for s, r in sharing.values()), (where, sharing)
         dist.barrier()
     return True
 

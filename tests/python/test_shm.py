@@ -146,8 +146,8 @@ def test_shm_chunked_allreduce_gives_every_rank_the_same_bits(world_size):
 
 # (broadcast from, below; gather/scatter from; allgather from; all_to_all from), bytes,
 # with a core per rank and crowded.
-_AUTO_CMA = (64 << 10, 1 << 20, 0, 32 << 10, 32 << 10)
-_CROWDED_CMA = (0, 0, 0, 0, 64 << 10)
+_AUTO_CMA = (64 << 10, 1 << 20, 0, 32 << 10, 32 << 10, 1)
+_CROWDED_CMA = (0, 0, 0, 0, 64 << 10, 1)
 
 
 def _auto_cma(crowded):
@@ -157,7 +157,7 @@ def _auto_cma(crowded):
     try:
         with open("/proc/sys/kernel/yama/ptrace_scope") as f:
             if f.read().strip() != "0":
-                return (0, 0, 0, 0, 0)
+                return (0, 0, 0, 0, 0, 0)
     except OSError:
         pass  # no Yama
     return _CROWDED_CMA if crowded else _AUTO_CMA
@@ -166,7 +166,7 @@ def _auto_cma(crowded):
 def _cma_sizes(shape):
     return tuple(shape[k] for k in ("cma_broadcast_from", "cma_broadcast_below",
                                     "cma_gather_scatter_from", "cma_allgather_from",
-                                    "cma_alltoall_from"))
+                                    "cma_alltoall_from", "cma_neighbours_from"))
 
 
 def _shape_when_pinned(rank, ws, pins):
