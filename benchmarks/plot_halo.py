@@ -50,7 +50,9 @@ def main():
         for name, label in WAYS.items():
             if name in header:
                 i = header.index(name)
+                # One colour per way in every panel, whichever ways a run has.
                 ax.loglog(x, [float(r[i]) for r in rows], marker="o", label=label,
+                          color=f"C{list(WAYS).index(name)}",
                           linestyle="--" if name == "one copy us" else "-")
         ax.set_title(title)
         ax.set_xlabel("halo bytes per rank")

@@ -258,8 +258,10 @@ const std::vector<Setting>& settings() {
        [](const Config& c) -> SettingValue { return whole(c.shmSmallBytes); }},
       {"COMMUX_SHM_CMA_BYTES", "`auto`",
        "from this many bytes per rank, broadcast, (all)gather, scatter and all_to_all read "
-       "the other ranks' buffers directly (`process_vm_readv`, one copy instead of two); `0`: "
-       "never. `auto`: while the host's ranks have a core each, allgather from 32 KiB, "
+       "the other ranks' buffers directly (`process_vm_readv`, one copy instead of two), and "
+       "a neighbourhood exchange's messages between ranks of a host go through shared memory, "
+       "not UCX (`commux.halo`); `0`: never. `auto`: neighbourhood messages of every size; "
+       "while the host's ranks have a core each, allgather from 32 KiB, "
        "all_to_all from 32 KiB pieces and broadcast from 64 KiB up to 1 MiB; when they "
        "outnumber the cores, all_to_all from 64 KiB pieces only (elsewhere the two copies "
        "through the segment were faster, or gather and scatter not measured: "
