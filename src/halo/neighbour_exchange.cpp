@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/group_health.hpp"
+#include "core/log.hpp"
 #include "engine/description.hpp"
 #include "engine/done_flag.hpp"
 #include "engine/engine.hpp"
@@ -93,6 +94,33 @@ std::exception_ptr freshCopy(const std::exception_ptr& error) {
   return core::makeError(reading.kind, reading.message, {__func__, __FILE__, __LINE__});
 }
 
+constexpr const char* kCancelled =
+    "commux: neighbourhood exchange: the step was cancelled (timed out, or its exchange "
+    "destroyed)";
+
+// Why a wait for the shared part of a step must stop (the group's end, a neighbour's death,
+// the deadline), or empty.
+std::string sharedInterruption(const group::Group& group, const SharedSides& sides,
+                               std::chrono::steady_clock::time_point deadline,
+                               std::chrono::milliseconds timeout) {
+  const std::string state = group.stateText();
+  if (!state.empty()) return "commux: neighbourhood exchange: " + state;
+  for (std::size_t i = 0; i < sides.size(); ++i) {
+    const int peer = sides.rank(i);
+    const std::string why = group.deadWhy(peer);
+    if (!why.empty()) {
+      return "commux: neighbourhood exchange: " + core::lostMember(peer, why) +
+             "; a step with it cannot end";
+    }
+  }
+  if (std::chrono::steady_clock::now() >= deadline) {
+    return core::concat("commux: neighbourhood exchange: Timed out: the step's messages on "
+                        "this host did not arrive or were not read within ",
+                        timeout.count(), " ms");
+  }
+  return {};
+}
+
 }  // namespace
 
 // What ends a step finished where it ends (finishWhenDone): a count of its messages not
@@ -117,7 +145,10 @@ struct NeighbourExchange::StepEnd : std::enable_shared_from_this<StepEnd> {
       std::lock_guard<std::mutex> lock(mutex);
       copy = requests;
       aborted.store(true, std::memory_order_release);
-      if (shared != nullptr) shared->wake();  // its finisher may sleep on the bell
+      if (shared != nullptr) {
+        shared->abandon(step);  // neighbours still to read this rank's memory fail instead
+        shared->wake();         // its finisher may sleep on the bell
+      }
     }
     for (auto& r : copy) {
       if (!r->done()) r->abort();
@@ -136,7 +167,8 @@ struct NeighbourExchange::StepEnd : std::enable_shared_from_this<StepEnd> {
   std::exception_ptr error;  // written before `finished` is set
   // The shared part, finished on the exchange's finisher: its error, and the flag that
   // stops it (a timeout, the exchange's end).
-  SharedSides* shared = nullptr;  // under mutex; null once the exchange is gone
+  std::shared_ptr<SharedSides> shared;  // under mutex; null once the exchange is gone
+  std::uint64_t step = 0;
   std::exception_ptr sharedError;  // under mutex
   std::atomic<bool> aborted{false};
 };
@@ -204,9 +236,17 @@ NeighbourExchange::NeighbourExchange(group::Group& group, std::vector<NeighbourM
 }
 
 NeighbourExchange::~NeighbourExchange() {
-  // The shared part of a step that ends by itself stops first: its thread uses this object.
+  // The shared part of a step stops first: neighbours still to read this rank's memory are
+  // told it is gone, and a finisher job copying into it is waited for (not its thread).
   if (end_) end_->aborted.store(true, std::memory_order_release);
-  if (shared_) shared_->wake();
+  if (shared_) {
+    shared_->abandon(step_);
+    shared_->wake();
+  }
+  {
+    std::lock_guard<std::mutex> lock(guard_->mutex);
+    guard_->gone = true;
+  }
   finisher_.reset();
   // A step still in flight reads and writes the caller's memory: end it first.
   for (auto* list : {&requests_, &hellos_}) {
@@ -242,6 +282,7 @@ void NeighbourExchange::guarded(Body&& body) {
     requests_.clear();
     queued_.clear();  // never launched: nothing to end
     queuedOps_.clear();
+    if (shared_) shared_->abandon(step_);
     stepOpen_.store(false, std::memory_order_release);
     if (armed_ && end_->held.load(std::memory_order_acquire)) {
       abandon(end_, freshCopy(std::current_exception()));
@@ -274,11 +315,7 @@ void NeighbourExchange::openStep() {
                  "; a step with it cannot run");
   }
   if (setUpError_) std::rethrow_exception(freshCopy(setUpError_));
-  if (!greeted_) {
-    greet();
-  } else if (!connected_) {
-    connectShared();
-  }
+  if (greeted_ && !connected_) connectShared();
   requests_.clear();
   requests_.reserve(2 * sides_.size());
   unpack_.clear();
@@ -297,6 +334,7 @@ void NeighbourExchange::openStep() {
     s.sent = !s.messages.sends || s.messages.rank == me;
     unsent_ += !s.sent;
   }
+  if (!greeted_) greet();  // the greetings are the first step's first messages
   stepOpen_.store(true, std::memory_order_release);
 }
 
@@ -530,12 +568,15 @@ void NeighbourExchange::wait() {
   }
   if (shared && !first) {
     try {
-      shared_->finish(step_, [&] { return sharedInterruption(deadline); });
+      shared_->finish(step_, [&] {
+        return sharedInterruption(group_, *shared_, deadline, timeout_);
+      });
       if (step_ == firstShared_) shared_->withdraw();  // every neighbour has it mapped
     } catch (...) {
       first = std::current_exception();
     }
   }
+  if (first && shared_) shared_->abandon(step_);
   if (first) {
     // A fresh exception, not the Request's: the Requests' last owner may be another thread
     // (a death's handler), and the shared one's reference count is not ordered with this
@@ -628,22 +669,25 @@ void NeighbourExchange::greet() {
                     s.sendStaging.get(), s.recvStaging.get()});
   }
   if (list.empty()) return;
-  shared_ = std::make_unique<SharedSides>(std::move(list), range, spin, poll);
-  // One greeting each way, before the first step's messages on the same tag (so each side's
-  // first message from the other is its greeting); waited for at the second step.
+  try {
+    shared_ = std::make_shared<SharedSides>(list, range, spin, poll);
+  } catch (const std::exception& e) {
+    // No segment (memory, descriptors): greetings that share nothing keep the pairs agreed.
+    core::log(core::LogLevel::Warning,
+              std::string("commux: neighbourhood exchange: no shared memory with the "
+                          "neighbours on this host (") +
+                  e.what() + "); its messages go through UCX");
+    shared_ = std::make_shared<SharedSides>(std::move(list), shm::CmaRange{}, spin, poll);
+  }
+  // One greeting each way, ahead of this step's messages on the same tag (so each side's
+  // first message from the other is its greeting), and part of the step: it ends once the
+  // neighbours' greetings are here, and none is left behind for a later exchange.
   const std::size_t n = shared_->size();
   theirHellos_.assign(n, Hello{});
-  std::vector<std::shared_ptr<engine::Op>> ops;
   for (std::size_t k = 0; k < 2 * n; ++k) {
     const bool send = k >= n;
     const std::size_t i = k % n;
     const int peer = shared_->rank(i);
-    auto request = std::make_shared<group::Request>(
-        send ? group::Request::Kind::Send : group::Request::Kind::Recv,
-        engine::Description::p2p(send ? "neighbourhood greeting" : "neighbourhood greeting",
-                                 send ? "to" : "from", peer, tag_, sizeof(Hello), 1),
-        timeout_, group_.sharedEngine());
-    request->setPeer(peer);
     engine::P2POp::Buffers buffers;
     std::shared_ptr<const engine::Route> route;
     wire::Tag tag;
@@ -658,26 +702,28 @@ void NeighbourExchange::greet() {
       tag = wire::p2pTag(group_.context(), static_cast<std::uint32_t>(peer),
                          static_cast<std::uint32_t>(tag_));
     }
-    ops.push_back(std::make_shared<engine::P2POp>(
-        send ? engine::P2POp::Kind::Send : engine::P2POp::Kind::Recv, std::move(buffers),
-        std::move(route), tag, wire::kExactMask, /*pack=*/true, request->parts(),
-        request->completer()));
-    hellos_.push_back(std::move(request));
+    launchMessage(send ? engine::P2POp::Kind::Send : engine::P2POp::Kind::Recv, peer,
+                  sizeof(Hello), 1, std::move(buffers), std::move(route), tag);
+    hellos_.push_back(queued_.back());
   }
-  group_.launchAll(hellos_, std::move(ops));
+  try {
+    flush();
+  } catch (...) {
+    hellos_.clear();
+    setUpError_ = freshCopy(std::current_exception());
+    throw;
+  }
 }
 
 void NeighbourExchange::connectShared() {
   connected_ = true;
   if (!shared_) return;
   try {
-    // Every neighbour's first step went (this one's ended), so its greeting is here or on
-    // its way: a neighbour that only receives from this rank may not have started yet.
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    // The first step ended with its greetings; a failed one leaves the pair undecided.
     for (auto& r : hellos_) {
-      r->wait(std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           deadline - std::chrono::steady_clock::now()),
-                       std::chrono::milliseconds(0)));
+      COMMUX_CHECK(r->done(), Runtime,
+                   "commux: neighbourhood exchange: the first step did not end (its greetings "
+                   "are still under way)");
       if (auto error = r->error()) std::rethrow_exception(freshCopy(error));
     }
     hellos_.clear();
@@ -694,46 +740,34 @@ void NeighbourExchange::connectShared() {
   firstShared_ = step_ + 1;
 }
 
-std::string NeighbourExchange::sharedInterruption(
-    std::chrono::steady_clock::time_point deadline) const {
-  const std::string state = group_.stateText();
-  if (!state.empty()) return "commux: neighbourhood exchange: " + state;
-  for (std::size_t i = 0; i < shared_->size(); ++i) {
-    const int peer = shared_->rank(i);
-    const std::string why = group_.deadWhy(peer);
-    if (!why.empty()) {
-      return "commux: neighbourhood exchange: " + core::lostMember(peer, why) +
-             "; a step with it cannot end";
-    }
-  }
-  if (std::chrono::steady_clock::now() >= deadline) {
-    return core::concat("commux: neighbourhood exchange: Timed out: the step's messages on "
-                        "this host did not arrive or were not read within ",
-                        timeout_.count(), " ms");
-  }
-  return {};
-}
-
 void NeighbourExchange::finishSharedLater(const Step& end) {
   end->pending.fetch_add(1, std::memory_order_relaxed);  // the shared part: one more to end
   {
     std::lock_guard<std::mutex> lock(end->mutex);
-    end->shared = shared_.get();
+    end->shared = shared_;
+    end->step = step_;
   }
   if (!finisher_) finisher_ = std::make_unique<StepFinisher>();
-  finisher_->post([this, end, step = step_] {
+  // The job holds what it uses: the exchange may be gone by the time it runs or ends.
+  finisher_->post([sides = shared_, guard = guard_, group = &group_, end, step = step_,
+                   first = firstShared_, timeout = timeout_] {
     std::exception_ptr error;
-    try {
-      shared_->finish(step, [&]() -> std::string {
-        if (end->aborted.load(std::memory_order_acquire)) {
-          return "commux: neighbourhood exchange: the step was cancelled (timed out, or its "
-                 "exchange destroyed)";
-        }
-        return sharedInterruption(std::chrono::steady_clock::time_point::max());
-      });
-      if (step == firstShared_) shared_->withdraw();
-    } catch (...) {
-      error = freshCopy(std::current_exception());
+    {
+      std::lock_guard<std::mutex> lock(guard->mutex);
+      const auto cancelled = [&] { return guard->gone || end->aborted.load(std::memory_order_acquire); };
+      try {
+        COMMUX_CHECK(!cancelled(), Backend, kCancelled);
+        sides->finish(step, [&]() -> std::string {
+          if (cancelled()) return kCancelled;
+          // The group outlives the exchange, which cannot be gone while this lock is held.
+          return sharedInterruption(*group, *sides, std::chrono::steady_clock::time_point::max(),
+                                    timeout);
+        });
+        if (step == first) sides->withdraw();
+      } catch (...) {
+        error = freshCopy(std::current_exception());
+        sides->abandon(step);
+      }
     }
     if (error) {
       std::lock_guard<std::mutex> lock(end->mutex);

@@ -17,6 +17,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "engine/p2p_op.hpp"
@@ -146,8 +147,6 @@ class NeighbourExchange {
   void greet();
   /// Second step: reads their greetings and decides what goes through shared memory.
   void connectShared();
-  /// Why a wait for the shared part of a step must stop, or empty.
-  std::string sharedInterruption(std::chrono::steady_clock::time_point deadline) const;
   /// A step that ends by itself: its shared part is finished on finisher_'s thread.
   void finishSharedLater(const Step& end);
   /// Runs `body`; if it throws, ends what the step posted and closes the step first.
@@ -168,14 +167,21 @@ class NeighbourExchange {
   bool armed_ = false;               // finishWhenDone was called this step
   std::uint64_t step_ = 0;           // steps opened; the shared counters' values
   // Neighbours on this host: greeted at the first step, connected at the second.
-  std::unique_ptr<SharedSides> shared_;
+  std::shared_ptr<SharedSides> shared_;  // a step's finisher job holds it too
+  /// Held by a finisher job while it copies into the caller's memory; `gone` once the
+  /// exchange is destroyed (its later jobs then touch nothing).
+  struct SharedGuard {
+    std::mutex mutex;
+    bool gone = false;
+  };
+  std::shared_ptr<SharedGuard> guard_ = std::make_shared<SharedGuard>();
   std::vector<Hello> theirHellos_;
   std::vector<std::shared_ptr<group::Request>> hellos_;
   bool greeted_ = false;
   bool connected_ = false;
   std::uint64_t firstShared_ = 0;      // the first step with a shared part
   std::exception_ptr setUpError_;      // the greetings failed: every start raises it
-  std::unique_ptr<StepFinisher> finisher_;  // last: its jobs use the members above
+  std::unique_ptr<StepFinisher> finisher_;
 };
 
 }  // namespace commux::halo

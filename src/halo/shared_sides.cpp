@@ -31,6 +31,8 @@ constexpr std::size_t kMaxNeighbours = 1u << 16;
 constexpr std::size_t kReadPiecesFrom = 4096;
 // A segment larger than this is refused (the sizes are the sender's messages).
 constexpr std::uint64_t kMaxSegmentBytes = std::uint64_t{1} << 40;
+// Set in a "ready" counter (with the step) by a sender that gave its step up.
+constexpr std::uint64_t kAbandoned = std::uint64_t{1} << 63;
 
 std::size_t piecesOf(const std::vector<Rows>& rows) {
   std::size_t pieces = 0;
@@ -140,7 +142,7 @@ void SharedSides::check(const Peer& p, const Hello& h) const {
                         h.stagedAt >= linesBytes(h.index + std::uint64_t{1}) &&
                         !__builtin_add_overflow(h.stagedAt, h.sendBytes, &stagedEnd) &&
                         stagedEnd <= h.segmentBytes);
-  COMMUX_CHECK(h.magic == Hello::kMagic &&
+  COMMUX_CHECK(h.magic == Hello::kMagic && h.rowCount <= Hello::kMaxRows &&
                    (h.shares == 0 ||
                     (h.shares == 1 && h.pid > 0 && h.index < kMaxNeighbours &&
                      h.segmentBytes >= linesBytes(h.index + std::uint64_t{1}) &&
@@ -164,14 +166,21 @@ void SharedSides::check(const Peer& p, const Hello& h) const {
                "commux: neighbourhood exchange: this rank receives ", p.n.recvBytes,
                " bytes a step from rank ", rank, ", which sends ", h.sendBytes, " to it");
   std::uint64_t total = 0;
+  std::uint64_t pieces = 0;
   for (std::uint32_t k = 0; k < h.rowCount; ++k) {
     const Hello::Row& r = h.rows[k];
     std::uint64_t bytes = 0;
     COMMUX_CHECK(r.bytes != 0 && r.count != 0 && !__builtin_mul_overflow(r.bytes, r.count, &bytes) &&
-                     !__builtin_add_overflow(total, bytes, &total),
+                     !__builtin_add_overflow(total, bytes, &total) &&
+                     !__builtin_add_overflow(pieces, r.count, &pieces),
                  Backend, "commux: neighbourhood exchange: rank ", rank,
                  " described its message with an impossible row");
   }
+  // A message read where it lies has long pieces (readInPlace): as many iovecs as the
+  // sender's policy allows, never one per byte of this rank's buffer.
+  COMMUX_CHECK(pieces <= h.sendBytes / kReadPiecesFrom + 1, Backend,
+               "commux: neighbourhood exchange: rank ", rank, " described its message of ",
+               h.sendBytes, " bytes in ", pieces, " pieces");
   COMMUX_CHECK(h.shares == 0 || h.stagedAt != 0 || total == h.sendBytes, Backend, "commux: neighbourhood exchange: rank ", rank,
                " described ", total, " bytes of its message of ", h.sendBytes);
 }
@@ -210,8 +219,11 @@ void SharedSides::connect(const std::vector<Hello>& theirs) {
       for (std::uint32_t k = 0; k < h.rowCount; ++k) {
         const Hello::Row& r = h.rows[k];
         for (std::uint64_t j = 0; j < r.count; ++j) {
+          // Addresses in the neighbour's memory, computed modulo 2^64 (a negative stride
+          // wraps); a bad one fails the copy, it cannot touch this process.
+          const std::uint64_t at = r.address + static_cast<std::uint64_t>(r.stride) * j;
           p.remote.push_back(
-              iovec{reinterpret_cast<void*>(r.address + r.stride * static_cast<std::int64_t>(j)),
+              iovec{reinterpret_cast<void*>(static_cast<std::uintptr_t>(at)),
                     static_cast<std::size_t>(r.bytes)});
         }
       }
@@ -241,7 +253,9 @@ bool SharedSides::advance(std::uint64_t step) {
   bool all = true;
   for (auto& p : peers_) {
     if (p.recvShared && p.read < step) {
-      if (__atomic_load_n(p.theirReady, __ATOMIC_ACQUIRE) >= step) {
+      const std::uint64_t ready = __atomic_load_n(p.theirReady, __ATOMIC_ACQUIRE);
+      if ((ready & kAbandoned) != 0 && (ready & ~kAbandoned) >= step) failAbandoned(p);
+      if (ready >= step) {
         if (p.stagedFrom != nullptr) {
           scatter(p.stagedFrom, *p.n.recvRows);
         } else if (!shm::cmaReadv(p.pid, p.local.data(), p.local.size(), p.remote.data(),
@@ -256,6 +270,10 @@ bool SharedSides::advance(std::uint64_t step) {
                                         std::strerror(error)),
                      {__func__, __FILE__, __LINE__});
         }
+        // The copy is whole only if they did not give the step up while it ran.
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        // (Nothing else moves the counter before this rank marks the message read.)
+        if (__atomic_load_n(p.theirReady, __ATOMIC_RELAXED) != ready) failAbandoned(p);
         if (p.unpackFrom != nullptr) scatter(p.unpackFrom, *p.n.recvRows);
         __atomic_store_n(p.theirTaken, step, __ATOMIC_RELEASE);
         p.theirBell->ring();
@@ -279,6 +297,27 @@ void SharedSides::finish(std::uint64_t step, const std::function<std::string()>&
     return;
   }
   core::fail(core::ErrorKind::Backend, why, {__func__, __FILE__, __LINE__});
+}
+
+void SharedSides::failAbandoned(const Peer& p) const {
+  core::fail(core::ErrorKind::Backend,
+             core::concat("commux: neighbourhood exchange: rank ", p.n.rank,
+                          " gave the step up (it failed there) before this rank had read its "
+                          "message"),
+             {__func__, __FILE__, __LINE__});
+}
+
+void SharedSides::abandon(std::uint64_t step) noexcept {
+  for (auto& p : peers_) {
+    if (!p.sendShared) continue;
+    std::uint64_t marked = step;
+    // Only a message marked ready for this step and not read yet.
+    if (__atomic_load_n(p.myTaken, __ATOMIC_ACQUIRE) < step &&
+        __atomic_compare_exchange_n(p.myReady, &marked, step | kAbandoned, false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+      p.theirBell->ring();
+    }
+  }
 }
 
 void SharedSides::wake() {

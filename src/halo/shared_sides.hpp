@@ -113,6 +113,11 @@ class SharedSides {
   void finish(std::uint64_t step, const std::function<std::string()>& interrupted);
   /// Wakes a finish() sleeping on this rank's bell (it then asks `interrupted`).
   void wake();
+  /// This rank gives up step `step` (it failed here): its messages of the step not read yet
+  /// are marked abandoned, so a neighbour fails its step rather than finish a copy of
+  /// memory this rank's caller may now change (a copy under way when the mark comes is
+  /// checked after it ends). Any thread.
+  void abandon(std::uint64_t step) noexcept;
   /// Every neighbour has mapped this rank's segment: withdraw the way to open it.
   void withdraw();
 
@@ -139,6 +144,8 @@ class SharedSides {
   };
 
   void check(const Peer& p, const Hello& h) const;
+  /// Their message's "ready" counter says they abandoned step `step`.
+  [[noreturn]] void failAbandoned(const Peer& p) const;
 
   std::vector<Peer> peers_;
   std::vector<int> bySide_;  // exchange side -> index in peers_, or -1

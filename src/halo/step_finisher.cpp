@@ -1,36 +1,52 @@
 #include "halo/step_finisher.hpp"
 
+#include <thread>
 #include <utility>
 
 namespace commux::halo {
 
+StepFinisher::StepFinisher() : queue_(std::make_shared<Queue>()) {}
+
 StepFinisher::~StepFinisher() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(queue_->mutex);
+    queue_->stopping = true;
   }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  queue_->wake.notify_all();
 }
 
 void StepFinisher::post(std::function<void()> job) {
+  bool start = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    jobs_.push_back(std::move(job));
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    std::lock_guard<std::mutex> lock(queue_->mutex);
+    queue_->jobs.push_back(std::move(job));
+    start = !queue_->running;
+    queue_->running = true;
   }
-  wake_.notify_one();
+  if (start) {
+    try {
+      std::thread([queue = queue_] { run(queue); }).detach();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(queue_->mutex);
+      queue_->jobs.pop_back();
+      queue_->running = false;
+      throw;
+    }
+  } else {
+    queue_->wake.notify_one();
+  }
 }
 
-void StepFinisher::run() {
-  std::unique_lock<std::mutex> lock(mutex_);
+void StepFinisher::run(const std::shared_ptr<Queue>& queue) {
+  std::unique_lock<std::mutex> lock(queue->mutex);
   for (;;) {
-    wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-    if (jobs_.empty()) return;  // stopping, with nothing left to run
-    auto job = std::move(jobs_.front());
-    jobs_.pop_front();
+    queue->wake.wait(lock, [&] { return queue->stopping || !queue->jobs.empty(); });
+    if (queue->jobs.empty()) return;  // stopping, with nothing left to run
+    auto job = std::move(queue->jobs.front());
+    queue->jobs.pop_front();
     lock.unlock();
-    job();  // a job reports its own failures: nothing escapes it
+    job();
+    job = nullptr;  // what it held goes here, off the lock
     lock.lock();
   }
 }

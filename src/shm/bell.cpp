@@ -88,7 +88,16 @@ bool Bell::waitFor(const std::function<bool()>& ready, const std::function<bool(
   for (;;) {
     const std::uint32_t seen = __atomic_load_n(&w_->rings, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&w_->sleepers, 1, __ATOMIC_SEQ_CST);
-    if (!ready()) futexWait(&w_->rings, seen, kSliceNs);
+    bool now = false;
+    try {
+      now = ready();
+    } catch (...) {
+      // A condition that raises (a failed copy) must not leave this waiter counted: every
+      // later ring would enter the kernel.
+      __atomic_sub_fetch(&w_->sleepers, 1, __ATOMIC_SEQ_CST);
+      throw;
+    }
+    if (!now) futexWait(&w_->rings, seen, kSliceNs);
     __atomic_sub_fetch(&w_->sleepers, 1, __ATOMIC_SEQ_CST);
     if (ready()) return true;
     if (interrupt()) return false;

@@ -462,8 +462,45 @@ TEST(NeighbourExchange, ASharedStepEndsWhenItsNeighbourDiesOrNeverComes) {
             check(why.find("Timed out") != std::string::npos,
                   "a step whose neighbour never came ended with: '" + why + "'");
           }
+          // Rank 0 comes late: its neighbours gave the step up (their memory is theirs
+          // again), so it must not copy their messages and call the step a success.
+          commux::testing::leaveTogether(g, 990);
+          if (rank == 0 && sharedHere) {
+            std::string why;
+            try {
+              ex->start();
+              ex->wait();
+            } catch (const std::exception& e) {
+              why = e.what();
+            }
+            check(why.find("gave the step up") != std::string::npos,
+                  "a step whose neighbours gave it up ended with: '" + why + "'");
+          }
         }
         commux::testing::leaveTogether(g);
+        {
+          // A step that ends by itself whose callback destroys the exchange (a future's
+          // last owner dropping it): on the thread that finishes the shared part.
+          auto owned = ring(8, 20s);
+          for (int step = 0; step < 2; ++step) {
+            owned->start();
+            owned->wait();
+          }
+          std::atomic<bool> gone{false};
+          std::string told = "(not called)";
+          auto* raw = owned.release();
+          raw->start();
+          raw->finishWhenDone([raw, &gone, &told](std::exception_ptr error) {
+            told = error ? "an error" : "";
+            delete raw;
+            gone = true;
+          });
+          for (int i = 0; i < 20000 && !gone.load(); ++i) ::usleep(1000);
+          check(gone.load() && told.empty(),
+                "a step's callback that destroys its exchange: done " +
+                    std::to_string(gone.load()) + ", told " + told);
+        }
+        commux::testing::leaveTogether(g, 980);
         auto ex = ring(6, 20s);
         for (int step = 0; step < 2; ++step) {
           ex->start();
