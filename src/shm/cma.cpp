@@ -26,38 +26,6 @@ const std::uint64_t* cmaCanary() noexcept { return const_cast<const std::uint64_
 
 namespace {
 
-template <bool kWrite>
-bool cmaCopy(pid_t pid, char* local, char* remote, std::size_t bytes) noexcept {
-  while (bytes > 0) {
-    iovec l{local, bytes};
-    iovec r{remote, bytes};
-    const ssize_t n = kWrite ? ::process_vm_writev(pid, &l, 1, &r, 1, 0)
-                             : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (n == 0) {
-      errno = EFAULT;
-      return false;
-    }
-    // Partial copies happen (the kernel caps one call); go on from where it stopped.
-    local += n;
-    remote += n;
-    bytes -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-}  // namespace
-
-bool cmaRead(pid_t pid, const void* remote, void* local, std::size_t bytes) noexcept {
-  return cmaCopy<false>(pid, static_cast<char*>(local),
-                        const_cast<char*>(static_cast<const char*>(remote)), bytes);
-}
-
-namespace {
-
 // Up to IOV_MAX entries of `list` from entry `at`, the first `skip` bytes of it done.
 std::size_t window(const iovec* list, std::size_t count, std::size_t at, std::size_t skip,
                    std::vector<iovec>& out) {
@@ -68,7 +36,7 @@ std::size_t window(const iovec* list, std::size_t count, std::size_t at, std::si
   return n;
 }
 
-// Moves the cursor (entry `at`, `skip` bytes into it) on by `bytes`.
+// Moves the cursor (entry `at`, `skip` bytes into it) on by `bytes`, past empty entries.
 void advance(const iovec* list, std::size_t count, std::size_t& at, std::size_t& skip,
              std::size_t bytes) {
   while (bytes > 0 && at < count) {
@@ -84,14 +52,16 @@ void advance(const iovec* list, std::size_t count, std::size_t& at, std::size_t&
   while (at < count && list[at].iov_len == 0) ++at;
 }
 
-}  // namespace
-
-bool cmaReadv(pid_t pid, const iovec* local, std::size_t localCount, const iovec* remote,
-              std::size_t remoteCount) noexcept {
+// Both directions: `remote` is the other process's memory, read into or written from
+// `local`. The kernel takes IOV_MAX entries a call and may stop short of what it was given
+// (it caps one call): each call goes on from where the last stopped.
+template <bool kWrite>
+bool cmaCopy(pid_t pid, const iovec* local, std::size_t localCount, const iovec* remote,
+             std::size_t remoteCount) noexcept {
   std::size_t li = 0, lskip = 0, ri = 0, rskip = 0;
   advance(local, localCount, li, lskip, 0);
   advance(remote, remoteCount, ri, rskip, 0);
-  // The usual case, one call over the lists as they are; copies of a window otherwise.
+  // The usual case: one call over the lists as they are; copies of a window otherwise.
   thread_local std::vector<iovec> lw, rw;
   try {
     while (li < localCount && ri < remoteCount) {
@@ -106,7 +76,8 @@ bool cmaReadv(pid_t pid, const iovec* local, std::size_t localCount, const iovec
         rn = window(remote, remoteCount, ri, rskip, rw);
         r = rw.data();
       }
-      const ssize_t n = ::process_vm_readv(pid, l, ln, r, rn, 0);
+      const ssize_t n = kWrite ? ::process_vm_writev(pid, l, ln, r, rn, 0)
+                               : ::process_vm_readv(pid, l, ln, r, rn, 0);
       if (n < 0) {
         if (errno == EINTR) continue;
         return false;
@@ -125,9 +96,23 @@ bool cmaReadv(pid_t pid, const iovec* local, std::size_t localCount, const iovec
   return true;
 }
 
+}  // namespace
+
+bool cmaReadv(pid_t pid, const iovec* local, std::size_t localCount, const iovec* remote,
+              std::size_t remoteCount) noexcept {
+  return cmaCopy<false>(pid, local, localCount, remote, remoteCount);
+}
+
+bool cmaRead(pid_t pid, const void* remote, void* local, std::size_t bytes) noexcept {
+  const iovec l{local, bytes};
+  const iovec r{const_cast<void*>(remote), bytes};
+  return cmaCopy<false>(pid, &l, 1, &r, 1);
+}
+
 bool cmaWrite(pid_t pid, void* remote, const void* local, std::size_t bytes) noexcept {
-  return cmaCopy<true>(pid, const_cast<char*>(static_cast<const char*>(local)),
-                       static_cast<char*>(remote), bytes);
+  const iovec l{const_cast<void*>(local), bytes};
+  const iovec r{remote, bytes};
+  return cmaCopy<true>(pid, &l, 1, &r, 1);
 }
 
 }  // namespace commux::shm
