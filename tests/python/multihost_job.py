@@ -17,7 +17,8 @@ each one's time in ms); (d) one subgroup per host (shared memory) and one per lo
 every rank, the host group's (the world and the cross-host groups must stay on UCX); (e)
 DDP steps of a tiny CPU model, after which every rank holds the same parameters; (f) a
 commux.halo exchange on a periodic 2-D grid of every rank, diagonals included, checked cell
-by cell.
+by cell; (g) with commux, test_halo.py's seeded cases (every ghost cell against the global
+array).
 
 Environment (set by the script): MULTIHOST_BACKEND (default ucx), MULTIHOST_PG_TIMEOUT
 (seconds, default 60), MULTIHOST_BREAK_DIR (the --break mode: after the first collective
@@ -401,6 +402,21 @@ def check_halo():
               f"halo: neighbours through shared memory {sharing} (this rank {RANK})")
 
 
+def check_halo_cases():
+    """(g) test_halo's seeded cases across hosts (1-3-D grids, periodic or not, uneven
+    splits, widths 0-2, several dtypes and fields, partitioned steps), each checked against
+    the global array: the neighbours on this host through shared memory, the others over
+    TCP. The seed is rank 0's, printed for a replay."""
+    import random
+
+    import test_halo
+
+    seed = [random.randrange(1 << 30)]
+    dist.broadcast_object_list(seed, src=0)
+    print(f"rank {RANK}: halo cases seed {seed[0]}", flush=True)
+    test_halo._exchange_cases(RANK, WORLD, seed[0], cases=4, one_host=False)
+
+
 def wait_for_break(break_dir):
     """--break mode: say we are past the first collective, then wait until the script has
     cut host 1's link (bounded: the script's own timeout is the backstop)."""
@@ -487,6 +503,8 @@ def main():
         ("ddp", check_ddp),
         ("halo", check_halo),
     ]
+    if BACKEND in ("ucx", "commux"):
+        steps.append(("halo cases", check_halo_cases))
     for name, fn in steps:
         t = time.monotonic()
         fn()

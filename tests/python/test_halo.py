@@ -98,7 +98,7 @@ def _ranks_may_read_each_other():
         return True
 
 
-def _exchange_cases(rank, world_size, seed, cases):
+def _exchange_cases(rank, world_size, seed, cases, one_host=True):
     import torch
     import torch.distributed as dist
 
@@ -153,7 +153,8 @@ def _exchange_cases(rank, world_size, seed, cases):
                     raise AssertionError(f"rank {rank}, field {f}, {where}: cells {bad} "
                                          f"differ at step {step}")
         sharing = {r: s for r, s in ex.sharing().items() if r != rank}
-        if shared_expected and sharing:
+        if shared_expected and sharing and one_host:
+            # (Across hosts a rank's neighbours may all be on other hosts.)
             assert any(s or r for s, r in sharing.values()), (where, sharing)
         elif not shared_expected:
             assert not any(s or r for s, r in sharing.values()), (where, sharing)
