@@ -254,7 +254,7 @@ def _single_copy_by_default(rank, ws):
         assert torch.equal(out, _val(rank, n, 9)), ("scatter", n)
         return k
 
-    b_from, b_below, _, ag_from, a2a_from = want
+    b_from, b_below, _, ag_from, a2a_from, _ = want  # (the last: neighbourhood exchanges)
 
     def direct(nbytes, start, below=0):  # the reads a size should make: all others' or none
         return others if start and nbytes >= start and (not below or nbytes < below) else 0
