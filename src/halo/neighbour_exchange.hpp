@@ -8,7 +8,8 @@
 // A rank that is its own neighbour copies, in wait(). Neighbours on this host (its
 // shared-memory channel's ranks, where they may read each other's memory) go without UCX
 // from the second step on: the receiver copies the message straight out of the sender's
-// memory (halo/shared_sides.hpp); the first step carries one greeting each way with them.
+// memory (halo/shared_sides.hpp); the first step carries one greeting each way with every
+// neighbour, which decides it.
 // (docs/halo.md)
 #include <atomic>
 #include <chrono>
@@ -143,7 +144,7 @@ class NeighbourExchange {
   void launchMessage(engine::P2POp::Kind kind, int peer, std::size_t bytes, std::size_t pieces,
                      engine::P2POp::Buffers buffers, std::shared_ptr<const engine::Route> route,
                      wire::Tag tag);
-  /// First step: greets the neighbours on this host (SharedSides), outside the step.
+  /// First step: greets every neighbour (SharedSides), the step's first messages.
   void greet();
   /// Second step: reads their greetings and decides what goes through shared memory.
   void connectShared();
@@ -166,7 +167,7 @@ class NeighbourExchange {
   Step end_;                         // this step's; its Requests hold it too
   bool armed_ = false;               // finishWhenDone was called this step
   std::uint64_t step_ = 0;           // steps opened; the shared counters' values
-  // Neighbours on this host: greeted at the first step, connected at the second.
+  // Every neighbour greeted at the first step; those on this host connected at the second.
   std::shared_ptr<SharedSides> shared_;  // a step's finisher job holds it too
   /// Held by a finisher job while it copies into the caller's memory; `gone` once the
   /// exchange is destroyed (its later jobs then touch nothing).
