@@ -665,8 +665,7 @@ void NeighbourExchange::greet() {
     const int peer = s.messages.rank;
     if (peer == me) continue;
     list.push_back({i, peer, channel && channel->hosts(peer), s.messages.sends,
-                    s.messages.receives, s.sendBytes, s.recvBytes, &s.sendRows, &s.recvRows,
-                    s.sendStaging.get(), s.recvStaging.get()});
+                    s.messages.receives, s.sendBytes, s.recvBytes, &s.sendRows, &s.recvRows});
   }
   if (list.empty()) return;
   try {
@@ -728,6 +727,7 @@ void NeighbourExchange::connectShared() {
     }
     hellos_.clear();
     shared_->connect(theirHellos_);
+    theirHellos_ = {};  // read once
   } catch (...) {
     // The pair may be half set up: this exchange cannot run another step.
     setUpError_ = freshCopy(std::current_exception());

@@ -75,8 +75,6 @@ class SharedSides {
     std::size_t recvBytes = 0;
     const std::vector<Rows>* sendRows = nullptr;
     const std::vector<Rows>* recvRows = nullptr;
-    char* sendStaging = nullptr;  // the exchange's packing buffers, or null
-    char* recvStaging = nullptr;
   };
 
   /// Makes this rank's segment (where a neighbour is local) and its Hellos. `range`: which
