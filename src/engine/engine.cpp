@@ -27,9 +27,10 @@ inline void cpuRelax() {
 #endif
 }
 
-// Engines whose last reference went on a thread that may not join the progress thread are
-// deleted on a helper thread. Process exit joins the helpers (Engine::shutdownInstance):
-// a detached one could still be deleting the engine while the UCX libraries unload.
+// Objects whose last reference went on a thread they must join (an engine's progress or
+// watch thread, a channel's lane) are destroyed on a helper thread. Process exit joins the
+// helpers (Engine::shutdownInstance): a detached one could still be destroying an engine
+// while the UCX libraries unload.
 struct Reaper {
   std::thread thread;
   std::shared_ptr<std::atomic<bool>> done;
@@ -38,7 +39,7 @@ struct Reaper {
 std::mutex reapersMutex;
 std::vector<Reaper> reapers;
 
-void deleteOnHelperThread(Engine* engine) {
+void destroyOnHelper(std::function<void()> destroy) {
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::lock_guard<std::mutex> lock(reapersMutex);
   // Helpers that finished are joined here, so a process that rebuilds groups for weeks
@@ -51,8 +52,8 @@ void deleteOnHelperThread(Engine* engine) {
       ++it;
     }
   }
-  reapers.push_back(Reaper{std::thread([engine, done] {
-                             delete engine;
+  reapers.push_back(Reaper{std::thread([destroy = std::move(destroy), done] {
+                             destroy();
                              done->store(true);
                            }),
                            done});
@@ -106,13 +107,14 @@ std::shared_ptr<Engine> Engine::instance(std::size_t groupSize, const Settings& 
     // usually the world.
     if (hints.endpoints == 0) hints.endpoints = groupSize;
     // The last reference can drop inside a completion callback (a Work released there),
-    // on the progress thread or on a thread that holds the worker lock. Neither may join
-    // the progress thread (it cannot join itself; the other would wait for the lock it
-    // holds), so delete from a helper thread.
+    // on the progress thread or on a thread that holds the worker lock, or in a failure
+    // listener on the peer watch's thread. None may join the progress thread and the watch
+    // (neither can join itself; a driver would wait for the lock it holds), so delete from
+    // a helper thread.
     engine = std::shared_ptr<Engine>(new Engine(settings, hints), [](Engine* e) {
       if (e->inherited()) return;  // its threads and UCX state live on in the parent
-      if (e->onProgressThread() || e->drivenByThisThread()) {
-        deleteOnHelperThread(e);
+      if (e->onProgressThread() || e->drivenByThisThread() || e->onWatchThread()) {
+        destroyOnHelper([e] { delete e; });
       } else {
         delete e;
       }
@@ -130,6 +132,10 @@ void Engine::runBlocking(void (*call)(void*), void* arg) {
   } else {
     call(arg);
   }
+}
+
+void Engine::destroyOnHelperThread(std::function<void()> destroy) {
+  destroyOnHelper(std::move(destroy));
 }
 
 void Engine::shutdownInstance() {
@@ -997,7 +1003,8 @@ void Engine::flushEndpoints(std::chrono::milliseconds limit) {
          std::chrono::steady_clock::now() < deadline) {
     worker_.progress();
   }
-  if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(worker_.get(), request);
+  if (ucp_request_check_status(request) == UCS_INPROGRESS)
+    ucp_request_cancel(worker_.get(), request);
   ucp_request_free(request);
 }
 

@@ -49,8 +49,12 @@ class Engine {
   /// the last holder (a process group) lets go. `groupSize`: the size of the group that
   /// asks, UCX's endpoint estimate when the launcher's WORLD_SIZE is not there.
   static std::shared_ptr<Engine> instance(std::size_t groupSize, const Settings& settings);
-  /// Stops the live engine's progress thread, if any (at interpreter or process exit).
+  /// Stops the live engine's progress thread, if any, and waits for what
+  /// destroyOnHelperThread still destroys (at interpreter or process exit).
   static void shutdownInstance();
+  /// Runs `destroy` on a helper thread: for an object whose last reference went on a
+  /// thread that its destructor joins.
+  static void destroyOnHelperThread(std::function<void()> destroy);
   /// True in a child forked after this engine was made: its threads are the parent's, and
   /// its UCX worker and sockets are shared with it, so the child must not use, stop or
   /// free it (fork_guard.hpp).
@@ -200,6 +204,7 @@ class Engine {
   /// After this returns, the hook is not running and will not run again.
   void removeHandOffHook(std::uint64_t id);
   bool onProgressThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
+  bool onWatchThread() const noexcept { return watch_.onThread(); }
   /// Drives the worker once if its lock is free; false if another thread holds it.
   bool tryProgress();
   /// True inside a completion callback (this thread drives the worker): a wait() there must
@@ -342,8 +347,8 @@ class Engine {
   std::vector<Completion> spareCompletions_;  // drainCompletions' batch, kept for its capacity
   std::vector<std::unique_ptr<char[]>> purgeSinks_;  // purged messages UCX may still write
   std::size_t purged_ = 0;
-  std::size_t inflightRequests_ = 0;  // posted and not yet handled
-  std::vector<void*> releaseLater_;     // releaseAfterProgress's requests
+  std::size_t inflightRequests_ = 0;           // posted and not yet handled
+  std::vector<void*> releaseLater_;            // releaseAfterProgress's requests
   BlockingTransfer* transfersHead_ = nullptr;  // posted blocking transfers UCX still owns
   std::size_t transferCount_ = 0;
   StreamWaits streamWaits_;

@@ -40,6 +40,8 @@ class PeerWatch {
   void report(const std::string& key, const std::string& why);
   /// True once `key` was reported failed.
   bool failed(const std::string& key) const;
+  /// True on the watch's own thread (where the failure callback runs).
+  bool onThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
 
  private:
   void run();
@@ -53,9 +55,9 @@ class PeerWatch {
     std::string key;
     std::int32_t pid = 0;
   };
-  std::map<int, Watched> byFd_;            // by pidfd
-  std::set<std::string> watched_;          // keys with a pidfd (or found dead)
-  std::set<std::string> failed_;           // keys reported (notified or queued)
+  std::map<int, Watched> byFd_;                              // by pidfd
+  std::set<std::string> watched_;                            // keys with a pidfd (or found dead)
+  std::set<std::string> failed_;                             // keys reported (notified or queued)
   std::vector<std::pair<std::string, std::string>> queued_;  // reports to deliver
   std::atomic<bool> stopping_{false};
   std::thread thread_;

@@ -5,22 +5,22 @@
 
 #include <algorithm>
 #include <chrono>
-#include <stdexcept>
-#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 
-#include "group/peer_table.hpp"
 #include "collectives/route.hpp"
 #include "commux/options.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "engine/process_id.hpp"
+#include "group/peer_table.hpp"
 #include "shm/channel.hpp"
 #include "shm/cma.hpp"
 #include "shm/host_cpus.hpp"
@@ -175,8 +175,8 @@ bool canReadNeighbour(core::SetupStore& store, int rank, const std::vector<int>&
                       bool wanted) {
   if (wanted) shm::allowReaders();
   store.put(key("cma-at", rank),
-           std::to_string(::getpid()) + " " +
-               std::to_string(reinterpret_cast<std::uintptr_t>(shm::cmaCanary())));
+            std::to_string(::getpid()) + " " +
+                std::to_string(reinterpret_cast<std::uintptr_t>(shm::cmaCanary())));
   const int neighbour = local[(index + 1) % local.size()];
   const std::string theirs = store.take(key("cma-at", neighbour), neighbour);
   long pid = 0;
@@ -281,7 +281,8 @@ std::istream& readCmaWords(std::istream& in, shm::CmaThresholds& cma) {
 // before the shape sizes a mapping or the name is opened.
 std::string badAnnouncement(const shm::ChannelShape& shape, const std::string& name) {
   constexpr std::size_t kMaxSlot = std::size_t{256} << 20;  // COMMUX_SHM_SLOT_BYTES' bound
-  if (shape.depth < 2 || shape.depth > shm::Steps::kMaxDepth || (shape.depth & (shape.depth - 1)) != 0) {
+  if (shape.depth < 2 || shape.depth > shm::Steps::kMaxDepth ||
+      (shape.depth & (shape.depth - 1)) != 0) {
     return "depth " + std::to_string(shape.depth);
   }
   if (shape.slotBytes < 4096 || shape.slotBytes > kMaxSlot || shape.slotBytes % 4096 != 0) {
@@ -319,7 +320,7 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
   // automatic choice uses it only where the kernel lets the ranks read each other anyway.
   const bool askedForCma = config.shmCmaBytes.value_or(0) != 0;
   store.put(key("cma-ok", rank),
-           canReadNeighbour(store, rank, local, index, askedForCma) ? "1" : "0");
+            canReadNeighbour(store, rank, local, index, askedForCma) ? "1" : "0");
 
   store.put(key("cpus", rank), shm::cpuList());
   store.put(key("pid-space", rank), engine::ProcessId::localPidSpace());
@@ -348,23 +349,24 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
     keys.clear();
     for (int r : local) keys.push_back(key("pid-space", r));
     const auto spaces = store.takeAll(keys, local);
-    nameless = !spaces[0].empty() &&
-               std::all_of(spaces.begin(), spaces.end(), [&](const auto& s) { return s == spaces[0]; });
+    nameless = !spaces[0].empty() && std::all_of(spaces.begin(), spaces.end(),
+                                                 [&](const auto& s) { return s == spaces[0]; });
     chooseSlots(shape);
     setPoll();
     shape.smallBytes = std::min(config.shmSmallBytes, shape.slotBytes);
-    if (allSay(store, "cma-ok", local, local)) shape.cma = chooseCma(config.shmCmaBytes, shape.crowded);
+    if (allSay(store, "cma-ok", local, local))
+      shape.cma = chooseCma(config.shmCmaBytes, shape.crowded);
     shape.checkAll = config.checkCollectives;
     std::string description;
     try {
       channel =
-          std::make_shared<shm::Channel>(shm::Segment::create(shm::Channel::segmentBytes(shape), nameless),
-                                         index, shape, true, engine, local);
+          shm::Channel::make(shm::Segment::create(shm::Channel::segmentBytes(shape), nameless),
+                             index, shape, true, engine, local);
       // The sizes that pick the algorithms: every rank must use the same.
       description = std::to_string(shape.depth) + " " + std::to_string(shape.slotBytes) + " " +
                     std::to_string(shape.copyStepBytes) + " " + std::to_string(shape.smallBytes) +
-                    " " + cmaWords(shape.cma) + (shape.checkAll ? "1" : "0") +
-                    " " + (shape.crowded ? "1" : "0") + " " + channel->segment().name();
+                    " " + cmaWords(shape.cma) + (shape.checkAll ? "1" : "0") + " " +
+                    (shape.crowded ? "1" : "0") + " " + channel->segment().name();
     } catch (const std::exception& e) {
       problem = e.what();
     }
@@ -383,13 +385,13 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
         problem = "commux: the shared-memory channel that rank " + std::to_string(local[0]) +
                   " announced through the store has an impossible " + bad +
                   "; another program or job may be writing this store's keys";
-      } else try {
-        channel = std::make_shared<shm::Channel>(
-            shm::Segment::open(name, shm::Channel::segmentBytes(shape)), index, shape, false,
-            engine, local);
-      } catch (const std::exception& e) {
-        problem = e.what();
-      }
+      } else
+        try {
+          channel = shm::Channel::make(shm::Segment::open(name, shm::Channel::segmentBytes(shape)),
+                                       index, shape, false, engine, local);
+        } catch (const std::exception& e) {
+          problem = e.what();
+        }
     }
   }
   if (!problem.empty()) {
@@ -510,9 +512,10 @@ ShmSetup connectShm(core::KeyValueStore& rawStore, int rank, int size,
       setup.channel.reset();
       return setup;
     }
-    setup.hierarchical = layout.hostCount() > 1 &&
-                         std::any_of(layout.hosts.begin(), layout.hosts.end(),
-                                     [](const std::vector<int>& ranks) { return ranks.size() > 1; });
+    setup.hierarchical =
+        layout.hostCount() > 1 &&
+        std::any_of(layout.hosts.begin(), layout.hosts.end(),
+                    [](const std::vector<int>& ranks) { return ranks.size() > 1; });
     return setup;
   } catch (const core::SetupAbandoned& e) {
     // Nobody waits on this rank in vain: what it owes says why it gave up.

@@ -30,6 +30,22 @@ Channel::Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape&
   hook_ = engine_->addHandOffHook([this] { lane_.wake(); });
 }
 
+std::shared_ptr<Channel> Channel::make(std::unique_ptr<Segment> segment, int rank,
+                                       const ChannelShape& shape, bool initialise,
+                                       std::shared_ptr<engine::Engine> engine,
+                                       std::vector<int> members) {
+  return std::shared_ptr<Channel>(
+      new Channel(std::move(segment), rank, shape, initialise, std::move(engine),
+                  std::move(members)),
+      [](Channel* channel) {
+        if (channel->lane_.onThread()) {
+          engine::Engine::destroyOnHelperThread([channel] { delete channel; });
+        } else {
+          delete channel;
+        }
+      });
+}
+
 Channel::~Channel() {
   engine_->removeHandOffHook(hook_);
   // Queued operations still run when the group goes away: their waits end at once, which

@@ -38,8 +38,13 @@ class Channel {
   static std::size_t segmentBytes(const ChannelShape& shape) { return Steps::bytesFor(shape); }
   /// `rank` is this rank's index in the channel; `members` gives the group rank of each
   /// index. The creator of the segment (`initialise`) lays it out; the others check it.
-  Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape& shape, bool initialise,
-          std::shared_ptr<engine::Engine> engine, std::vector<int> members);
+  /// The last reference may go on the lane's own thread (an operation failed there holds
+  /// the channel while it withdraws), which the destructor joins: the channel is then
+  /// destroyed on a helper thread.
+  static std::shared_ptr<Channel> make(std::unique_ptr<Segment> segment, int rank,
+                                       const ChannelShape& shape, bool initialise,
+                                       std::shared_ptr<engine::Engine> engine,
+                                       std::vector<int> members);
   ~Channel();
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
@@ -83,6 +88,9 @@ class Channel {
                      std::chrono::steady_clock::time_point deadline);
 
  private:
+  Channel(std::unique_ptr<Segment> segment, int rank, const ChannelShape& shape, bool initialise,
+          std::shared_ptr<engine::Engine> engine, std::vector<int> members);
+
   /// The lane's holder: runs `op` and reports it to the engine (the waiter's own, `mine`:
   /// returns the report, for after it let go of the lane), unless it stopped at `deadline`
   /// and, being the waiter's own, is left for its wait to time out.

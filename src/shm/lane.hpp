@@ -116,6 +116,9 @@ class Lane {
     stopped_ = true;
   }
 
+  /// True on the lane's own thread.
+  bool onThread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
+
   /// For tests: tasks queued and not yet taken.
   std::size_t queued() const {
     std::lock_guard<std::mutex> lock(mutex_);

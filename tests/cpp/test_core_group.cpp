@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
@@ -115,8 +116,8 @@ TEST(CoreGroup, MembersMeetMovePlainBuffersAndRouteThroughTheirChannel) {
         g.sharedEngine());
     g.watchMembers();
     g.launch(request,
-             std::make_shared<shm::ChannelOp>(channel, std::move(job), nullptr,
-                                                 request->parts(), request->completer()),
+             std::make_shared<shm::ChannelOp>(channel, std::move(job), nullptr, request->parts(),
+                                              request->completer()),
              std::nullopt);
     finish(*request);
     for (std::size_t i = 0; i < count; ++i) {
@@ -182,6 +183,46 @@ TEST(CoreGroup, ASharedMemoryCollectiveIsLeftToItsChannelAtADeath) {
   EXPECT_FALSE(op.awaits(2));
   op.markRan();
   EXPECT_FALSE(op.awaits(2));
+}
+
+// The last reference to a channel can go on its lane's thread (an operation that fails
+// there holds the channel while it withdraws), which the channel's teardown joins: the
+// channel is then destroyed on a helper thread (a teardown there joined its own thread:
+// "Resource deadlock avoided", and the process aborted).
+TEST(CoreGroup, AChannelWhoseLastReferenceGoesOnItsLaneIsDestroyedElsewhere) {
+  const std::string problems = commux::testing::forkRanks(
+      1,
+      [](int) {
+        auto engine = engine::Engine::instance(1, engine::Settings{});
+        shm::ChannelShape shape;
+        shape.size = 1;
+        shape.slotBytes = 4096;
+        shape.smallBytes = 256;
+        auto holder = std::make_shared<std::shared_ptr<shm::Channel>>(
+            shm::Channel::make(shm::Segment::create(shm::Channel::segmentBytes(shape), true), 0,
+                               shape, true, engine, {0}));
+        const std::weak_ptr<shm::Channel> channel = *holder;
+        shm::Job job;
+        job.kind = shm::Kind::Hold;
+        std::atomic<bool> onLane{false};
+        auto done = std::make_shared<engine::DoneFlag>();
+        auto op = std::make_shared<shm::ChannelOp>(
+            channel, job,
+            [holder, &onLane] {
+              holder->reset();  // the last reference, on the thread that runs the lane
+              onLane = true;
+            },
+            engine::Description("hold"),
+            [done, e = engine.get()](std::exception_ptr, int) { e->setDone(*done); });
+        engine->submit(engine::Submission::start(op));
+        check(engine->wait(*done, std::chrono::steady_clock::now() + 10s),
+              "the held operation never finished");
+        check(onLane, "the operation finished without running its finalize");
+        engine::Engine::shutdownInstance();  // waits for the helper that destroys the channel
+        check(channel.expired(), "the channel outlived its last reference");
+      },
+      {}, 20);
+  EXPECT_EQ(problems, "");
 }
 
 TEST(CoreGroup, AbortFailsWhatIsInFlightAndRefusesWhatFollows) {

@@ -13,6 +13,8 @@
 
 #include "engine/blocking_transfer.hpp"
 #include "engine/engine.hpp"
+#include "engine/process_id.hpp"
+#include "fork_ranks.hpp"
 #include "wire/tag.hpp"
 
 namespace {
@@ -136,6 +138,46 @@ TEST(EngineTeardown, StoppingTheEngineEndsABlockedTransfer) {
   EXPECT_EQ(engine->stats().inflightRequests, 0u);
 }
 
+// The last reference to the engine can go in a failure listener, on the peer watch's
+// thread, which the engine's teardown joins: the engine is then destroyed on a helper
+// thread, once the listener returned (a teardown there joined its own thread, or waited
+// for the lock the listener runs under). In a forked process: the failure is a hang or an
+// abort.
+TEST(EngineTeardown, AnEngineWhoseLastReferenceGoesInAFailureListenerIsDestroyedElsewhere) {
+  const std::string problems = commux::testing::forkRanks(
+      1,
+      [](int) {
+        const pid_t peer = ::fork();
+        if (peer == 0) {
+          ::pause();
+          ::_exit(0);
+        }
+        auto holder = std::make_shared<std::shared_ptr<Engine>>(
+            Engine::instance(1, commux::engine::Settings{}));
+        std::atomic<bool> heard{false};
+        (*holder)->addFailureListener([holder, &heard](const std::string&, const std::string&) {
+          holder->reset();  // the last reference, on the watch's thread
+          heard = true;
+        });
+        auto id = commux::engine::ProcessId::self();
+        id.pid = peer;
+        id.startTicks = commux::engine::ProcessId::startTicksOf(peer);
+        const std::weak_ptr<Engine> engine = *holder;
+        // The listener may run (and reset the holder) from here on.
+        Engine* const watching = holder->get();
+        watching->watchPeer("a peer that is about to die", id);
+        ::kill(peer, SIGKILL);
+        ::waitpid(peer, nullptr, 0);
+        const auto until = Clock::now() + 10s;
+        while (!heard && Clock::now() < until) std::this_thread::sleep_for(1ms);
+        if (!heard) throw std::runtime_error("the watch never reported the peer's death");
+        Engine::shutdownInstance();  // waits for the helper that destroys the engine
+        if (!engine.expired()) throw std::runtime_error("the engine outlived its last reference");
+      },
+      {}, 20);
+  EXPECT_EQ(problems, "");
+}
+
 // One wait with an interrupt: it ends when the interrupt says so (looked at every `every`,
 // not in a busy loop), at its deadline, or when its flag is set, whichever comes first.
 TEST(EngineWait, AnInterruptEndsAWaitWithinItsInterval) {
@@ -152,8 +194,7 @@ TEST(EngineWait, AnInterruptEndsAWaitWithinItsInterval) {
     stop = true;
   });
   const auto start = Clock::now();
-  EXPECT_EQ(engine->waitUnless(flag, start + 10s, interrupted, 20ms),
-            Engine::WaitEnd::Interrupted);
+  EXPECT_EQ(engine->waitUnless(flag, start + 10s, interrupted, 20ms), Engine::WaitEnd::Interrupted);
   const auto took = Clock::now() - start;
   stopper.join();
   EXPECT_GE(took, 100ms);
