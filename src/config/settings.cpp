@@ -262,7 +262,7 @@ const std::vector<Setting>& settings() {
        "a neighbourhood exchange's messages between ranks of a host go through shared memory, "
        "not UCX (`commux.halo`); `0`: never. `auto`: neighbourhood messages of every size; "
        "while the host's ranks have a core each, allgather from 32 KiB, "
-       "all_to_all from 32 KiB pieces and broadcast from 64 KiB up to 1 MiB; when they "
+       "all_to_all from 32 KiB pieces and broadcast from 32 KiB up to 1 MiB; when they "
        "outnumber the cores, all_to_all from 64 KiB pieces only (elsewhere the two copies "
        "through the segment were faster, or gather and scatter not measured: "
        "docs/performance.md). Used only if every rank could read its neighbour at set-up; a "

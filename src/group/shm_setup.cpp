@@ -258,7 +258,7 @@ shm::CmaThresholds chooseCma(std::optional<std::size_t> setting, bool crowded) {
   }
   t[shm::CmaUse::Allgather].from = std::size_t{32} << 10;
   t[shm::CmaUse::Alltoall].from = std::size_t{32} << 10;
-  t[shm::CmaUse::Broadcast] = {std::size_t{64} << 10, std::size_t{1} << 20};
+  t[shm::CmaUse::Broadcast] = {std::size_t{32} << 10, std::size_t{1} << 20};
   return t;
 }
 

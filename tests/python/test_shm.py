@@ -146,7 +146,7 @@ def test_shm_chunked_allreduce_gives_every_rank_the_same_bits(world_size):
 
 # (broadcast from, below; gather/scatter from; allgather from; all_to_all from), bytes,
 # with a core per rank and crowded.
-_AUTO_CMA = (64 << 10, 1 << 20, 0, 32 << 10, 32 << 10, 1)
+_AUTO_CMA = (32 << 10, 1 << 20, 0, 32 << 10, 32 << 10, 1)
 _CROWDED_CMA = (0, 0, 0, 0, 64 << 10, 1)
 
 

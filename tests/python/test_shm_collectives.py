@@ -270,6 +270,7 @@ def _single_copy_by_default(rank, ws):
         "all_to_all 16 KiB pieces": (alltoall(1 << 12), direct(16 << 10, a2a_from)),
         "broadcast 256 KiB": (broadcast(1 << 16), bcast_reads(256 << 10)),
         "broadcast 32 KiB": (broadcast(1 << 13), bcast_reads(32 << 10)),
+        "broadcast 16 KiB": (broadcast(1 << 12), bcast_reads(16 << 10)),
         "broadcast 1 MiB": (broadcast(1 << 18), bcast_reads(1 << 20)),
         "gather 1 MiB": (gather(1 << 18), 0),
         "scatter 1 MiB": (scatter(1 << 18), 0),
