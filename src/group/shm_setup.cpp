@@ -291,17 +291,7 @@ std::string badAnnouncement(const shm::ChannelShape& shape, const std::string& n
   if (shape.smallBytes > shape.slotBytes || shape.copyStepBytes > shape.slotBytes) {
     return "small or step size beyond the slot";
   }
-  const auto only = [&](std::size_t from, const char* allowed) {
-    return name.size() > from && name.size() < 128 &&
-           name.find_first_not_of(allowed, from) == std::string::npos;
-  };
-  // A name in /dev/shm as Segment makes them, or a process's descriptor (nameless).
-  const bool named = name.compare(0, 8, "/commux-") == 0 && only(8, "0123456789abcdef-");
-  const std::size_t fdAt = name.find("/fd/");
-  const bool viaProc = name.compare(0, 6, "/proc/") == 0 && fdAt != std::string::npos &&
-                       only(fdAt + 4, "0123456789") &&
-                       name.find_first_not_of("0123456789", 6) == fdAt && fdAt > 6;
-  if (!named && !viaProc) return "segment name '" + name + "'";
+  if (!shm::Segment::wellFormedName(name)) return "segment name '" + name + "'";
   return {};
 }
 

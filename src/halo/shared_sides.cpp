@@ -62,14 +62,10 @@ void appendRows(const std::vector<Rows>& rows, std::vector<iovec>& out) {
   }
 }
 
-// "/proc/<pid>/fd/<n>": a nameless segment of process `pid` (shm::Segment).
+// A nameless segment of process `pid` (shm::Segment), in a fixed field of a greeting.
 bool isSegmentOf(const char* name, std::size_t capacity, std::int32_t pid) {
   const std::size_t length = ::strnlen(name, capacity);
-  if (length == capacity) return false;
-  const std::string s(name, length);
-  const std::string head = "/proc/" + std::to_string(pid) + "/fd/";
-  return s.size() > head.size() && s.compare(0, head.size(), head) == 0 &&
-         s.find_first_not_of("0123456789", head.size()) == std::string::npos;
+  return length < capacity && shm::Segment::wellFormedName(std::string(name, length), pid);
 }
 
 }  // namespace
@@ -93,8 +89,8 @@ SharedSides::SharedSides(std::vector<Neighbour> neighbours, shm::CmaRange range,
   std::string name;
   if (any) {
     segment_ = shm::Segment::create(bytes, /*nameless=*/true);
-    bell_ = std::make_unique<shm::Bell>(reinterpret_cast<shm::BellWords*>(segment_->data()),
-                                        spin, poll);
+    bell_ = std::make_unique<shm::Bell>(reinterpret_cast<shm::BellWords*>(segment_->data()), spin,
+                                        poll);
     name = segment_->name();
     COMMUX_ASSERT(name.size() < sizeof(Hello::segment));
   }
@@ -137,28 +133,28 @@ SharedSides::~SharedSides() = default;
 void SharedSides::check(const Peer& p, const Hello& h) const {
   const int rank = p.n.rank;
   std::uint64_t stagedEnd = 0;
-  const bool staging = h.stagedAt == 0 ||
-                       (h.rowCount == 0 && h.stagedAt % kLine == 0 &&
-                        h.stagedAt >= linesBytes(h.index + std::uint64_t{1}) &&
-                        !__builtin_add_overflow(h.stagedAt, h.sendBytes, &stagedEnd) &&
-                        stagedEnd <= h.segmentBytes);
-  COMMUX_CHECK(h.magic == Hello::kMagic && h.rowCount <= Hello::kMaxRows &&
-                   (h.shares == 0 ||
-                    (h.shares == 1 && h.pid > 0 && h.index < kMaxNeighbours &&
-                     h.segmentBytes >= linesBytes(h.index + std::uint64_t{1}) &&
-                     h.segmentBytes <= kMaxSegmentBytes && h.rowCount <= Hello::kMaxRows &&
-                     staging && isSegmentOf(h.segment, sizeof(h.segment), h.pid))),
-               Backend, "commux: neighbourhood exchange: the first message from rank ", rank,
-               " is not an exchange's greeting (another exchange with the same tag on the same "
-               "ranks?)");
+  const bool staging =
+      h.stagedAt == 0 ||
+      (h.rowCount == 0 && h.stagedAt % kLine == 0 &&
+       h.stagedAt >= linesBytes(h.index + std::uint64_t{1}) &&
+       !__builtin_add_overflow(h.stagedAt, h.sendBytes, &stagedEnd) && stagedEnd <= h.segmentBytes);
+  COMMUX_CHECK(
+      h.magic == Hello::kMagic && h.rowCount <= Hello::kMaxRows &&
+          (h.shares == 0 || (h.shares == 1 && h.pid > 0 && h.index < kMaxNeighbours &&
+                             h.segmentBytes >= linesBytes(h.index + std::uint64_t{1}) &&
+                             h.segmentBytes <= kMaxSegmentBytes && h.rowCount <= Hello::kMaxRows &&
+                             staging && isSegmentOf(h.segment, sizeof(h.segment), h.pid))),
+      Backend, "commux: neighbourhood exchange: the first message from rank ", rank,
+      " is not an exchange's greeting (another exchange with the same tag on the same "
+      "ranks?)");
   COMMUX_CHECK(p.n.sends == (h.receives != 0), InvalidArgument,
                "commux: neighbourhood exchange: this rank ",
                p.n.sends ? "sends to" : "sends nothing to", " rank ", rank, ", which ",
                h.receives ? "receives from" : "receives nothing from", " it");
   COMMUX_CHECK(p.n.receives == (h.sends != 0), InvalidArgument,
                "commux: neighbourhood exchange: this rank ",
-               p.n.receives ? "receives from" : "receives nothing from", " rank ", rank,
-               ", which ", h.sends ? "sends to" : "sends nothing to", " it");
+               p.n.receives ? "receives from" : "receives nothing from", " rank ", rank, ", which ",
+               h.sends ? "sends to" : "sends nothing to", " it");
   COMMUX_CHECK(!p.n.sends || p.n.sendBytes == h.recvBytes, InvalidArgument,
                "commux: neighbourhood exchange: this rank sends ", p.n.sendBytes,
                " bytes a step to rank ", rank, ", which receives ", h.recvBytes, " from it");
@@ -170,7 +166,8 @@ void SharedSides::check(const Peer& p, const Hello& h) const {
   for (std::uint32_t k = 0; k < h.rowCount; ++k) {
     const Hello::Row& r = h.rows[k];
     std::uint64_t bytes = 0;
-    COMMUX_CHECK(r.bytes != 0 && r.count != 0 && !__builtin_mul_overflow(r.bytes, r.count, &bytes) &&
+    COMMUX_CHECK(r.bytes != 0 && r.count != 0 &&
+                     !__builtin_mul_overflow(r.bytes, r.count, &bytes) &&
                      !__builtin_add_overflow(total, bytes, &total) &&
                      !__builtin_add_overflow(pieces, r.count, &pieces),
                  Backend, "commux: neighbourhood exchange: rank ", rank,
@@ -181,8 +178,9 @@ void SharedSides::check(const Peer& p, const Hello& h) const {
   COMMUX_CHECK(pieces <= h.sendBytes / kReadPiecesFrom + 1, Backend,
                "commux: neighbourhood exchange: rank ", rank, " described its message of ",
                h.sendBytes, " bytes in ", pieces, " pieces");
-  COMMUX_CHECK(h.shares == 0 || h.stagedAt != 0 || total == h.sendBytes, Backend, "commux: neighbourhood exchange: rank ", rank,
-               " described ", total, " bytes of its message of ", h.sendBytes);
+  COMMUX_CHECK(h.shares == 0 || h.stagedAt != 0 || total == h.sendBytes, Backend,
+               "commux: neighbourhood exchange: rank ", rank, " described ", total,
+               " bytes of its message of ", h.sendBytes);
 }
 
 void SharedSides::connect(const std::vector<Hello>& theirs) {
@@ -222,9 +220,8 @@ void SharedSides::connect(const std::vector<Hello>& theirs) {
           // Addresses in the neighbour's memory, computed modulo 2^64 (a negative stride
           // wraps); a bad one fails the copy, it cannot touch this process.
           const std::uint64_t at = r.address + static_cast<std::uint64_t>(r.stride) * j;
-          p.remote.push_back(
-              iovec{reinterpret_cast<void*>(static_cast<std::uintptr_t>(at)),
-                    static_cast<std::size_t>(r.bytes)});
+          p.remote.push_back(iovec{reinterpret_cast<void*>(static_cast<std::uintptr_t>(at)),
+                                   static_cast<std::size_t>(r.bytes)});
         }
       }
     }
@@ -259,16 +256,16 @@ bool SharedSides::advance(std::uint64_t step) {
         if (p.stagedFrom != nullptr) {
           scatter(p.stagedFrom, *p.n.recvRows);
         } else if (!shm::cmaReadv(p.pid, p.local.data(), p.local.size(), p.remote.data(),
-                           p.remote.size())) {
+                                  p.remote.size())) {
           const int error = errno;
-          core::fail(core::ErrorKind::Backend,
-                     error == ESRCH
-                         ? core::concat("commux: neighbourhood exchange: rank ", p.n.rank,
-                                        "'s process is gone (it died during the step)")
-                         : core::concat("commux: neighbourhood exchange: could not copy rank ",
-                                        p.n.rank, "'s message out of its memory: ",
-                                        std::strerror(error)),
-                     {__func__, __FILE__, __LINE__});
+          core::fail(
+              core::ErrorKind::Backend,
+              error == ESRCH
+                  ? core::concat("commux: neighbourhood exchange: rank ", p.n.rank,
+                                 "'s process is gone (it died during the step)")
+                  : core::concat("commux: neighbourhood exchange: could not copy rank ", p.n.rank,
+                                 "'s message out of its memory: ", std::strerror(error)),
+              {__func__, __FILE__, __LINE__});
         }
         // The copy is whole only if they did not give the step up while it ran.
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
@@ -313,8 +310,8 @@ void SharedSides::abandon(std::uint64_t step) noexcept {
     std::uint64_t marked = step;
     // Only a message marked ready for this step and not read yet.
     if (__atomic_load_n(p.myTaken, __ATOMIC_ACQUIRE) < step &&
-        __atomic_compare_exchange_n(p.myReady, &marked, step | kAbandoned, false,
-                                    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+        __atomic_compare_exchange_n(p.myReady, &marked, step | kAbandoned, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_RELAXED)) {
       p.theirBell->ring();
     }
   }

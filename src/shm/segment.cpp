@@ -10,9 +10,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <chrono>
 #include <cstring>
 #include <stdexcept>
 
@@ -31,7 +31,8 @@ std::string freshName() {
   static std::atomic<unsigned> counter{0};
   std::uint64_t secret = 0;
   if (::getrandom(&secret, sizeof(secret), 0) != sizeof(secret)) {
-    secret = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    secret =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(secret));
@@ -53,8 +54,9 @@ void* mapShared(int fd, std::size_t bytes, const std::string& name, bool keep = 
 // posix_fallocate reserves the pages now: on a full /dev/shm, ftruncate alone would succeed
 // and the first touch of a page would kill the process with SIGBUS. 0 or an errno.
 int reserve(int fd, std::size_t bytes) {
-  return ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno
-                                                         : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  return ::ftruncate(fd, static_cast<off_t>(bytes)) != 0
+             ? errno
+             : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
 }
 
 }  // namespace
@@ -118,9 +120,28 @@ std::unique_ptr<Segment> Segment::create(std::size_t bytes, bool nameless) {
   }
 }
 
+bool Segment::wellFormedName(const std::string& name, std::int32_t pid) {
+  if (name.size() >= 128) return false;
+  const auto allOf = [&](std::size_t from, const char* allowed) {
+    return name.size() > from && name.find_first_not_of(allowed, from) == std::string::npos;
+  };
+  const std::string proc = "/proc/";
+  if (name.compare(0, proc.size(), proc) == 0) {
+    const std::size_t fdAt = name.find("/fd/", proc.size());
+    if (fdAt == std::string::npos || fdAt == proc.size() ||
+        name.find_first_not_of("0123456789", proc.size()) != fdAt ||
+        !allOf(fdAt + 4, "0123456789")) {
+      return false;
+    }
+    return pid <= 0 || name.compare(proc.size(), fdAt - proc.size(), std::to_string(pid)) == 0;
+  }
+  return pid <= 0 && name.compare(0, 8, "/commux-") == 0 && allOf(8, "0123456789abcdef-");
+}
+
 std::unique_ptr<Segment> Segment::open(const std::string& name, std::size_t bytes) {
   const bool viaProc = name.compare(0, 6, "/proc/") == 0;
-  const int fd = viaProc ? ::open(name.c_str(), O_RDWR | O_CLOEXEC) : ::shm_open(name.c_str(), O_RDWR, 0);
+  const int fd =
+      viaProc ? ::open(name.c_str(), O_RDWR | O_CLOEXEC) : ::shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) throw systemError("cannot open", name);
   // The name came through the store: map only a segment this user made as commux makes
   // them (mode 0600, exactly the announced size), never another file under /dev/shm.
@@ -130,13 +151,15 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, std::size_t byte
     problem = std::string("cannot be examined: ") + std::strerror(errno);
   } else if (!S_ISREG(st.st_mode)) {
     problem = "is not a regular file";
-  } else if (struct statfs fs {}; ::fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
+  } else if (struct statfs fs{}; ::fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
     problem = "is not in shared memory";
   } else if (st.st_uid != ::geteuid()) {
     problem = "belongs to another user (uid " + std::to_string(st.st_uid) + ")";
   } else if ((st.st_mode & 07777) != 0600) {
-    problem = "has mode 0" + std::to_string((st.st_mode >> 6 & 7) * 100 + (st.st_mode >> 3 & 7) * 10 +
-                                            (st.st_mode & 7)) + ", not 0600";
+    problem = "has mode 0" +
+              std::to_string((st.st_mode >> 6 & 7) * 100 + (st.st_mode >> 3 & 7) * 10 +
+                             (st.st_mode & 7)) +
+              ", not 0600";
   } else if (static_cast<std::size_t>(st.st_size) != bytes) {
     problem = "holds " + std::to_string(st.st_size) + " bytes, not the " + std::to_string(bytes) +
               " its creator announced";

@@ -6,6 +6,7 @@
 // moment leaves nothing behind; a named one (for ranks in another PID namespace, which
 // cannot reach the creator's /proc) is in /dev/shm until everyone has mapped it.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,11 @@ class Segment {
   /// Maps the segment `name` (a /dev/shm name, or a /proc/<pid>/fd/<fd> path) that another
   /// process created: only a file of this user's, mode 0600, of exactly `bytes`.
   static std::unique_ptr<Segment> open(const std::string& name, std::size_t bytes);
+
+  /// Whether `name` is one that create() makes, as it came from another process (the
+  /// store, a peer's greeting): a /dev/shm name, or a descriptor path under /proc; with
+  /// `pid` (> 0), only that process's descriptor path.
+  static bool wellFormedName(const std::string& name, std::int32_t pid = 0);
 
   ~Segment();
   Segment(const Segment&) = delete;

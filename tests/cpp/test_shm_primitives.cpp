@@ -71,7 +71,8 @@ TEST(ShmSegment, OpenRejectsAnyOtherShapeOfFile) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(4096).find("not the 4096 its creator announced"), std::string::npos) << message(4096);
+  EXPECT_NE(message(4096).find("not the 4096 its creator announced"), std::string::npos)
+      << message(4096);
   const std::string path = "/dev/shm" + created->name();
   ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
   EXPECT_NE(message(8192).find("mode 0644, not 0600"), std::string::npos) << message(8192);
@@ -81,6 +82,27 @@ TEST(ShmSegment, OpenRejectsAnyOtherShapeOfFile) {
 
 // A nameless segment is reached through its creator's descriptor and never appears in
 // /dev/shm; once withdrawn, nobody else can open it, while the mappings live on.
+// Names from another process (the store, a neighbour's greeting) are checked before they
+// are opened: only the two shapes create() makes, and with a pid only that process's.
+TEST(ShmSegment, OnlyNamesAsCreateMakesThemAreWellFormed) {
+  const auto named = Segment::create(4096);
+  const auto nameless = Segment::create(4096, /*nameless=*/true);
+  EXPECT_TRUE(Segment::wellFormedName(named->name()));
+  EXPECT_TRUE(Segment::wellFormedName(nameless->name()));
+  EXPECT_TRUE(Segment::wellFormedName(nameless->name(), ::getpid()));
+  EXPECT_FALSE(Segment::wellFormedName(named->name(), ::getpid()));
+  EXPECT_FALSE(Segment::wellFormedName(nameless->name(), ::getpid() + 1));
+  EXPECT_TRUE(Segment::wellFormedName("/proc/12/fd/3", 12));
+  for (const char* bad : {"", "/commux-", "/commux-xyz", "/etc/passwd", "/proc/12/fd/",
+                          "/proc//fd/3", "/proc/12/fd/3x", "/proc/12/maps", "/proc/1a/fd/3",
+                          "/proc/12/fd/3/../4", "/dev/shm/commux-ab", "/proc/self/fd/3"}) {
+    EXPECT_FALSE(Segment::wellFormedName(bad)) << bad;
+  }
+  EXPECT_FALSE(Segment::wellFormedName("/proc/123/fd/3", 12));
+  EXPECT_FALSE(Segment::wellFormedName("/proc/12/fd/3", 123));
+  EXPECT_FALSE(Segment::wellFormedName("/commux-" + std::string(130, 'a')));
+}
+
 TEST(ShmSegment, NamelessSegmentIsOpenedThroughTheCreatorsDescriptor) {
   auto created = Segment::create(8192, true);
   EXPECT_EQ(created->name().rfind("/proc/", 0), 0u) << created->name();
