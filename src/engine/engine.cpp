@@ -38,10 +38,17 @@ struct Reaper {
 };
 std::mutex reapersMutex;
 std::vector<Reaper> reapers;
+// Set once process exit has joined the helpers (ExitGuard): a later one is detached, since
+// nothing would join it and `reapers` may already be gone.
+bool reapersClosed = false;
 
 void destroyOnHelper(std::function<void()> destroy) {
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::lock_guard<std::mutex> lock(reapersMutex);
+  if (reapersClosed) {
+    std::thread(std::move(destroy)).detach();
+    return;
+  }
   // Helpers that finished are joined here, so a process that rebuilds groups for weeks
   // keeps no more than the few in progress.
   for (auto it = reapers.begin(); it != reapers.end();) {
@@ -81,7 +88,11 @@ void joinReapers() {
 // Stops the progress thread before the UCX libraries unload, for processes that exit with
 // process groups still alive. Declared after the reapers: it runs before they are destroyed.
 struct ExitGuard {
-  ~ExitGuard() { Engine::shutdownInstance(); }
+  ~ExitGuard() {
+    Engine::shutdownInstance();
+    std::lock_guard<std::mutex> lock(reapersMutex);
+    reapersClosed = true;
+  }
 } exitGuard;
 
 }  // namespace

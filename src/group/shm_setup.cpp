@@ -241,7 +241,8 @@ void chooseSlots(shm::ChannelShape& shape) {
 // there single copy loses. Measured on a 2-core VM, collective_loop.py with and without,
 // alternating (docs/performance.md, 2026-12-07 02:40-04:10): at 2 ranks allgather from 24
 // KiB 1.3-1.8x faster single copy, all_to_all from 32 KiB pieces 1.3-1.8x, broadcast
-// 128-512 KiB 1.1-1.6x faster and 1-16 MiB 1.3-1.6x slower; at 4 ranks on the 2 cores
+// 128-512 KiB 1.1-1.6x faster and 1-16 MiB 1.3-1.6x slower (and 32 KiB 1.1-1.2x faster,
+// 16 KiB slower: 2026-12-07 09:20); at 4 ranks on the 2 cores
 // (crowded), where every copy competes for the same cores, allgather and broadcast were
 // slower single copy and all_to_all faster from 64 KiB pieces (1.1-1.2x). gather and
 // scatter were not measured: they keep the slots. A neighbourhood exchange's messages are

@@ -38,9 +38,9 @@ class Channel {
   static std::size_t segmentBytes(const ChannelShape& shape) { return Steps::bytesFor(shape); }
   /// `rank` is this rank's index in the channel; `members` gives the group rank of each
   /// index. The creator of the segment (`initialise`) lays it out; the others check it.
-  /// The last reference may go on the lane's own thread (an operation failed there holds
-  /// the channel while it withdraws), which the destructor joins: the channel is then
-  /// destroyed on a helper thread.
+  /// Whatever runs on the lane's thread (an operation's finalize) may let go of the last
+  /// reference there, where the destructor, which joins that thread, cannot run: the
+  /// channel is then destroyed on a helper thread.
   static std::shared_ptr<Channel> make(std::unique_ptr<Segment> segment, int rank,
                                        const ChannelShape& shape, bool initialise,
                                        std::shared_ptr<engine::Engine> engine,

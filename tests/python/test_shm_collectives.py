@@ -200,7 +200,7 @@ def test_shm_every_collective_results_single_copy(world_size):
 def _single_copy_by_default(rank, ws):
     """The automatic choice (COMMUX_SHM_CMA_BYTES unset): with a core per rank, allgather
     reads the others' blocks directly from 32 KiB, all_to_all its pieces from 32 KiB and a
-    broadcast from 64 KiB to below 1 MiB, while gather and scatter copy through the slots at
+    broadcast from 32 KiB to below 1 MiB, while gather and scatter copy through the slots at
     any size; crowded, only all_to_all pieces from 64 KiB. The leader's verdict is in the
     channel's shape, the reads are counted."""
     from cma_counter import available, install
