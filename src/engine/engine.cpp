@@ -42,7 +42,9 @@ std::vector<Reaper> reapers;
 // nothing would join it and `reapers` may already be gone.
 bool reapersClosed = false;
 
-void destroyOnHelper(std::function<void()> destroy) {
+}  // namespace
+
+void Engine::destroyOnHelperThread(std::function<void()> destroy) {
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::lock_guard<std::mutex> lock(reapersMutex);
   if (reapersClosed) {
@@ -65,6 +67,8 @@ void destroyOnHelper(std::function<void()> destroy) {
                            }),
                            done});
 }
+
+namespace {
 
 void joinReapers() {
   std::vector<Reaper> all;
@@ -125,7 +129,7 @@ std::shared_ptr<Engine> Engine::instance(std::size_t groupSize, const Settings& 
     engine = std::shared_ptr<Engine>(new Engine(settings, hints), [](Engine* e) {
       if (e->inherited()) return;  // its threads and UCX state live on in the parent
       if (e->onProgressThread() || e->drivenByThisThread() || e->onWatchThread()) {
-        destroyOnHelper([e] { delete e; });
+        destroyOnHelperThread([e] { delete e; });
       } else {
         delete e;
       }
@@ -143,10 +147,6 @@ void Engine::runBlocking(void (*call)(void*), void* arg) {
   } else {
     call(arg);
   }
-}
-
-void Engine::destroyOnHelperThread(std::function<void()> destroy) {
-  destroyOnHelper(std::move(destroy));
 }
 
 void Engine::shutdownInstance() {

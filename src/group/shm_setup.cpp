@@ -376,13 +376,14 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
         problem = "commux: the shared-memory channel that rank " + std::to_string(local[0]) +
                   " announced through the store has an impossible " + bad +
                   "; another program or job may be writing this store's keys";
-      } else
+      } else {
         try {
           channel = shm::Channel::make(shm::Segment::open(name, shm::Channel::segmentBytes(shape)),
                                        index, shape, false, engine, local);
         } catch (const std::exception& e) {
           problem = e.what();
         }
+      }
     }
   }
   if (!problem.empty()) {

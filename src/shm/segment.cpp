@@ -24,6 +24,12 @@ std::runtime_error systemError(const std::string& what, const std::string& name)
                             std::strerror(errno));
 }
 
+// The two shapes of a segment's name (wellFormedName checks them): "/commux-<pid>-<n>-<hex>"
+// in /dev/shm, or a nameless one's "/proc/<pid>/fd/<fd>".
+constexpr const char* kNamedPrefix = "/commux-";
+const std::string kProcPrefix = "/proc/";
+const std::string kFdPart = "/fd/";
+
 // pid, a per-process counter and 64 random bits: unique on the host even across containers
 // that share /dev/shm (O_EXCL turns a clash into a retry, never into sharing), and not
 // guessable by another process before the name is published.
@@ -36,7 +42,7 @@ std::string freshName() {
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(secret));
-  return "/commux-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + hex;
+  return kNamedPrefix + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + hex;
 }
 
 // Maps `fd`; closes it unless `keep`.
@@ -84,7 +90,8 @@ std::unique_ptr<Segment> Segment::create(std::size_t bytes, bool nameless) {
   if (nameless) {
     const int fd = ::memfd_create("commux-channel", MFD_CLOEXEC);
     if (fd < 0) throw systemError("cannot create", "(memfd)");
-    const std::string path = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd);
+    const std::string path =
+        kProcPrefix + std::to_string(::getpid()) + kFdPart + std::to_string(fd);
     // memfd files start 0777; the others check for what a named segment has.
     const int rc = ::fchmod(fd, 0600) != 0 ? errno : reserve(fd, bytes);
     if (rc != 0) {
@@ -125,21 +132,23 @@ bool Segment::wellFormedName(const std::string& name, std::int32_t pid) {
   const auto allOf = [&](std::size_t from, const char* allowed) {
     return name.size() > from && name.find_first_not_of(allowed, from) == std::string::npos;
   };
-  const std::string proc = "/proc/";
-  if (name.compare(0, proc.size(), proc) == 0) {
-    const std::size_t fdAt = name.find("/fd/", proc.size());
-    if (fdAt == std::string::npos || fdAt == proc.size() ||
-        name.find_first_not_of("0123456789", proc.size()) != fdAt ||
-        !allOf(fdAt + 4, "0123456789")) {
+  const std::size_t from = kProcPrefix.size();
+  if (name.compare(0, from, kProcPrefix) == 0) {
+    const std::size_t fdAt = name.find(kFdPart, from);
+    if (fdAt == std::string::npos || fdAt == from ||
+        name.find_first_not_of("0123456789", from) != fdAt ||
+        !allOf(fdAt + kFdPart.size(), "0123456789")) {
       return false;
     }
-    return pid <= 0 || name.compare(proc.size(), fdAt - proc.size(), std::to_string(pid)) == 0;
+    return pid <= 0 || name.compare(from, fdAt - from, std::to_string(pid)) == 0;
   }
-  return pid <= 0 && name.compare(0, 8, "/commux-") == 0 && allOf(8, "0123456789abcdef-");
+  const std::size_t prefix = std::char_traits<char>::length(kNamedPrefix);
+  return pid <= 0 && name.compare(0, prefix, kNamedPrefix) == 0 &&
+         allOf(prefix, "0123456789abcdef-");
 }
 
 std::unique_ptr<Segment> Segment::open(const std::string& name, std::size_t bytes) {
-  const bool viaProc = name.compare(0, 6, "/proc/") == 0;
+  const bool viaProc = name.compare(0, kProcPrefix.size(), kProcPrefix) == 0;
   const int fd =
       viaProc ? ::open(name.c_str(), O_RDWR | O_CLOEXEC) : ::shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) throw systemError("cannot open", name);
