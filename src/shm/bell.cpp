@@ -38,6 +38,19 @@ inline void cpuRelax() {
 
 constexpr long kSliceNs = 20 * 1000 * 1000;  // how often a sleeper checks interrupt()
 
+// Asked once more after an interruption: what the wait was for may have come between the
+// last look and the cause. A neighbour that read this rank's message, published its own and
+// then left its group looks dead to a waiter that had looked just before, yet the step is
+// whole. A condition that raises now (a copy from a process that is gone) is the
+// interruption's to report.
+bool settled(const std::function<bool()>& ready) {
+  try {
+    return ready();
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace
 
 long PollGate::involuntarySwitches() {
@@ -80,7 +93,7 @@ bool Bell::waitFor(const std::function<bool()>& ready, const std::function<bool(
   for (unsigned pass = 1;; ++pass) {
     if (ready()) return true;
     if ((pass & 63u) == 0) {
-      if (interrupt()) return false;
+      if (interrupt()) return settled(ready);
       if (std::chrono::steady_clock::now() >= spinEnd) break;
     }
     std::this_thread::yield();
@@ -100,7 +113,7 @@ bool Bell::waitFor(const std::function<bool()>& ready, const std::function<bool(
     if (!now) futexWait(&w_->rings, seen, kSliceNs);
     __atomic_sub_fetch(&w_->sleepers, 1, __ATOMIC_SEQ_CST);
     if (ready()) return true;
-    if (interrupt()) return false;
+    if (interrupt()) return settled(ready);
   }
 }
 

@@ -25,7 +25,9 @@ class Signal {
   /// Publishes every store made before it, then wakes all sleepers.
   virtual void ring() = 0;
   /// Returns once `ready()` holds. `interrupt()` is polled while waiting (at least every
-  /// few milliseconds) and ends the wait with false when it returns true.
+  /// few milliseconds); when it returns true, `ready()` is asked once more and the wait ends
+  /// with its answer (false also when it raises): an interruption after the thing waited for
+  /// came is none.
   virtual bool waitFor(const std::function<bool()>& ready,
                        const std::function<bool()>& interrupt) = 0;
 };

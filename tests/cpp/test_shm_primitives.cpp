@@ -151,6 +151,33 @@ TEST(ShmBell, InterruptEndsAWaitThatWouldNeverFinish) {
   EXPECT_LT(waited, 2s) << "the sleeper re-checks its interrupt every few ms";
 }
 
+// What the wait was for came between its last look and the interruption's cause (a
+// neighbour read this rank's message, published its own, then left): the wait succeeds.
+// Checked both while spinning and once asleep.
+TEST(ShmBell, AnInterruptionAfterWhatItWaitedForCameIsNone) {
+  auto seg = Segment::create(4096);
+  for (const auto spin : {std::chrono::microseconds(100000), std::chrono::microseconds(0)}) {
+    Bell bell(reinterpret_cast<BellWords*>(seg->data()), spin);
+    bool came = false;
+    EXPECT_TRUE(bell.waitFor([&] { return came; },
+                             [&] {
+                               came = true;  // it came, and then the peer left
+                               return true;
+                             }))
+        << "spin " << spin.count() << " us";
+  }
+  // A condition that raises after the interruption (its peer is gone) leaves the
+  // interruption to report.
+  Bell bell(reinterpret_cast<BellWords*>(seg->data()), 0us);
+  bool gone = false;
+  EXPECT_FALSE(bell.waitFor(
+      [&] {
+        if (gone) throw std::runtime_error("process_vm_readv: No such process");
+        return false;
+      },
+      [&] { return gone = true; }));
+}
+
 // The gate polls while the thread's involuntary context switches barely grow, stops after a
 // look that finds them growing, and polls again once they stop.
 TEST(ShmPollGate, PollsOnlyWhileTheCoreIsOwn) {
