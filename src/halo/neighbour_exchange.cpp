@@ -98,25 +98,29 @@ constexpr const char* kCancelled =
     "commux: neighbourhood exchange: the step was cancelled (timed out, or its exchange "
     "destroyed)";
 
-// Why a wait for the shared part of a step must stop (the group's end, a neighbour's death,
-// the deadline), or empty.
+// Why a wait for the shared part of step `step` must stop (the group's end, the death of a
+// neighbour it still waits for, the deadline), or empty. A neighbour that ended its part and
+// then left its group (its last step over, it shut down) is no reason: the step may be
+// waiting for another, slower one.
 std::string sharedInterruption(const group::Group& group, const SharedSides& sides,
-                               std::chrono::steady_clock::time_point deadline,
+                               std::uint64_t step, std::chrono::steady_clock::time_point deadline,
                                std::chrono::milliseconds timeout) {
   const std::string state = group.stateText();
   if (!state.empty()) return "commux: neighbourhood exchange: " + state;
   for (std::size_t i = 0; i < sides.size(); ++i) {
     const int peer = sides.rank(i);
     const std::string why = group.deadWhy(peer);
-    if (!why.empty()) {
+    // Asked after its death is known: what it did before is visible by then.
+    if (!why.empty() && !sides.doneWith(i, step)) {
       return "commux: neighbourhood exchange: " + core::lostMember(peer, why) +
              "; a step with it cannot end";
     }
   }
   if (std::chrono::steady_clock::now() >= deadline) {
-    return core::concat("commux: neighbourhood exchange: Timed out: the step's messages on "
-                        "this host did not arrive or were not read within ",
-                        timeout.count(), " ms");
+    return core::concat(
+        "commux: neighbourhood exchange: Timed out: the step's messages on "
+        "this host did not arrive or were not read within ",
+        timeout.count(), " ms");
   }
   return {};
 }
@@ -568,9 +572,8 @@ void NeighbourExchange::wait() {
   }
   if (shared && !first) {
     try {
-      shared_->finish(step_, [&] {
-        return sharedInterruption(group_, *shared_, deadline, timeout_);
-      });
+      shared_->finish(
+          step_, [&] { return sharedInterruption(group_, *shared_, step_, deadline, timeout_); });
       if (step_ == firstShared_) shared_->withdraw();  // every neighbour has it mapped
     } catch (...) {
       first = std::current_exception();
@@ -664,8 +667,8 @@ void NeighbourExchange::greet() {
     auto& s = sides_[i];
     const int peer = s.messages.rank;
     if (peer == me) continue;
-    list.push_back({i, peer, channel && channel->hosts(peer), s.messages.sends,
-                    s.messages.receives, s.sendBytes, s.recvBytes, &s.sendRows, &s.recvRows});
+    list.push_back({i, peer, channel && channel->hosts(peer), s.messages.sends, s.messages.receives,
+                    s.sendBytes, s.recvBytes, &s.sendRows, &s.recvRows});
   }
   if (list.empty()) return;
   try {
@@ -701,8 +704,8 @@ void NeighbourExchange::greet() {
       tag = wire::p2pTag(group_.context(), static_cast<std::uint32_t>(peer),
                          static_cast<std::uint32_t>(tag_));
     }
-    launchMessage(send ? engine::P2POp::Kind::Send : engine::P2POp::Kind::Recv, peer,
-                  sizeof(Hello), 1, std::move(buffers), std::move(route), tag);
+    launchMessage(send ? engine::P2POp::Kind::Send : engine::P2POp::Kind::Recv, peer, sizeof(Hello),
+                  1, std::move(buffers), std::move(route), tag);
     hellos_.push_back(queued_.back());
   }
   try {
@@ -754,14 +757,16 @@ void NeighbourExchange::finishSharedLater(const Step& end) {
     std::exception_ptr error;
     {
       std::lock_guard<std::mutex> lock(guard->mutex);
-      const auto cancelled = [&] { return guard->gone || end->aborted.load(std::memory_order_acquire); };
+      const auto cancelled = [&] {
+        return guard->gone || end->aborted.load(std::memory_order_acquire);
+      };
       try {
         COMMUX_CHECK(!cancelled(), Backend, kCancelled);
         sides->finish(step, [&]() -> std::string {
           if (cancelled()) return kCancelled;
           // The group outlives the exchange, which cannot be gone while this lock is held.
-          return sharedInterruption(*group, *sides, std::chrono::steady_clock::time_point::max(),
-                                    timeout);
+          return sharedInterruption(*group, *sides, step,
+                                    std::chrono::steady_clock::time_point::max(), timeout);
         });
         if (step == first) sides->withdraw();
       } catch (...) {

@@ -284,6 +284,12 @@ bool SharedSides::advance(std::uint64_t step) {
   return all;
 }
 
+bool SharedSides::doneWith(std::size_t i, std::uint64_t step) const {
+  const Peer& p = peers_.at(i);
+  return (!p.recvShared || p.read >= step) &&
+         (!p.sendShared || __atomic_load_n(p.myTaken, __ATOMIC_ACQUIRE) >= step);
+}
+
 void SharedSides::finish(std::uint64_t step, const std::function<std::string()>& interrupted) {
   std::string why;
   if (bell_->waitFor([&] { return advance(step); },

@@ -38,7 +38,7 @@ namespace commux::halo {
 /// processes of one host (one ABI).
 struct Hello {
   static constexpr std::uint64_t kMagic = 0x314f4c4148584d43ull;  // "CMXHALO1"
-  static constexpr std::size_t kMaxRows = 64;  // more: the sender packs
+  static constexpr std::size_t kMaxRows = 64;                     // more: the sender packs
   struct Row {
     std::uint64_t address;
     std::uint64_t bytes;
@@ -53,9 +53,9 @@ struct Hello {
   std::uint64_t recvBytes = 0;  // what it receives from it
   std::uint32_t sends = 0;
   std::uint32_t receives = 0;
-  std::uint32_t rowCount = 0;  // where its message lies: rows of its memory, or
-  std::uint64_t stagedAt = 0;  // where in its segment it stages the message (0: it does not)
-  std::uint32_t shares = 0;    // 1: the neighbour is on its host's channel, which allows it
+  std::uint32_t rowCount = 0;   // where its message lies: rows of its memory, or
+  std::uint64_t stagedAt = 0;   // where in its segment it stages the message (0: it does not)
+  std::uint32_t shares = 0;     // 1: the neighbour is on its host's channel, which allows it
   std::uint64_t rangeFrom = 0;  // the channel's sizes that go shared (shm::CmaRange)
   std::uint64_t rangeBelow = 0;
   char segment[64] = {};  // the segment's name (shm::Segment)
@@ -106,6 +106,10 @@ class SharedSides {
   /// has been read here and every one this rank sent has been read by its neighbour.
   /// Raises (Backend) when a copy fails.
   bool advance(std::uint64_t step);
+  /// Whether neighbour `i`'s part of `step` is over here: its message read, and this rank's
+  /// read by it. A neighbour that is gone then is no reason to fail the step: it ended its
+  /// part (the step may still wait for another). The thread that calls advance().
+  bool doneWith(std::size_t i, std::uint64_t step) const;
   /// Until advance(step) is true. `interrupted` is asked every few milliseconds at most: a
   /// non-empty answer ends the wait with a Backend error saying it.
   void finish(std::uint64_t step, const std::function<std::string()>& interrupted);
@@ -132,11 +136,11 @@ class SharedSides {
     std::uint64_t* theirReady = nullptr;   // theirs, for their message to me
     std::uint64_t* theirTaken = nullptr;   // theirs, written by me
     std::unique_ptr<shm::Bell> theirBell;
-    std::vector<iovec> local;   // where their message goes here
-    std::vector<iovec> remote;  // where it lies in their memory
-    std::uint64_t read = 0;     // the last step read here
-    char* packInto = nullptr;  // this rank's message staged in its segment, or null
-    const char* stagedFrom = nullptr;  // theirs, staged in their segment, or null
+    std::vector<iovec> local;                // where their message goes here
+    std::vector<iovec> remote;               // where it lies in their memory
+    std::uint64_t read = 0;                  // the last step read here
+    char* packInto = nullptr;                // this rank's message staged in its segment, or null
+    const char* stagedFrom = nullptr;        // theirs, staged in their segment, or null
     std::unique_ptr<char[]> ownRecvStaging;  // theirs read in one piece, then unpacked
     char* unpackFrom = nullptr;
   };
