@@ -461,9 +461,9 @@ def _neighbour_leaves(rank, world_size, way):
     return True
 
 
-@pytest.mark.parametrize("way", ["wait", "future"])
-def test_a_neighbour_that_left_after_its_part_fails_no_step(way):
-    run_ranks(_neighbour_leaves, 3, timeout=60, way=way)
+@pytest.mark.parametrize("way,shm", [("wait", "1"), ("future", "1"), ("wait", "0")])
+def test_a_neighbour_that_left_after_its_part_fails_no_step(way, shm):
+    run_ranks(_neighbour_leaves, 3, timeout=60, way=way, env={"COMMUX_SHM": shm})
 
 
 def _graph(rank, world_size, seed):
