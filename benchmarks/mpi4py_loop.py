@@ -20,8 +20,9 @@ from mpi4py import MPI
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--op", default="broadcast", choices=["broadcast", "allreduce"])
-    p.add_argument("--bytes", type=int, default=8, help="bytes of the tensor (float32)")
+    p.add_argument("--op", default="broadcast", choices=["broadcast", "allreduce", "allgather", "alltoall"])
+    p.add_argument("--bytes", type=int, default=8,
+                   help="bytes of each rank's tensor (float32), as collective_loop.py")
     p.add_argument("--iters", type=int, default=2000, help="calls per block")
     p.add_argument("--blocks", type=int, default=5)
     p.add_argument("--warmup", type=int, default=200)
@@ -30,10 +31,16 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     n = max(args.bytes // 4, 1)
     # Written, not just allocated: untouched pages all read as the kernel's zero page.
-    buf = torch.ones(n) if args.buffer == "torch" else np.ones(n, dtype=np.float32)
+    def make(count):
+        return torch.ones(count) if args.buffer == "torch" else np.ones(count, dtype=np.float32)
+
+    n = max(n, comm.size)  # an all_to_all piece per rank, as collective_loop.py
+    buf, out, gathered = make(n), make(n), make(n * comm.size)
     call = {
         "broadcast": lambda: comm.Bcast(buf, root=0),
         "allreduce": lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
+        "allgather": lambda: comm.Allgather(buf, gathered),
+        "alltoall": lambda: comm.Alltoall(buf, out),
     }[args.op]
     for _ in range(args.warmup):
         call()
