@@ -20,7 +20,8 @@ from mpi4py import MPI
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--op", default="broadcast", choices=["broadcast", "allreduce", "allgather", "alltoall"])
+    p.add_argument("--op", default="broadcast",
+                   choices=["broadcast", "allreduce", "allgather", "alltoall"])
     p.add_argument("--bytes", type=int, default=8,
                    help="bytes of each rank's tensor (float32), as collective_loop.py")
     p.add_argument("--iters", type=int, default=2000, help="calls per block")
@@ -29,12 +30,13 @@ def main() -> None:
     p.add_argument("--buffer", default="torch", choices=["torch", "numpy"])
     args = p.parse_args()
     comm = MPI.COMM_WORLD
-    n = max(args.bytes // 4, 1)
-    # Written, not just allocated: untouched pages all read as the kernel's zero page.
+    # At least a float per rank (an all_to_all piece each), as collective_loop.py.
+    n = max(args.bytes // 4, comm.size)
+
     def make(count):
+        # Written, not just allocated: untouched pages all read as the kernel's zero page.
         return torch.ones(count) if args.buffer == "torch" else np.ones(count, dtype=np.float32)
 
-    n = max(n, comm.size)  # an all_to_all piece per rank, as collective_loop.py
     buf, out, gathered = make(n), make(n), make(n * comm.size)
     call = {
         "broadcast": lambda: comm.Bcast(buf, root=0),

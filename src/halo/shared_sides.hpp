@@ -107,8 +107,10 @@ class SharedSides {
   /// Raises (Backend) when a copy fails.
   bool advance(std::uint64_t step);
   /// Whether neighbour `i`'s part of `step` is over here: its message read, and this rank's
-  /// read by it. A neighbour that is gone then is no reason to fail the step: it ended its
-  /// part (the step may still wait for another). The thread that calls advance().
+  /// read by it (true for a neighbour with neither direction shared: advance() never waits
+  /// for it). A neighbour that is gone then is no reason to fail the step: it ended its part
+  /// (the step may still wait for another). Only on the thread running advance()/finish():
+  /// it reads what advance() writes there without synchronisation.
   bool doneWith(std::size_t i, std::uint64_t step) const;
   /// Until advance(step) is true. `interrupted` is asked every few milliseconds at most: a
   /// non-empty answer ends the wait with a Backend error saying it.

@@ -42,7 +42,7 @@ std::size_t othersOf(int size) { return static_cast<std::size_t>(std::max(size -
 // are spread over the senders rather than all at the first. A read pins the sender's pages
 // under its page-table locks, which readers in one order contended for (the 2026-12-07
 // profile of a 4-rank all_to_all); rotated, that all_to_all (256 KiB) took 0.93x the time.
-std::size_t pairwise(std::size_t me, std::size_t k, std::size_t p) { return (me + k) % p; }
+std::size_t rotated(std::size_t me, std::size_t k, std::size_t p) { return (me + k) % p; }
 
 /// Arrives at step `s` of a collective whose root fills the slots and goes on, while the
 /// others wait for the root alone (broadcast, scatter).
@@ -205,7 +205,7 @@ void allgather(Steps& steps, const Turn& turn) {
     if (out) {
       const int size = steps.shape().size;
       for (int k = 0; k < size; ++k) {  // this rank's own block first
-        const int q = static_cast<int>(pairwise(steps.rank(), k, size));
+        const int q = static_cast<int>(rotated(steps.rank(), k, size));
         char* to = out + static_cast<std::size_t>(q) * block;
         // In place (the input is this rank's block of the output): nothing to copy.
         if (q != steps.rank() || to != in) steps.readFrom(s, q, 0, to, block, turn);
@@ -433,7 +433,7 @@ void alltoall(Steps& steps, const Turn& turn) {
       }
       stepCount = std::max<std::size_t>(1, (largest + piece - 1) / piece);
       for (std::size_t k = 1; k < p; ++k) {
-        const std::size_t from = pairwise(me, k, p);
+        const std::size_t from = rotated(me, k, p);
         const std::size_t n = job.recvCounts[from];
         if (!direct(n)) continue;
         // The sender's piece for this rank starts after its pieces for the ranks before.

@@ -39,10 +39,10 @@ inline void cpuRelax() {
 constexpr long kSliceNs = 20 * 1000 * 1000;  // how often a sleeper checks interrupt()
 
 // Asked once more after an interruption: what the wait was for may have come between the
-// last look and the cause. A neighbour that read this rank's message, published its own and
-// then left its group looks dead to a waiter that had looked just before, yet the step is
-// whole. A condition that raises now (a copy from a process that is gone) is the
-// interruption's to report.
+// last look and the cause. This rank had read a neighbour's message; after the waiter's last
+// look the neighbour read this rank's, ended its step and left its group: it looks dead,
+// yet the step is whole. A condition that raises now (a copy from a process that is gone)
+// is the interruption's to report.
 bool settled(const std::function<bool()>& ready) {
   try {
     return ready();

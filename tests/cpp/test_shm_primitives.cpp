@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "shm/bell.hpp"
 #include "shm/segment.hpp"
@@ -151,20 +152,25 @@ TEST(ShmBell, InterruptEndsAWaitThatWouldNeverFinish) {
   EXPECT_LT(waited, 2s) << "the sleeper re-checks its interrupt every few ms";
 }
 
-// What the wait was for came between its last look and the interruption's cause (a
-// neighbour read this rank's message, published its own, then left): the wait succeeds.
-// Checked both while spinning and once asleep.
+// What the wait was for came between its last look and the interruption's cause (the
+// neighbour read this rank's message, then left): the wait succeeds. Checked while spinning
+// (the first interruption) and once asleep (the spin ends at its first look at the clock
+// with spin 0, so the second comes from the sleeper).
 TEST(ShmBell, AnInterruptionAfterWhatItWaitedForCameIsNone) {
   auto seg = Segment::create(4096);
-  for (const auto spin : {std::chrono::microseconds(100000), std::chrono::microseconds(0)}) {
+  for (const auto& [spin, quietLooks] : {std::pair{std::chrono::microseconds(100000), 0},
+                                         std::pair{std::chrono::microseconds(0), 1}}) {
     Bell bell(reinterpret_cast<BellWords*>(seg->data()), spin);
     bool came = false;
+    int looks = 0;
     EXPECT_TRUE(bell.waitFor([&] { return came; },
                              [&] {
+                               if (looks++ < quietLooks) return false;
                                came = true;  // it came, and then the peer left
                                return true;
                              }))
         << "spin " << spin.count() << " us";
+    EXPECT_EQ(looks, quietLooks + 1);
   }
   // A condition that raises after the interruption (its peer is gone) leaves the
   // interruption to report.

@@ -426,11 +426,12 @@ def test_steps_end_in_their_futures_without_wait(world_size, backend):
     run_ranks(_futures, world_size, timeout=90, field_backend=backend)
 
 
-def _neighbour_leaves(rank, world_size, way):
+def _neighbour_leaves(rank, world_size, way, marker):
     """A line 0 - 1 - 2: rank 2 ends its part of the last step and leaves its group (it
-    shuts it down) while rank 1's step still waits for rank 0, slow to start it. Rank 1's
-    step ends whole: a neighbour that left after its part is no reason to fail (CI stop 57
-    failed a step so, with rank 1's wait looking at the dead neighbour, not the slow one)."""
+    shuts it down) while rank 1's step still waits for rank 0, which starts it only once
+    rank 2 is gone (`marker`). Rank 1's step ends whole: a neighbour that left after its
+    part is no reason to fail (CI stop 57 failed a step so, with rank 1's wait looking at
+    the dead neighbour, not the slow one)."""
     import time
 
     import torch
@@ -444,7 +445,12 @@ def _neighbour_leaves(rank, world_size, way):
     for step in range(3):
         t[1:-1] = rank * 10 + step
         if step == 2 and rank == 0:
-            time.sleep(1.5)  # rank 2 is done and gone by the time this step starts
+            # Rank 2 needs only rank 1 to end its step: it ends and leaves meanwhile.
+            deadline = time.monotonic() + 30
+            while not os.path.exists(marker) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert os.path.exists(marker), "rank 2 did not leave"
+            time.sleep(0.5)  # rank 1 hears of it (a notice through UCX) while it waits
         if way == "future" and rank == 1:
             ex.start().get_future().wait()  # the shared part ends on the finisher's thread
         else:
@@ -458,12 +464,16 @@ def _neighbour_leaves(rank, world_size, way):
         assert all(s and r for s, r in sharing.values()), sharing  # the path that failed
     if rank == 2:
         dist.destroy_process_group()  # now, while rank 1 waits
+        with open(marker, "w"):
+            pass
     return True
 
 
+# COMMUX_SHM=0: the same through UCX only (the shared part, where the failure was, is off).
 @pytest.mark.parametrize("way,shm", [("wait", "1"), ("future", "1"), ("wait", "0")])
-def test_a_neighbour_that_left_after_its_part_fails_no_step(way, shm):
-    run_ranks(_neighbour_leaves, 3, timeout=60, way=way, env={"COMMUX_SHM": shm})
+def test_a_neighbour_that_left_after_its_part_fails_no_step(way, shm, tmp_path):
+    run_ranks(_neighbour_leaves, 3, timeout=60, way=way, marker=str(tmp_path / "rank2-left"),
+              env={"COMMUX_SHM": shm})
 
 
 def _graph(rank, world_size, seed):
