@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 namespace commux::shm {
 namespace {
@@ -26,9 +28,9 @@ std::runtime_error systemError(const std::string& what, const std::string& name)
 
 // The two shapes of a segment's name (wellFormedName checks them): "/commux-<pid>-<n>-<hex>"
 // in /dev/shm, or a nameless one's "/proc/<pid>/fd/<fd>".
-constexpr const char* kNamedPrefix = "/commux-";
-const std::string kProcPrefix = "/proc/";
-const std::string kFdPart = "/fd/";
+constexpr std::string_view kNamedPrefix = "/commux-";
+constexpr std::string_view kProcPrefix = "/proc/";
+constexpr std::string_view kFdPart = "/fd/";
 
 // pid, a per-process counter and 64 random bits: unique on the host even across containers
 // that share /dev/shm (O_EXCL turns a clash into a retry, never into sharing), and not
@@ -42,7 +44,8 @@ std::string freshName() {
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(secret));
-  return kNamedPrefix + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + hex;
+  return std::string(kNamedPrefix) + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
+         "-" + hex;
 }
 
 // Maps `fd`; closes it unless `keep`.
@@ -90,8 +93,8 @@ std::unique_ptr<Segment> Segment::create(std::size_t bytes, bool nameless) {
   if (nameless) {
     const int fd = ::memfd_create("commux-channel", MFD_CLOEXEC);
     if (fd < 0) throw systemError("cannot create", "(memfd)");
-    const std::string path =
-        kProcPrefix + std::to_string(::getpid()) + kFdPart + std::to_string(fd);
+    const std::string path = std::string(kProcPrefix) + std::to_string(::getpid()) +
+                             std::string(kFdPart) + std::to_string(fd);
     // memfd files start 0777; the others check for what a named segment has.
     const int rc = ::fchmod(fd, 0600) != 0 ? errno : reserve(fd, bytes);
     if (rc != 0) {
@@ -142,9 +145,8 @@ bool Segment::wellFormedName(const std::string& name, std::int32_t pid) {
     }
     return pid <= 0 || name.compare(from, fdAt - from, std::to_string(pid)) == 0;
   }
-  const std::size_t prefix = std::char_traits<char>::length(kNamedPrefix);
-  return pid <= 0 && name.compare(0, prefix, kNamedPrefix) == 0 &&
-         allOf(prefix, "0123456789abcdef-");
+  return pid <= 0 && name.compare(0, kNamedPrefix.size(), kNamedPrefix) == 0 &&
+         allOf(kNamedPrefix.size(), "0123456789abcdef-");
 }
 
 std::unique_ptr<Segment> Segment::open(const std::string& name, std::size_t bytes) {

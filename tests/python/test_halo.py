@@ -98,6 +98,11 @@ def _ranks_may_read_each_other():
         return True
 
 
+def _shared_expected():
+    """Whether neighbours on one host go through shared memory in this run."""
+    return os.environ.get("COMMUX_SHM") != "0" and _ranks_may_read_each_other()
+
+
 def _exchange_cases(rank, world_size, seed, cases, one_host=True):
     import torch
     import torch.distributed as dist
@@ -105,7 +110,7 @@ def _exchange_cases(rank, world_size, seed, cases, one_host=True):
     import commux.halo as halo
 
     rng = random.Random(seed)
-    shared_expected = os.environ.get("COMMUX_SHM") != "0" and _ranks_may_read_each_other()
+    shared_expected = _shared_expected()
     for k in range(cases):
         case = _case(rng, world_size)
         where = f"seed {seed} case {k}: {case}"
@@ -459,7 +464,7 @@ def _neighbour_leaves(rank, world_size, way, marker):
             assert t[0].item() == (rank - 1) * 10 + step, (step, t[0])
         if rank < world_size - 1:
             assert t[-1].item() == (rank + 1) * 10 + step, (step, t[-1])
-    if _ranks_may_read_each_other() and os.environ.get("COMMUX_SHM") != "0":
+    if _shared_expected():
         sharing = {r: s for r, s in ex.sharing().items() if r != rank}
         assert all(s and r for s, r in sharing.values()), sharing  # the path that failed
     if rank == 2:
