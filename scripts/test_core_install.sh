@@ -39,6 +39,18 @@ cargo=$(command -v cargo || true)
 "${clean_env[@]}" PATH="$(dirname "$cargo"):/usr/bin:/bin" PKG_CONFIG_PATH="$(dirname "$pc")" \
   CARGO_TARGET_DIR="$PWD/build/rust-target" \
   "$cargo" test --offline --quiet --manifest-path bindings/rust/Cargo.toml
+echo "== Rust: a dependent crate (tests/rust_consumer) outside the repository, run with nothing set"
+cp -r tests/rust_consumer "$work/rust_consumer"
+rm -rf "$work/rust_consumer/target" "$work/rust_consumer/Cargo.lock"
+sed -i "s#path = \"../../bindings/rust\"#path = \"$PWD/bindings/rust\"#" "$work/rust_consumer/Cargo.toml"
+grep -qF "path = \"$PWD/bindings/rust\"" "$work/rust_consumer/Cargo.toml"
+consumer_cargo=("${clean_env[@]}" PATH="$(dirname "$cargo"):/usr/bin:/bin" PKG_CONFIG_PATH="$(dirname "$pc")"
+  CARGO_TARGET_DIR="$work/rust_consumer/target" "$cargo")
+"${consumer_cargo[@]}" test --offline --quiet --manifest-path "$work/rust_consumer/Cargo.toml"
+consumer_test=$("${consumer_cargo[@]}" test --offline --no-run --manifest-path "$work/rust_consumer/Cargo.toml" 2>&1 |
+  sed -n 's/.*Executable tests\/consumer.rs (\(.*\))/\1/p')
+[ -x "$consumer_test" ] || { echo "cannot find the Rust consumer's test binary" >&2; exit 1; }
+"${clean_env[@]}" "$consumer_test" --quiet  # not through cargo: no LD_LIBRARY_PATH of its own
 
 # Across two "hosts" (Linux namespaces, scripts/multihost_check.sh): the C test's every call
 # and the Rust crate's every method, 2 ranks per host, UCX over TCP between the hosts.

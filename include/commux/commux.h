@@ -130,8 +130,10 @@ commuxResult_t commuxGetVersion(int* version);
 /* Makes a unique id and starts this process's bootstrap store on a thread of its own (it
  * serves for as long as the process lives). Call it on one rank, send the id to the others
  * (MPI_Bcast, a file, a socket), then every rank calls commuxCommInitRank with it. The
- * store listens on every address; the id names COMMUX_BOOTSTRAP_ADDRESS when set, else the
- * first IPv4 address of an interface that is up and not loopback, else 127.0.0.1. */
+ * store listens only on the address the id names: COMMUX_BOOTSTRAP_ADDRESS when set, else
+ * the first IPv4 address of an interface that is up and not loopback, else 127.0.0.1. The
+ * id's random secret is never sent: the store and each rank prove to each other that they
+ * hold it, so a rank never joins another job's store (nor a later one on the same port). */
 commuxResult_t commuxGetUniqueId(commuxUniqueId* uniqueId);
 
 /* Collective over `nranks` processes: each calls it with its `rank` (0 .. nranks - 1) and
@@ -140,9 +142,11 @@ commuxResult_t commuxGetUniqueId(commuxUniqueId* uniqueId);
  * failure (destroy, then init again on every rank, a restarted process included): the
  * store counts each rank's inits, and the n-th init of every rank makes the n-th
  * communicator, apart from the earlier ones. The process that made the id (its store) must
- * live on. Fails with commuxSystemError when the
- * store cannot be reached within the timeout, and with commuxInvalidArgument for a bad
- * rank or size, or an id that is not one. */
+ * live on. A rank joined from two live processes, or ranks that name two sizes, fail every
+ * rank that met at the store (commuxRemoteError, naming the port): the communicators made
+ * there are aborted and refuse every call. Fails with commuxSystemError when the
+ * store cannot be reached within the timeout or belongs to another job, and with
+ * commuxInvalidArgument for a bad rank or size, or an id that is not one. */
 commuxResult_t commuxCommInitRank(commuxComm_t* comm, int nranks, commuxUniqueId uniqueId,
                                   int rank);
 
@@ -150,8 +154,13 @@ commuxResult_t commuxCommInitRank(commuxComm_t* comm, int nranks, commuxUniqueId
  * the rank from COMMUX_RANK, RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID; the size
  * from COMMUX_SIZE, WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS (the first
  * set, in this order); the store at COMMUX_BOOTSTRAP=host:port, which rank 0 serves
- * (binding that port on every address) and the others reach. The job's secret is
- * COMMUX_BOOTSTRAP_SECRET (any text, the same on every rank) when set. */
+ * (on that address alone: name one of rank 0's host's addresses that the others reach)
+ * and the others reach. The job's secret comes from the launcher's job id (torchrun's run
+ * id, Open MPI's, PMIx's, Slurm's job and step, ...) and COMMUX_BOOTSTRAP_SECRET (any text,
+ * the same on every rank of the job): ranks with another secret fail at once, naming the
+ * port. With neither, two jobs on one port share a secret and the store fails every rank of
+ * both as soon as it sees them meet (a rank twice, two sizes, a second rank 0): set
+ * COMMUX_BOOTSTRAP_SECRET, or give each job its own port. */
 commuxResult_t commuxCommInitFromEnv(commuxComm_t* comm);
 
 /* The orderly end, collective: returns once every rank has called it, each after every

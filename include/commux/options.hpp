@@ -142,6 +142,9 @@ struct Config {
   std::string bootstrap;
   std::string bootstrapAddress;
   std::string bootstrapSecret;
+  /// How long a C API init waits for its bootstrap store (to connect, for the other
+  /// ranks' records), in seconds (COMMUX_BOOTSTRAP_TIMEOUT).
+  int bootstrapTimeoutSeconds = 1800;
   /// COMMUX_RANK, COMMUX_SIZE: the C API's init from the environment; -1 when unset.
   int rank = -1;
   int size = -1;

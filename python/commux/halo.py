@@ -45,6 +45,9 @@ DEFAULT_TAG_BASE = 1 << 30
 #: (over TCP packing won up to 1 KiB pieces, tied at 8 KiB, lost at 32 KiB).
 REMOTE_PACK_BELOW = 4096
 _ALIGN = 16  # bytes: each field's piece of a packed message starts aligned
+#: The first word of a neighbour-check record from a rank that refused its own arguments
+#: (a real record starts with its number of fields, at least 1).
+_REFUSED = -1
 
 
 class CartGrid:
@@ -130,41 +133,34 @@ class HaloExchange:
 
     Collective over the grid's group: every rank builds its exchange at the same point, and
     the ranks check their neighbours' fields against their own then (ValueError naming the
-    neighbour and what differs, on both sides, before any ghost cell moves).
+    neighbour and what differs, on both sides, before any ghost cell moves). A rank whose
+    own arguments are refused (a halo wider than its interior) still takes part in that
+    check, saying so: it raises its ValueError, and its neighbours one naming it, at once.
     """
 
     def __init__(self, fields, widths, grid: CartGrid, tag_base: int = DEFAULT_TAG_BASE,
                  pack_below=None):
-        if isinstance(fields, torch.Tensor):
-            fields = [fields]
-        fields = list(fields)
-        if not fields:
-            raise ValueError("commux.halo.HaloExchange: no fields")
         n = grid.ndim
-        if isinstance(widths, int):
-            widths = [widths] * n
-        widths = [int(w) for w in widths]
-        if len(widths) != n:
-            raise ValueError(f"commux.halo.HaloExchange: {len(widths)} widths for a grid of {n} "
-                             "dimensions")
-        shape = tuple(fields[0].shape[:n])
-        for i, f in enumerate(fields):
-            if f.dim() < n:
-                raise ValueError(f"commux.halo.HaloExchange: field {i} has {f.dim()} dimensions; "
-                                 f"the grid has {n}")
-            if tuple(f.shape[:n]) != shape:
-                raise ValueError(f"commux.halo.HaloExchange: field {i} is {tuple(f.shape[:n])} "
-                                 f"in the grid's dimensions, field 0 {shape}")
-            if f.device != fields[0].device:
-                raise ValueError("commux.halo.HaloExchange: the fields are on different devices")
-        _box(shape, widths, [0] * n, ghost=False)  # the core refuses bad widths here
         directions = 3 ** n
+        # (Without tags of its own this rank cannot tell its neighbours anything.)
         if not 0 <= tag_base <= (1 << 31) - 1 - 3 * directions:
             raise ValueError(f"commux.halo.HaloExchange: tag_base {tag_base} leaves no room for "
                              f"its {3 * directions} tags below 2**31")
-        self.grid, self.fields, self.widths, self.tag_base = grid, fields, widths, tag_base
+        self.grid, self.tag_base = grid, tag_base
         self._group = grid.group
         self._remote = set()  # neighbour ranks on other hosts (_check_neighbours finds them)
+        try:
+            fields, widths, shape = _halo_arguments(fields, widths, n)
+            _check_pack_below(pack_below, "HaloExchange")
+        except (ValueError, TypeError) as refused:
+            # Its neighbours wait for it in the check: without this rank's word they would
+            # wait there until the group's timeout and fail with a DistBackendError.
+            try:
+                self._check_neighbours(None, directions)
+            except Exception:  # noqa: BLE001 (this rank's own error says more)
+                pass
+            raise refused
+        self.fields, self.widths = fields, widths
         self._check_neighbours(shape, directions)
 
         # A graph exchange underneath: to each neighbour rank, the faces of every direction
@@ -184,23 +180,29 @@ class HaloExchange:
                 f[_box(f.shape, widths, nb.offset, ghost=True)] for f in fields)
         self._graph = GraphExchange(sends, recvs, group=grid.group, tag_base=tag_base,
                                     pack_below=pack_below, _checked=True, _remote=self._remote)
-        # For ready(): the faces each neighbour rank's message carries (none to this rank).
+        # For ready(): the faces each neighbour rank's message carries, this rank's own too
+        # (a periodic dimension of size 1): its ghost cells are copied from its faces only
+        # once they are all marked ready.
         self._rank_of = {nb.offset: nb.rank for nb in live}
         self._faces = {}
         for nb in live:
-            if nb.rank != grid.rank:
-                self._faces.setdefault(nb.rank, set()).add(nb.offset)
+            self._faces.setdefault(nb.rank, set()).add(nb.offset)
         self._open, self._pending = False, {}
 
     def _check_neighbours(self, shape, directions):
         """Every rank tells each neighbour its fields (dtype and shape in the grid's
-        dimensions) and widths, and checks what it is told against its own."""
+        dimensions) and widths, and checks what it is told against its own. ``shape`` None:
+        this rank refused its own arguments, and tells its neighbours only that
+        (``_REFUSED``), so that they raise rather than wait for it."""
         n = self.grid.ndim
-        native = _native_backend(self._group, self.fields) is not None
-        host = _host_id()
-        mine = [len(self.fields), int(native), host] + self.widths
-        for f in self.fields:
-            mine += [_dtype_code(f.dtype)] + list(shape)
+        if shape is None:
+            native, host, mine = False, 0, [_REFUSED]
+        else:
+            native = _native_backend(self._group, self.fields) is not None
+            host = _host_id()
+            mine = [len(self.fields), int(native), host] + self.widths
+            for f in self.fields:
+                mine += [_dtype_code(f.dtype)] + list(shape)
         mine = torch.tensor(mine, dtype=torch.int64)
         length = torch.tensor([mine.numel()], dtype=torch.int64)
         base = self.tag_base + directions
@@ -220,9 +222,14 @@ class HaloExchange:
                              tag=base + directions + nb.direction) for nb in peers]
         for w in works:
             w.wait()
+        if shape is None:
+            return
         for nb in peers:
             t = theirs[nb.direction].tolist()
             what = f"the neighbour at offset {nb.offset} (rank {nb.rank})"
+            if t[0] == _REFUSED:
+                raise ValueError(f"commux.halo.HaloExchange: {what} refused its own arguments "
+                                 "(its error says why), so no exchange with it can be built")
             if t[0] != len(self.fields):
                 raise ValueError(f"commux.halo.HaloExchange: {what} exchanges {t[0]} fields, "
                                  f"this rank {len(self.fields)}")
@@ -269,8 +276,9 @@ class HaloExchange:
     def start(self, ready: bool = True) -> StepWork:
         """Posts this step's receives, packs the faces and sends them. ``ready=False``
         (partitioned): posts the receives only; ``ready(offset)`` then marks the face
-        towards ``offset`` computed, a neighbour's message going once every face in it is,
-        and ``wait()`` sends the rest. Returns the step as a ``StepWork`` (``wait()``,
+        towards ``offset`` computed, a neighbour's message going once every face in it is
+        (this rank's own faces too: they are copied only once all are), and ``wait()``
+        sends the rest. Returns the step as a ``StepWork`` (``wait()``,
         ``is_completed()``, ``get_future()``)."""
         work = self._graph.start(ready)
         self._open = True
@@ -285,8 +293,10 @@ class HaloExchange:
 
     def ready(self, offset):
         """The face towards ``offset`` (e.g. ``(0, 1)``) holds this step's values: its
-        message goes once every face it carries is ready. ValueError for an offset that
-        is no face of this exchange."""
+        message goes once every face it carries is ready. A face this rank sends itself (a
+        periodic dimension of size 1) counts alike: its ghost cells are copied from its own
+        faces once they all are (or in ``wait()``). ValueError for an offset that is no face
+        of this exchange."""
         if not self._open:
             raise RuntimeError("commux.halo.HaloExchange: ready() outside a step (start first)")
         offset = tuple(int(o) for o in offset)
@@ -296,7 +306,7 @@ class HaloExchange:
                              f"exchange (its faces: {sorted(self._rank_of)})")
         waiting = self._pending.get(rank)
         if waiting is None:
-            return  # this rank itself, a step started ready, or the message gone already
+            return  # a step started ready, or the message gone already
         waiting.discard(offset)
         if not waiting:
             del self._pending[rank]
@@ -336,6 +346,7 @@ class GraphExchange:
         load_extension()
         if not 0 <= tag_base <= (1 << 31) - 1:
             raise ValueError(f"commux.halo.GraphExchange: tag_base {tag_base} is no tag")
+        _check_pack_below(pack_below, "GraphExchange")
         size, rank = dist.get_world_size(group), dist.get_rank(group)
         sends = {int(r): list(ts) for r, ts in sends.items()}
         recvs = {int(r): list(ts) for r, ts in recvs.items()}
@@ -421,7 +432,9 @@ class GraphExchange:
         self._step, self._future, self._chained = StepWork(self), None, False
         self._works = [dist.irecv(buf, self._peer(r), group=self.group, tag=self.tag)
                        for r, _, (buf, _) in self._in]
-        self._unsent = set(self._outs)
+        # This rank's own message (a copy at the step's end) waits for ready() like the
+        # others: a step ended by its future must not copy faces not computed yet.
+        self._unsent = set(self._outs) | ({self.rank} if self._local else set())
         if ready:
             for r in list(self._unsent):
                 self._send(r)
@@ -487,8 +500,10 @@ class GraphExchange:
 
     def ready(self, rank: int):
         """Sends this step's message to group rank ``rank`` now (after ``start(ready=False)``).
-        Nothing for this rank itself or a rank it sends nothing; RuntimeError outside a
-        step or for a message already sent, ValueError for a rank that is no neighbour."""
+        For this rank itself: its own message is copied from now on (at the step's end;
+        a step ended by its future does not end before), and marking it again is harmless.
+        Nothing for a rank it sends nothing; RuntimeError outside a step or for a message
+        already sent, ValueError for a rank that is no neighbour."""
         if self._native is not None:
             self._native.ready(int(rank))
             return
@@ -498,7 +513,12 @@ class GraphExchange:
         if rank not in self._ranks:
             raise ValueError(f"commux.halo.GraphExchange: rank {rank} is not a neighbour of "
                              "this exchange")
-        if rank == self.rank or rank not in self._outs:
+        if rank == self.rank:
+            if rank in self._unsent:
+                self._send(rank)
+                self._chain_if_sent()
+            return
+        if rank not in self._outs:
             return
         if rank not in self._unsent:
             raise RuntimeError(f"commux.halo.GraphExchange: the message to rank {rank} was "
@@ -507,6 +527,9 @@ class GraphExchange:
         self._chain_if_sent()
 
     def _send(self, r):
+        if r == self.rank:  # copied in _unpack, once the step's messages are in
+            self._unsent.discard(r)
+            return
         ts, (buf, pieces) = self._outs[r]
         for piece, t in zip(pieces, ts):
             piece.copy_(t)
@@ -598,6 +621,49 @@ class StepWork:
         if self._work is not None:
             return self._work.is_completed()
         return not (self is ex._step and ex.in_flight)
+
+
+def _halo_arguments(fields, widths, n):
+    """HaloExchange's own arguments checked: (fields, widths, shape in the grid's ``n``
+    dimensions), or ValueError. Every size is checked before anything is built from it."""
+    if isinstance(fields, torch.Tensor):
+        fields = [fields]
+    fields = list(fields)
+    if not fields:
+        raise ValueError("commux.halo.HaloExchange: no fields")
+    if not all(isinstance(f, torch.Tensor) for f in fields):
+        raise ValueError("commux.halo.HaloExchange: the fields must be tensors")
+    if isinstance(widths, int):
+        widths = [widths] * n
+    widths = [int(w) for w in widths]
+    if len(widths) != n:
+        raise ValueError(f"commux.halo.HaloExchange: {len(widths)} widths for a grid of {n} "
+                         "dimensions")
+    shape = tuple(fields[0].shape[:n])
+    for i, f in enumerate(fields):
+        if f.dim() < n:
+            raise ValueError(f"commux.halo.HaloExchange: field {i} has {f.dim()} dimensions; "
+                             f"the grid has {n}")
+        if tuple(f.shape[:n]) != shape:
+            raise ValueError(f"commux.halo.HaloExchange: field {i} is {tuple(f.shape[:n])} "
+                             f"in the grid's dimensions, field 0 {shape}")
+        if f.device != fields[0].device:
+            raise ValueError("commux.halo.HaloExchange: the fields are on different devices")
+    for d, w in enumerate(widths):
+        # (A width past the field would not even reach the core's 64-bit check.)
+        if w < 0 or w > shape[d]:
+            raise ValueError(f"commux.halo.HaloExchange: widths[{d}] is {w}, for a field of "
+                             f"{shape[d]} cells in dimension {d}: a width is 0 or more, and "
+                             "an interior narrower than the halo cannot send its faces")
+    _box(shape, widths, [0] * n, ghost=False)  # the core refuses a halo wider than the interior
+    return fields, widths, shape
+
+
+def _check_pack_below(pack_below, who):
+    """A packing threshold is a byte count the core takes as a size_t: ValueError otherwise."""
+    if pack_below is not None and not 0 <= int(pack_below) < 1 << 64:
+        raise ValueError(f"commux.halo.{who}: pack_below is {pack_below}; it is a number of "
+                         "bytes, 0 to 2**64 - 1")
 
 
 def _native_backend(group, tensors):

@@ -171,13 +171,22 @@ Socket connectTo(const Endpoint& to, Clock::time_point deadline) {
               std::strerror(lastError));
 }
 
-Socket listenAt(const Endpoint& at) {
+Socket listenAt(const Endpoint& at, bool* inUse) {
   Socket s(::socket(at.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   COMMUX_CHECK(s.valid(), Network, "commux: socket() failed: ", std::strerror(errno));
   const int one = 1;
   ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  COMMUX_CHECK(::bind(s.fd(), reinterpret_cast<const sockaddr*>(&at.address), at.length) == 0,
-               Network, "commux: cannot listen at ", at.str(), ": ", std::strerror(errno));
+  if (::bind(s.fd(), reinterpret_cast<const sockaddr*>(&at.address), at.length) != 0) {
+    const int error = errno;
+    if (inUse != nullptr && error == EADDRINUSE) {
+      *inUse = true;
+      return Socket();
+    }
+    COMMUX_FAIL(Network, "commux: cannot listen at ", at.str(), ": ", std::strerror(error),
+                error == EADDRNOTAVAIL ? " (the store listens only on the address it is given: "
+                                         "name one of this host's)"
+                                       : "");
+  }
   COMMUX_CHECK(::listen(s.fd(), 1024) == 0, Network, "commux: listen() at ", at.str(),
                " failed: ", std::strerror(errno));
   return s;

@@ -66,8 +66,9 @@ Endpoint parseHostPort(const std::string& text, const char* what);
 /// Connects to `to`, retrying refused connections until `deadline` (the server may not
 /// listen yet); raises Network naming the endpoint when it cannot.
 Socket connectTo(const Endpoint& to, Clock::time_point deadline);
-/// A listening socket on `at` (its port 0: one the system picks); raises Network.
-Socket listenAt(const Endpoint& at);
+/// A listening socket on `at` (its port 0: one the system picks); raises Network. With
+/// `inUse`, a port another socket holds returns an invalid socket and sets it instead.
+Socket listenAt(const Endpoint& at, bool* inUse = nullptr);
 /// The address and port a socket is bound to.
 Endpoint localEndpoint(const Socket& socket);
 /// The address other hosts reach this one at: `chosen` when not empty (a name or a literal

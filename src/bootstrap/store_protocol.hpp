@@ -1,8 +1,15 @@
 #pragma once
 // The bootstrap store's wire format, shared by its server and its clients. Little-endian
-// integers; a connection opens with a greeting that carries the job's secret, then carries
-// one request at a time, each answered before the next is read. Every length is checked
-// against a limit before anything is allocated: a peer's bytes are never trusted.
+// integers. A connection opens with a greeting in which each side proves it holds the job's
+// secret without sending it (keyed_digest.hpp):
+//   client: magic, version, client nonce (16)
+//   server: magic, version, server nonce (16), instance (16),
+//           proof = digest(secret, 'S' | client nonce | server nonce | instance)
+//   client: proof = digest(secret, 'C' | server nonce | client nonce)
+//   server: Ok (one byte)
+// then carries one request at a time, each answered before the next is read. Every length
+// is checked against a limit before anything is allocated: a peer's bytes are never trusted.
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -12,20 +19,33 @@
 namespace commux::bootstrap::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x584d4d43;  // "CMMX"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kSecretBytes = 16;
-inline constexpr std::size_t kGreetingBytes = 4 + 2 + kSecretBytes;
+inline constexpr std::size_t kNonceBytes = 16;
+inline constexpr std::size_t kHelloBytes = 4 + 2 + kNonceBytes;
+inline constexpr std::size_t kChallengeBytes = 4 + 2 + 2 * kNonceBytes + 16;  // nonce, instance, proof
 
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
 inline constexpr std::uint32_t kMaxValueBytes = 64u << 20;
 inline constexpr std::uint32_t kMaxKeys = 1u << 16;
 /// A request's bytes at most (a Get of many long keys, a Set of the largest value).
 inline constexpr std::size_t kMaxRequestBytes = std::size_t{kMaxValueBytes} + 2 * kMaxKeyBytes + 64;
-/// What one server holds at most, values and keys together.
+/// A reply's bytes at most: a Get of more is refused (Failed) instead of built.
+inline constexpr std::size_t kMaxReplyBytes = std::size_t{kMaxValueBytes} + 64 * 1024;
+/// What one server holds at most, values and keys together (counters included).
 inline constexpr std::size_t kMaxStoredBytes = std::size_t{1} << 30;
+/// A Failed reply's text, and a joining process's description, at most.
+inline constexpr std::uint32_t kMaxTextBytes = 1024;
+/// Connections that have not finished their greeting at once, at most: a new one past
+/// this drops the oldest (a flood of idle connections cannot keep a job's ranks out).
+inline constexpr std::size_t kMaxUngreeted = 64;
+/// How long a connection may take to finish its greeting (a job's ranks take a few ms).
+inline constexpr std::chrono::seconds kGreetingDeadline{10};
 
-enum class Command : std::uint8_t { Set = 1, Get = 2, Check = 3, Add = 4 };
-enum class Reply : std::uint8_t { Ok = 0, TimedOut = 1, Refused = 2 };
+enum class Command : std::uint8_t { Set = 1, Get = 2, Check = 3, Add = 4, Join = 5 };
+/// Failed carries a text (u32 length, bytes): why the server refused the request, or why it
+/// refuses everything (two jobs met on it). Join's Ok carries the generation (i64).
+enum class Reply : std::uint8_t { Ok = 0, TimedOut = 1, Refused = 2, Failed = 3 };
 
 /// Appends little-endian integers and length-prefixed byte strings.
 class Writer {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,17 +19,33 @@ namespace commux::bootstrap {
 
 class TcpStore : public core::KeyValueStore {
  public:
+  using Instance = std::array<std::uint8_t, 16>;
+
   /// Connects to the store at `server` (retrying until `timeout` while it starts) and
-  /// greets it with `secret`; keys are stored under `prefix` (a group's own names).
-  /// Raises Network when it cannot connect, Store when the server refuses the greeting.
+  /// greets it: both sides prove they hold `secret`. Keys are stored under `prefix` (a
+  /// group's own names). With `instance`, the server must be that one (not another that
+  /// took its port since). Raises Network when it cannot connect, Store when the server is
+  /// not the job's (it cannot prove the secret, or it is another instance) or refuses this
+  /// client's proof.
   TcpStore(const Endpoint& server, const Secret& secret, std::chrono::milliseconds timeout,
-           std::string prefix = "");
+           std::string prefix = "", std::optional<Instance> instance = std::nullopt);
 
   void set(const std::string& key, const std::vector<std::uint8_t>& value) override;
   std::vector<std::vector<std::uint8_t>> multiGet(const std::vector<std::string>& keys) override;
   bool check(const std::vector<std::string>& keys) override;
   /// Adds `delta` to the 8-byte counter at `key` (0 when missing) and returns its new value.
   std::int64_t add(const std::string& key, std::int64_t delta);
+  /// Joins the store as `rank` of `size` from this connection, which must stay open for as
+  /// long as the rank's communicator lives (the server tells it when two jobs met there);
+  /// returns the rank's joins before this one (its generation). Raises Store with the
+  /// server's text when it refuses (two jobs on one port).
+  std::int64_t join(std::uint32_t rank, std::uint32_t size, const ProcessToken& token,
+                    const std::string& who);
+  /// Waits until the server sends a notice on this (joined, otherwise idle) connection and
+  /// returns its text; empty when the connection closed or `stopFd` became readable.
+  std::string awaitNotice(int stopFd);
+  /// A notice already sent on this connection, without waiting; empty when none.
+  std::string pendingNotice();
   std::chrono::milliseconds timeout() const override { return timeout_; }
   std::shared_ptr<core::KeyValueStore> clone() override;
   std::string location() const override;
@@ -41,6 +58,11 @@ class TcpStore : public core::KeyValueStore {
   /// Sends `request` and reads its reply's first byte, waiting up to `wait` beyond the
   /// usual round trip; raises Network when the connection breaks.
   std::uint8_t roundTrip(const std::vector<std::uint8_t>& request, std::chrono::milliseconds wait);
+  /// Connects and greets; false when the server closed the connection before its challenge
+  /// (it was full of connections that had not greeted: try again).
+  bool greet(Clock::time_point deadline);
+  /// Reads a Failed reply's text (the reply byte read) and raises it as a Store error.
+  [[noreturn]] void failed();
   void read(void* data, std::size_t size);
   [[noreturn]] void broken(const char* doing);
 
@@ -50,6 +72,7 @@ class TcpStore : public core::KeyValueStore {
   const std::string prefix_;
   std::mutex mutex_;
   Socket socket_;
+  Instance instance_{};
   Clock::time_point replyDeadline_;
 };
 

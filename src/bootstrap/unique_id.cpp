@@ -1,12 +1,12 @@
 #include "bootstrap/unique_id.hpp"
 
 #include <arpa/inet.h>
-#include <sys/random.h>
 
 #include <cstring>
 #include <mutex>
 #include <vector>
 
+#include "bootstrap/keyed_digest.hpp"
 #include "core/error.hpp"
 
 namespace commux::bootstrap {
@@ -86,25 +86,16 @@ UniqueId decode(const char (&bytes)[kUniqueIdBytes]) {
   return id;
 }
 
-Secret randomSecret() {
-  Secret secret{};
-  std::size_t got = 0;
-  while (got < secret.size()) {
-    const ssize_t n = ::getrandom(secret.data() + got, secret.size() - got, 0);
-    COMMUX_CHECK(n > 0 || errno == EINTR, Runtime, "commux: getrandom failed: ",
-                 std::strerror(errno));
-    if (n > 0) got += static_cast<std::size_t>(n);
-  }
-  return secret;
-}
+Secret randomSecret() { return randomBytes16(); }
 
 UniqueId makeUniqueId(const std::string& address) {
   UniqueId id;
   id.secret = randomSecret();
   id.store = advertisedAddress(address);
-  Endpoint any = resolve(id.store.address.ss_family == AF_INET6 ? "::" : "0.0.0.0", 0);
+  // Only the address the id names: a store of a job on a private network is not served on
+  // every other interface of the host.
   std::lock_guard<std::mutex> lock(serversMutex());
-  auto server = std::make_unique<StoreServer>(any, id.secret);
+  auto server = std::make_unique<StoreServer>(id.store, id.secret);
   const std::uint16_t port = htons(server->port());
   if (id.store.address.ss_family == AF_INET6) {
     reinterpret_cast<sockaddr_in6*>(&id.store.address)->sin6_port = port;
@@ -123,15 +114,17 @@ bool servesPort(std::uint16_t port) {
   return false;
 }
 
-void serveStore(const Endpoint& at, const Secret& secret) {
+bool serveStore(const Endpoint& at, const Secret& secret) {
   std::lock_guard<std::mutex> lock(serversMutex());
   const std::uint16_t port = at.port();
   for (const auto& s : servers()) {
-    if (s->port() == port) return;
+    if (s->port() == port) return true;
   }
-  const bool v6 = at.address.ss_family == AF_INET6;
-  Endpoint any = resolve(v6 ? "::" : "0.0.0.0", port);
-  servers().push_back(std::make_unique<StoreServer>(any, secret));
+  bool inUse = false;
+  Socket listener = listenAt(at, &inUse);
+  if (inUse) return false;
+  servers().push_back(std::make_unique<StoreServer>(std::move(listener), secret));
+  return true;
 }
 
 }  // namespace commux::bootstrap

@@ -23,12 +23,13 @@ void encode(const UniqueId& id, char (&out)[kUniqueIdBytes]);
 /// Raises InvalidArgument for bytes that are not an id of this version.
 UniqueId decode(const char (&bytes)[kUniqueIdBytes]);
 
-/// A fresh id whose store this process serves, from now until it exits; it names
-/// advertisedAddress(`address`).
+/// A fresh id whose store this process serves, from now until it exits, on
+/// advertisedAddress(`address`) alone, which the id names.
 UniqueId makeUniqueId(const std::string& address);
-/// Serves a store at `at` (COMMUX_BOOTSTRAP's port on every address) until the process
-/// exits, unless this process already serves one on that port.
-void serveStore(const Endpoint& at, const Secret& secret);
+/// Serves a store at `at` (COMMUX_BOOTSTRAP's address and port, that address only) until
+/// the process exits, unless this process already serves one on that port; false when
+/// another process holds the port (another job's store, or this job's served elsewhere).
+bool serveStore(const Endpoint& at, const Secret& secret);
 /// Whether this process serves a store on `port` (made by makeUniqueId or serveStore).
 bool servesPort(std::uint16_t port);
 /// 16 random bytes from the system.

@@ -10,32 +10,56 @@
 #include "bootstrap/tcp_store.hpp"
 #include "bootstrap/unique_id.hpp"
 #include "capi/comm.hpp"
+#include "capi/membership_watch.hpp"
 #include "commux/options.hpp"
 #include "config/process_engine.hpp"
 #include "core/error.hpp"
 #include "group/collectives.hpp"
+#include "group/peer_table.hpp"
 
 namespace commux::capi {
 namespace {
 
 // How long an init waits for the store (connecting, the other ranks' records).
-constexpr std::chrono::minutes kStoreTimeout{30};
+std::chrono::milliseconds storeTimeout() {
+  return std::chrono::seconds(Config::get().bootstrapTimeoutSeconds);
+}
 
 commuxComm* makeComm(const bootstrap::Endpoint& store, const bootstrap::Secret& secret, int size,
                      int rank) {
   // Every communicator made from one id shares its store. A rank's n-th init (the store
-  // counts them) joins the n-th communicator, under keys of its own: ranks that rebuild
-  // after a failure, and a process restarted in a dead one's place, meet apart from the
-  // communicator that failed.
-  auto joins = std::make_shared<bootstrap::TcpStore>(store, secret, kStoreTimeout);
-  const std::int64_t generation = joins->add(core::concat("joins/", rank), 1) - 1;
-  auto kv = joins->withPrefix(core::concat("world/", generation, "/"));
+  // counts its joins) joins the n-th communicator, under keys of its own: ranks that
+  // rebuild after a failure, and a process restarted in a dead one's place, meet apart
+  // from the communicator that failed. The join's connection stays open while the
+  // communicator lives: the store tells it there if two jobs met on it.
+  auto joins = std::make_shared<bootstrap::TcpStore>(store, secret, storeTimeout());
+  const std::int64_t generation =
+      joins->join(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size),
+                  processToken(), processDescription());
+  std::shared_ptr<bootstrap::TcpStore> kv;
+  try {
+    kv = joins->withPrefix(core::concat("world/", generation, "/"));
+  } catch (const std::exception&) {
+    // The store told the members why it stopped (two jobs met) and its process left: say
+    // that, not the broken connection it left behind.
+    if (std::string notice = joins->pendingNotice(); !notice.empty()) COMMUX_FAIL(Backend, notice);
+    throw;
+  }
   auto comm = std::make_unique<commuxComm>();
   comm->store = kv;
   comm->servesStore = bootstrap::servesPort(store.port());
   comm->engine = processEngine(static_cast<std::size_t>(size));
   comm->group = std::make_unique<group::Group>(std::move(kv), rank, size, comm->engine,
                                                /*setUpInBackground=*/true);
+  commuxComm* made = comm.get();
+  comm->membership = std::make_unique<MembershipWatch>(joins, [made](const std::string& notice) {
+    {
+      std::lock_guard<std::mutex> lock(made->poisonMutex);
+      made->poisoned = notice;
+    }
+    // What is in flight ends now; every later call fails with the notice (checkComm).
+    made->group->abort();
+  });
   return comm.release();
 }
 
@@ -93,9 +117,17 @@ bootstrap::Secret secretOf(const std::string& text) {
 
 }  // namespace
 
+std::string poisonOf(commuxComm& comm) {
+  std::lock_guard<std::mutex> lock(comm.poisonMutex);
+  return comm.poisoned;
+}
+
 commuxComm& checkComm(commuxComm_t comm) {
   COMMUX_CHECK(comm != nullptr && comm->group != nullptr, InvalidArgument,
                "commux: the communicator is NULL");
+  if (std::string poisoned = poisonOf(*comm); !poisoned.empty()) {
+    COMMUX_FAIL(Backend, poisoned);
+  }
   // The header's promise: an aborted communicator refuses every call but destroy as a
   // misuse (the core says Backend, as torch's users expect).
   COMMUX_CHECK(comm->group->state() != group::Group::State::Aborted, Runtime,
@@ -161,15 +193,35 @@ commuxResult_t commuxCommInitFromEnv(commuxComm_t* comm) {
                  "serves the job's bootstrap store");
     const bootstrap::Endpoint store =
         bootstrap::parseHostPort(config.bootstrap, "COMMUX_BOOTSTRAP");
-    const bootstrap::Secret secret = capi::secretOf(config.bootstrapSecret);
-    if (rank == 0) bootstrap::serveStore(store, secret);
-    *comm = capi::makeComm(store, secret, static_cast<int>(size), static_cast<int>(rank));
+    // The launcher's job id and COMMUX_BOOTSTRAP_SECRET keep jobs on one port apart; with
+    // neither, the store still fails every rank of two jobs that meet on it (a rank joined
+    // twice, two sizes, a second rank 0).
+    const bootstrap::Secret secret =
+        capi::secretOf(jobIdentity() + "\n" + config.bootstrapSecret);
+    if (rank != 0 || bootstrap::serveStore(store, secret)) {
+      *comm = capi::makeComm(store, secret, static_cast<int>(size), static_cast<int>(rank));
+      return;
+    }
+    // Another process holds the port: a store served elsewhere for this job, or another
+    // job's, which this rank 0 must not join quietly (it joins as rank 0, which that store
+    // then sees twice, and fails everyone who met there).
+    try {
+      *comm = capi::makeComm(store, secret, static_cast<int>(size), 0);
+    } catch (const std::exception& e) {
+      COMMUX_FAIL(Backend, "commux: commuxCommInitFromEnv: rank 0 cannot serve the bootstrap store "
+                  "at COMMUX_BOOTSTRAP=", config.bootstrap,
+                  ": another process holds the port, and joining the store there failed: ",
+                  e.what());
+    }
   });
 }
+
+commuxComm::~commuxComm() { membership.reset(); }
 
 commuxResult_t commuxCommDestroy(commuxComm_t comm) {
   if (comm == nullptr) return commuxSuccess;
   const commuxResult_t result = guarded([&] {
+    comm->membership.reset();
     if (comm->group && comm->group->state() == group::Group::State::Running) comm->group->abort();
     comm->group.reset();
   });

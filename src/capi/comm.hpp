@@ -5,6 +5,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -20,6 +21,9 @@
 namespace commux::bootstrap {
 class TcpStore;
 }
+namespace commux::capi {
+class MembershipWatch;
+}
 
 struct commuxComm {
   std::shared_ptr<commux::engine::Engine> engine;
@@ -29,6 +33,13 @@ struct commuxComm {
   /// commuxCommFinalize; and whether this process serves that store.
   std::shared_ptr<commux::bootstrap::TcpStore> store;
   bool servesStore = false;
+  /// An init's communicator: the watch of the connection it joined the store from, and
+  /// what the store said when two jobs met there (then every call fails with it).
+  std::unique_ptr<commux::capi::MembershipWatch> membership;
+  std::mutex poisonMutex;
+  std::string poisoned;
+  /// Ends the membership watch (before the group goes); in the destructor too.
+  ~commuxComm();
   /// commuxCommSplit and commuxWinCreate calls so far: every rank counts them alike (they
   /// are collective).
   std::uint32_t splits = 0;

@@ -1,5 +1,8 @@
 // Neighbourhood exchanges (halo/neighbour_exchange.hpp) behind the C API's handles: a graph
 // of pieces as given, or a Cartesian grid's faces planned by the core (halo/cart_plan.hpp).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -26,11 +29,25 @@ commuxExchange_t made(commuxComm& comm, std::vector<halo::NeighbourMessages> pla
   return out.release();
 }
 
-std::vector<halo::Piece> piecesOf(const commuxPiece* pieces, std::size_t count, int rank,
-                                  const char* side) {
+// neighbours[index].send or .recv, checked before anything is sized by it: the caller's
+// numbers are unchecked, and a sum of piece sizes that wrapped (2^63 and 2^63 + 8 "are" 8
+// bytes) sized a staging buffer that commuxExchangeStart then overran (issue 59).
+std::vector<halo::Piece> piecesOf(const commuxPiece* pieces, std::size_t count, std::size_t index,
+                                  int rank, const char* side) {
   COMMUX_CHECK(pieces != nullptr || count == 0, InvalidArgument,
-               "commux: commuxExchangeCreate: rank ", rank, "'s ", side, " is NULL with ", count,
-               " pieces");
+               "commux: commuxExchangeCreate: neighbours[", index, "].", side, " (rank ", rank,
+               ") is NULL with ", count, " pieces");
+  COMMUX_CHECK(count <= static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(commuxPiece),
+               InvalidArgument, "commux: commuxExchangeCreate: neighbours[", index, "].", side,
+               "Count (rank ", rank, ") is ", count, ": more pieces than memory holds");
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    COMMUX_CHECK(
+        !__builtin_add_overflow(total, pieces[i].bytes, &total) && total <= halo::kMaxMessageBytes,
+        InvalidArgument, "commux: commuxExchangeCreate: the pieces of neighbours[", index, "].",
+        side, " (rank ", rank, ") add up to more than ", halo::kMaxMessageBytes, " bytes (", side,
+        "[", i, "].bytes is ", pieces[i].bytes, ")");
+  }
   std::vector<halo::Piece> out;
   out.reserve(count);
   for (std::size_t i = 0; i < count; ++i) out.push_back({pieces[i].data, pieces[i].bytes});
@@ -69,15 +86,21 @@ commuxResult_t commuxExchangeCreate(commuxComm_t comm, const commuxNeighbour* ne
     *exchange = nullptr;
     COMMUX_CHECK(neighbours != nullptr || count == 0, InvalidArgument,
                  "commux: commuxExchangeCreate: neighbours is NULL with count ", count);
+    COMMUX_CHECK(count <= static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(commuxNeighbour),
+                 InvalidArgument, "commux: commuxExchangeCreate: count is ", count,
+                 ": more neighbours than memory holds");
     std::vector<halo::NeighbourMessages> plan;
+    // Sized by what a valid plan can hold (each rank named once), never by the caller's
+    // count alone: a rank named twice is refused by the exchange, naming it.
+    plan.reserve(std::min(count, static_cast<std::size_t>(c.group->size())));
     for (std::size_t i = 0; i < count; ++i) {
       const commuxNeighbour& n = neighbours[i];
       halo::NeighbourMessages m;
       m.rank = n.rank;
       m.sends = n.send != nullptr;
       m.receives = n.recv != nullptr;
-      if (m.sends) m.send = capi::piecesOf(n.send, n.sendCount, n.rank, "send");
-      if (m.receives) m.recv = capi::piecesOf(n.recv, n.recvCount, n.rank, "recv");
+      if (m.sends) m.send = capi::piecesOf(n.send, n.sendCount, i, n.rank, "send");
+      if (m.receives) m.recv = capi::piecesOf(n.recv, n.recvCount, i, n.rank, "recv");
       plan.push_back(std::move(m));
     }
     *exchange = capi::made(c, std::move(plan), tag);

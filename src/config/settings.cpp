@@ -371,7 +371,7 @@ const std::vector<Setting>& settings() {
        [](const Config& c) -> SettingValue { return whole(c.roundWrap); }},
       {"COMMUX_BOOTSTRAP", "empty",
        "the C API's `commuxCommInitFromEnv`: `host:port` of the job's bootstrap store, which "
-       "rank 0 serves (on that port of every address) and the others reach",
+       "rank 0 serves (on that address only) and the others reach",
        [](const char* n, Config& c) { env::readText(n, c.bootstrap); },
        [](const Config& c) -> SettingValue { return c.bootstrap; }},
       {"COMMUX_BOOTSTRAP_ADDRESS", "empty",
@@ -381,12 +381,18 @@ const std::vector<Setting>& settings() {
        [](const char* n, Config& c) { env::readText(n, c.bootstrapAddress); },
        [](const Config& c) -> SettingValue { return c.bootstrapAddress; }},
       {"COMMUX_BOOTSTRAP_SECRET", "empty",
-       "`commuxCommInitFromEnv`: any text, the same on every rank of the job; the store refuses "
-       "a rank with another (shown as `(set)`)",
+       "`commuxCommInitFromEnv`: any text, the same on every rank of the job, a different one "
+       "per job (with the launcher's job id, it makes the job's secret); a rank with another "
+       "fails at once, naming the port (shown as `(set)`)",
        [](const char* n, Config& c) { env::readText(n, c.bootstrapSecret); },
        [](const Config& c) -> SettingValue {
          return c.bootstrapSecret.empty() ? std::string() : std::string("(set)");
        }},
+      {"COMMUX_BOOTSTRAP_TIMEOUT", "`1800`",
+       "the C API's inits: how long, in seconds, a rank waits for its bootstrap store (to "
+       "connect while rank 0 starts, and for the other ranks' records)",
+       [](const char* n, Config& c) { env::readInRange(n, c.bootstrapTimeoutSeconds, 1, 604800, "seconds"); },
+       [](const Config& c) -> SettingValue { return whole(c.bootstrapTimeoutSeconds); }},
       {"COMMUX_RANK", "empty",
        "`commuxCommInitFromEnv`: this process's rank (else `RANK`, `OMPI_COMM_WORLD_RANK`, "
        "`PMI_RANK` or `SLURM_PROCID`, the first set)",

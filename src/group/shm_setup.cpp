@@ -171,21 +171,25 @@ HostLayout parseLayout(const std::string& text, int size) {
 
 // Each rank checks that it can read its neighbour on the host (process_vm_readv); the
 // host's leader collects the answers.
+// `canary` (this rank's, fresh) must live until the neighbour has read it: the caller keeps
+// it until the host's channel is decided.
 bool canReadNeighbour(core::SetupStore& store, int rank, const std::vector<int>& local, int index,
-                      bool wanted) {
+                      bool wanted, const std::shared_ptr<const std::uint64_t>& canary) {
   if (wanted) shm::allowReaders();
   store.put(key("cma-at", rank),
             std::to_string(::getpid()) + " " +
-                std::to_string(reinterpret_cast<std::uintptr_t>(shm::cmaCanary())));
+                std::to_string(reinterpret_cast<std::uintptr_t>(canary.get())) + " " +
+                std::to_string(*canary));
   const int neighbour = local[(index + 1) % local.size()];
   const std::string theirs = store.take(key("cma-at", neighbour), neighbour);
   long pid = 0;
-  unsigned long long address = 0;
+  unsigned long long address = 0, expected = 0;
   std::uint64_t value = 0;
-  const bool ok = std::sscanf(theirs.c_str(), "%ld %llu", &pid, &address) == 2 &&
+  const bool ok = std::sscanf(theirs.c_str(), "%ld %llu %llu", &pid, &address, &expected) == 3 &&
+                  pid > 0 && expected != 0 &&
                   shm::cmaRead(static_cast<pid_t>(pid), reinterpret_cast<const void*>(address),
                                &value, sizeof(value)) &&
-                  value == shm::kCmaCanaryValue;
+                  value == expected;
   if (!ok) {
     core::log(core::LogLevel::Info,
               core::concat("commux: rank ", rank, " cannot read rank ", neighbour,
@@ -310,8 +314,9 @@ std::shared_ptr<shm::Channel> connectHost(core::SetupStore& store, int rank, int
   // Only a rank that asked for single copy opens itself to readers (PR_SET_PTRACER); the
   // automatic choice uses it only where the kernel lets the ranks read each other anyway.
   const bool askedForCma = config.shmCmaBytes.value_or(0) != 0;
+  const auto canary = shm::freshCmaCanary();
   store.put(key("cma-ok", rank),
-            canReadNeighbour(store, rank, local, index, askedForCma) ? "1" : "0");
+            canReadNeighbour(store, rank, local, index, askedForCma, canary) ? "1" : "0");
 
   store.put(key("cpus", rank), shm::cpuList());
   store.put(key("pid-space", rank), engine::ProcessId::localPidSpace());

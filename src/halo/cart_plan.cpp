@@ -13,7 +13,13 @@ void appendPieces(const Field& field, const Box& box, const std::vector<std::int
   char* base = static_cast<char*>(field.data);
   const auto size = static_cast<std::int64_t>(field.elementSize);
   for (const auto& run : contiguousRuns(box, strides)) {
-    out.push_back({base + run.offset * size, static_cast<std::size_t>(run.length * size)});
+    std::int64_t at = 0;
+    std::int64_t bytes = 0;
+    COMMUX_CHECK(!__builtin_mul_overflow(run.offset, size, &at) &&
+                     !__builtin_mul_overflow(run.length, size, &bytes),
+                 InvalidArgument, "commux: halo: a face of a field lies past what 64-bit byte "
+                 "offsets reach (elements of ", size, " bytes)");
+    out.push_back({base + at, static_cast<std::size_t>(bytes)});
   }
 }
 
@@ -34,14 +40,17 @@ std::vector<NeighbourMessages> cartMessages(const CartTopology& grid, int rank,
                  " has no memory or no element size (1 to 16 bytes)");
   }
   // Sizes a caller's memory could hold: no product of them (strides, byte offsets) wraps.
+  // An extent of 0 counts as 1 here: it empties the field, but the strides are still
+  // products of the other extents, which must not wrap either.
   std::int64_t cells = 1;
   for (std::size_t d = 0; d < shape.size(); ++d) {
     COMMUX_CHECK(shape[d] >= 0, InvalidArgument, "commux: halo: dimension ", d, " of the fields is ",
                  shape[d]);
     std::int64_t bytes = 0;
-    COMMUX_CHECK(!__builtin_mul_overflow(cells, shape[d], &cells) &&
+    COMMUX_CHECK(!__builtin_mul_overflow(cells, std::max<std::int64_t>(shape[d], 1), &cells) &&
                      !__builtin_mul_overflow(cells, static_cast<std::int64_t>(16), &bytes),
-                 InvalidArgument, "commux: halo: the fields' shape holds more cells than memory");
+                 InvalidArgument, "commux: halo: the fields' shape holds more cells than "
+                 "memory (at its dimension ", d, " of ", shape[d], ")");
   }
   for (std::size_t d = 0; d < n; ++d) {
     COMMUX_CHECK(widths[d] >= 0 && widths[d] <= shape[d], InvalidArgument, "commux: halo: width ",

@@ -23,9 +23,26 @@
 namespace commux::halo {
 namespace {
 
-std::size_t totalBytes(const std::vector<Piece>& pieces) {
+// The bytes of a message, checked before anything is sized by them: a sum that wrapped (two
+// pieces of 2^63 and 2^63 + 8 bytes "held" 8) sized a staging buffer that packing then
+// overran.
+std::size_t totalBytes(const std::vector<Piece>& pieces, int rank, const char* side) {
   std::size_t bytes = 0;
-  for (const auto& p : pieces) bytes += p.bytes;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    COMMUX_CHECK(p.data != nullptr || p.bytes == 0, InvalidArgument,
+                 "commux: neighbourhood exchange: ", side, " piece ", i, " for rank ", rank,
+                 " holds ", p.bytes, " bytes at a null address");
+    std::uintptr_t end = 0;
+    COMMUX_CHECK(!__builtin_add_overflow(reinterpret_cast<std::uintptr_t>(p.data), p.bytes, &end),
+                 InvalidArgument, "commux: neighbourhood exchange: ", side, " piece ", i,
+                 " for rank ", rank, " (", p.bytes, " bytes at ", p.data,
+                 ") runs past the end of memory");
+    COMMUX_CHECK(!__builtin_add_overflow(bytes, p.bytes, &bytes) && bytes <= kMaxMessageBytes,
+                 InvalidArgument, "commux: neighbourhood exchange: the ", side, " pieces for rank ",
+                 rank, " add up to more than ", kMaxMessageBytes, " bytes (piece ", i, " holds ",
+                 p.bytes, ")");
+  }
   return bytes;
 }
 
@@ -207,16 +224,9 @@ NeighbourExchange::NeighbourExchange(group::Group& group, std::vector<NeighbourM
     named[static_cast<std::size_t>(n.rank)] = true;
     COMMUX_CHECK(n.sends || n.receives, InvalidArgument, "commux: neighbourhood exchange: rank ",
                  n.rank, " neither sends nor receives");
-    for (const auto* list : {&n.send, &n.recv}) {
-      for (const auto& p : *list) {
-        COMMUX_CHECK(p.data != nullptr || p.bytes == 0, InvalidArgument,
-                     "commux: neighbourhood exchange: a piece for rank ", n.rank, " holds ",
-                     p.bytes, " bytes at a null address");
-      }
-    }
     Side side;
-    side.sendBytes = totalBytes(n.send);
-    side.recvBytes = totalBytes(n.recv);
+    side.sendBytes = totalBytes(n.send, n.rank, "send");
+    side.recvBytes = totalBytes(n.recv, n.rank, "receive");
     side.sendRows = rowsOf(n.send);
     side.recvRows = rowsOf(n.recv);
     if (n.rank == group.rank()) {
@@ -334,8 +344,11 @@ void NeighbourExchange::openStep() {
   armed_ = false;
   ++step_;
   unsent_ = 0;
+  // This rank's own message counts as unsent too, until it is marked ready (ready(), or
+  // what start() and wait() send): a step that ends by itself would otherwise end, and
+  // copy its own faces, before they were computed.
   for (auto& s : sides_) {
-    s.sent = !s.messages.sends || s.messages.rank == me;
+    s.sent = !s.messages.sends;
     unsent_ += !s.sent;
   }
   if (!greeted_) greet();  // the greetings are the first step's first messages
@@ -384,6 +397,13 @@ void NeighbourExchange::launchMessage(engine::P2POp::Kind kind, int peer, std::s
 
 void NeighbourExchange::postSend(Side& s) {
   const auto& n = s.messages;
+  if (n.rank == group_.rank()) {
+    // Nothing goes: marked ready, copied at the step's end (after the network's messages,
+    // which a copy in start() held up: docs/halo.md).
+    s.sent = true;
+    --unsent_;
+    return;
+  }
   const auto index = static_cast<std::size_t>(&s - sides_.data());
   if (shared_ && shared_->sendsShared(index)) {
     shared_->markReady(index, step_);  // the neighbour copies it out
@@ -521,7 +541,9 @@ void NeighbourExchange::ready(int rank) {
   }
   COMMUX_CHECK(side != nullptr, InvalidArgument, "commux: neighbourhood exchange: rank ", rank,
                " is not a neighbour of this exchange");
-  if (side->messages.rank == group_.rank() || !side->messages.sends) return;  // nothing goes
+  if (!side->messages.sends) return;  // nothing goes
+  // This rank's own message marked again: harmless (the C API promised nothing happens).
+  if (side->messages.rank == group_.rank() && (allSent || side->sent)) return;
   COMMUX_CHECK(!allSent && !side->sent, Runtime,
                "commux: neighbourhood exchange: the message to rank ", rank,
                " was already sent this step");

@@ -5,7 +5,8 @@
 // per step: a UCX iov message straight from and into the pieces where they are long, or
 // packed into (unpacked from) a staging buffer the exchange keeps where they are many and
 // short. Sender and receiver choose independently: the bytes on the wire are the same.
-// A rank that is its own neighbour copies, in wait(). Neighbours on this host (its
+// A rank that is its own neighbour copies at the step's end (wait(), or where a step ends by
+// itself), never before its own message is marked ready. Neighbours on this host (its
 // shared-memory channel's ranks, where they may read each other's memory) go without UCX
 // from the second step on: the receiver copies the message straight out of the sender's
 // memory (halo/shared_sides.hpp); the first step carries one greeting each way with every
@@ -38,12 +39,19 @@ namespace commux::halo {
 /// Below this average piece size (bytes) a message is packed into a staging buffer rather
 /// than sent as an iov of its pieces (benchmarks/halo.py, docs/performance.md).
 inline constexpr std::size_t kDefaultPackBelow = 256;
+/// The most bytes one message (the sum of its pieces) may hold: the largest object C++
+/// allows, so that no sum of piece sizes, staging size or row stride wraps. The sizes come
+/// from callers (the C API's pieces are unchecked numbers): a sum that wrapped sized a
+/// staging buffer smaller than what was packed into it (issue 59).
+inline constexpr std::size_t kMaxMessageBytes = static_cast<std::size_t>(PTRDIFF_MAX);
 
 class NeighbourExchange {
  public:
-  /// Checks the plan (ranks of `group`, each named once; this rank's own message as long as
-  /// what it fills) and raises InvalidArgument before anything moves. Messages use the
-  /// user tag `tag` of the group. `group` must outlive the exchange.
+  /// Checks the plan (ranks of `group`, each named once; every message's pieces adding up
+  /// to at most kMaxMessageBytes, none running past the end of memory; this rank's own
+  /// message as long as what it fills) and raises InvalidArgument before anything is
+  /// allocated or moves. Messages use the user tag `tag` of the group. `group` must outlive
+  /// the exchange.
   NeighbourExchange(group::Group& group, std::vector<NeighbourMessages> neighbours, int tag,
                     std::chrono::milliseconds timeout, std::size_t packBelow = kDefaultPackBelow);
   ~NeighbourExchange();
@@ -57,8 +65,11 @@ class NeighbourExchange {
   /// ready(rank), as soon as its faces are computed, and wait() sends what is left.
   void startReceives();
   /// Sends this step's message to `rank` now (its memory must hold this step's values).
-  /// Nothing for this rank itself or a neighbour it sends nothing. Raises outside a step,
-  /// for a rank that is no neighbour, or a message already sent this step.
+  /// For this rank itself: its own message may be copied from now on (at the step's end, as
+  /// always); until then a step that ends by itself does not end, so it never copies faces
+  /// not computed yet. Marking the own message again is harmless. Nothing for a neighbour
+  /// it sends nothing. Raises outside a step, for a rank that is no neighbour, or a message
+  /// to another rank already sent this step.
   void ready(int rank);
   /// Waits for the step's messages (the timeout counts for the whole step), unpacks what
   /// came packed, then copies this rank's own message (its send and receive memory must
@@ -73,7 +84,8 @@ class NeighbourExchange {
   struct StepEnd;
   using Step = std::shared_ptr<StepEnd>;
   /// Finishes this step where it ends instead of in wait() (a future's way): once every
-  /// message of the step has been sent (start(), ready(), or wait()) and has ended, the
+  /// message of the step has been sent (start(), ready(), or wait(); this rank's own one
+  /// marked ready the same way) and has ended, the
   /// thread that ends the last one writes what came packed and this rank's own message,
   /// closes the step and calls `done` with the step's first error, or null; never under
   /// the worker lock, so `done` may start the next step. Once per step; returns the step
@@ -113,7 +125,7 @@ class NeighbourExchange {
     std::vector<Rows> recvRows;
     std::unique_ptr<char[]> sendStaging;  // set when the send is packed
     std::unique_ptr<char[]> recvStaging;  // set when the receive is packed
-    bool sent = false;                    // this step's message went (or none goes)
+    bool sent = false;  // this step's message went, or is marked ready (own), or none goes
   };
 
   class StepRequest;
@@ -163,7 +175,7 @@ class NeighbourExchange {
   std::vector<std::shared_ptr<group::Request>> queued_;    // for flush(), with their Ops
   std::vector<std::shared_ptr<engine::Op>> queuedOps_;
   std::vector<std::size_t> unpack_;  // sides whose receive is staged, this step
-  std::size_t unsent_ = 0;           // sends of this step not posted yet
+  std::size_t unsent_ = 0;           // sends of this step not posted (own: not ready) yet
   Step end_;                         // this step's; its Requests hold it too
   bool armed_ = false;               // finishWhenDone was called this step
   std::uint64_t step_ = 0;           // steps opened; the shared counters' values

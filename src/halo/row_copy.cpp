@@ -1,5 +1,6 @@
 #include "halo/row_copy.hpp"
 
+#include <cstdint>
 #include <cstring>
 
 namespace commux::halo {
@@ -60,12 +61,21 @@ std::vector<Rows> rowsOf(const std::vector<Piece>& pieces) {
     if (!rows.empty()) {
       Rows& r = rows.back();
       if (r.bytes == p.bytes) {
+        // In integers: pieces are the caller's addresses, which a far stride times the
+        // count must not wrap (nor is pointer arithmetic past the caller's memory defined).
+        const auto from = reinterpret_cast<std::intptr_t>(r.data);
+        const auto here = reinterpret_cast<std::intptr_t>(at);
+        std::ptrdiff_t stride = 0;
+        std::ptrdiff_t span = 0;
+        std::intptr_t next = 0;
         if (r.count == 1) {
-          r.stride = at - r.data;
-          r.count = 2;
-          continue;
-        }
-        if (at == r.data + r.stride * static_cast<std::ptrdiff_t>(r.count)) {
+          if (!__builtin_sub_overflow(here, from, &stride)) {
+            r.stride = stride;
+            r.count = 2;
+            continue;
+          }
+        } else if (!__builtin_mul_overflow(r.stride, static_cast<std::ptrdiff_t>(r.count), &span) &&
+                   !__builtin_add_overflow(from, span, &next) && next == here) {
           ++r.count;
           continue;
         }

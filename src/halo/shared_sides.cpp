@@ -48,8 +48,6 @@ bool readInPlace(const std::vector<Rows>& rows, std::size_t bytes) {
 
 std::size_t linesBytes(std::size_t neighbours) { return kLine * (1 + 2 * neighbours); }
 
-std::size_t roundUp(std::size_t bytes) { return (bytes + kLine - 1) / kLine * kLine; }
-
 std::uint64_t* counter(char* base, std::size_t index, bool taken) {
   return reinterpret_cast<std::uint64_t*>(base + kLine * (1 + 2 * index + (taken ? 1 : 0)));
 }
@@ -83,7 +81,15 @@ SharedSides::SharedSides(std::vector<Neighbour> neighbours, shm::CmaRange range,
     const Neighbour& n = neighbours[i];
     if (any && n.local && n.sends && n.sendBytes != 0 && !readInPlace(*n.sendRows, n.sendBytes)) {
       stagedAt[i] = bytes;
-      bytes += roundUp(n.sendBytes);
+      // The callers' sizes: a sum that wrapped would make a segment smaller than what is
+      // packed into it, one past kMaxSegmentBytes a greeting the neighbours refuse. Refused
+      // here, the exchange greets without a segment and its messages go through UCX.
+      const std::size_t staged = n.sendBytes / kLine * kLine;
+      std::size_t rounded = 0;
+      COMMUX_CHECK(!__builtin_add_overflow(staged, staged == n.sendBytes ? 0 : kLine, &rounded) &&
+                       !__builtin_add_overflow(bytes, rounded, &bytes) && bytes <= kMaxSegmentBytes,
+                   InvalidArgument, "commux: neighbourhood exchange: staged messages of more than ",
+                   kMaxSegmentBytes, " bytes");
     }
   }
   std::string name;

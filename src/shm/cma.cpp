@@ -1,11 +1,14 @@
 #include "shm/cma.hpp"
 
 #include <sys/prctl.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <climits>
 #include <cerrno>
+#include <mutex>
 #include <new>
 #include <vector>
 
@@ -18,8 +21,20 @@ const volatile std::uint64_t canary = kCmaCanaryValue;
 
 void allowReaders() noexcept {
 #ifdef PR_SET_PTRACER
-  ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  static std::once_flag once;
+  std::call_once(once, [] { ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); });
 #endif
+}
+
+std::shared_ptr<const std::uint64_t> freshCmaCanary() {
+  std::uint64_t value = 0;
+  while (value == 0 || value == kCmaCanaryValue) {
+    if (::getrandom(&value, sizeof(value), 0) != static_cast<ssize_t>(sizeof(value))) {
+      value = static_cast<std::uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ull ^
+              static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&value));
+    }
+  }
+  return std::make_shared<const std::uint64_t>(value);
 }
 
 const std::uint64_t* cmaCanary() noexcept { return const_cast<const std::uint64_t*>(&canary); }

@@ -10,16 +10,23 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace commux::shm {
 
 /// Lets any process of this user read this one's memory under Yama ptrace_scope 1 (a
-/// no-op where Yama is absent).
+/// no-op where Yama is absent). Asked of the kernel once per process, however often called.
 void allowReaders() noexcept;
 
-/// A word whose address and value ranks publish to check that they can read each other.
+/// A word whose address ranks publish to check that they can read each other (windows).
 const std::uint64_t* cmaCanary() noexcept;
 constexpr std::uint64_t kCmaCanaryValue = 0x434d412d636f6d6dull;
+
+/// A word holding a fresh random value, for one probe: the prober publishes its address
+/// and value, and keeps it until the readers are done. Finding that value there proves the
+/// reader reads the process that published it now, not any process that happens to hold a
+/// well-known constant at that address.
+std::shared_ptr<const std::uint64_t> freshCmaCanary();
 
 /// Copies `bytes` from `remote` in process `pid` to `local`; false (errno set) when the
 /// kernel refuses or the process is gone.

@@ -1,8 +1,9 @@
 // The core's persistent neighbourhood exchange on real ranks (forked processes, no torch):
 // every rank swaps a message with every rank (itself too), sender and receiver cutting it
 // into different pieces at random places of their memory, packed or as iovs, several steps
-// in a row; a bad plan is refused before anything moves; a dead neighbour ends the step
-// with an error that names it.
+// in a row; a bad plan is refused before anything moves (sizes that wrap included); a dead
+// neighbour ends the step with an error that names it; a step that ends by itself copies
+// this rank's own message only once it is marked ready.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <random>
@@ -22,6 +24,9 @@
 #include "core_group_rig.hpp"
 #include "fork_ranks.hpp"
 #include "group/group.hpp"
+#include "halo/cart_plan.hpp"
+#include "halo/cart_topology.hpp"
+#include "halo/face_runs.hpp"
 #include "halo/neighbour_exchange.hpp"
 #include "shm/channel.hpp"
 #include "test_seed.hpp"
@@ -132,6 +137,205 @@ TEST(NeighbourExchange, RowsOfMergesEvenlySpacedPiecesOnly) {
   EXPECT_EQ(rows[1].count, 1u);
   EXPECT_EQ(rows[2].count, 2u);  // 4 bytes at 210 and 300
   EXPECT_EQ(rows[2].stride, 90);
+}
+
+// The kind of error `call` raises when its message holds `says`; Internal (never raised
+// here) when it raises nothing or says something else (printed: a forked rank's gtest
+// failures would be lost).
+template <typename Call>
+core::ErrorKind raisedKind(Call&& call, const std::string& says = "") {
+  try {
+    call();
+  } catch (const core::Error& e) {
+    if (std::string(e.what()).find(says) != std::string::npos) return e.kind();
+    std::fprintf(stderr, "the error '%s' does not say '%s'\n", e.what(), says.c_str());
+  }
+  return core::ErrorKind::Internal;
+}
+
+TEST(NeighbourExchange, RowsOfKeepsFarApartPiecesApartWithoutWrapping) {
+  // Addresses are only compared, never dereferenced: a stride times a count that would wrap
+  // 64 bits starts a new run instead of matching a piece far away (issue 59).
+  const auto at = [](std::uintptr_t address) { return reinterpret_cast<void*>(address); };
+  const std::uintptr_t high = std::uintptr_t{1} << 62;
+  const auto rows = halo::rowsOf({{at(16), 8}, {at(16 + high), 8}, {at(16 + 2 * high), 8},
+                                  {at(16 + 3 * high), 8}});
+  std::size_t pieces = 0;
+  for (const auto& r : rows) pieces += r.count;
+  EXPECT_EQ(pieces, 4u);
+  for (const auto& r : rows) {
+    for (std::size_t k = 0; k < r.count; ++k) {
+      const auto address = reinterpret_cast<std::uintptr_t>(r.data) +
+                           static_cast<std::uintptr_t>(r.stride) * k;
+      EXPECT_EQ((address - 16) % high, 0u) << "a row that is no piece";
+    }
+  }
+}
+
+TEST(NeighbourExchange, HaloSizesThatWrapAreRefused) {
+  // Widths near 2^63: checkHalo must not compute 2w or 3w (signed overflow), only refuse.
+  const std::int64_t huge = std::int64_t{1} << 62;
+  EXPECT_EQ(raisedKind([&] { halo::checkHalo({10}, {huge + 5}); }, "narrower than the halo"),
+            core::ErrorKind::InvalidArgument);
+  EXPECT_EQ(raisedKind([&] { halo::checkHalo({10}, {INT64_MAX}); }, "narrower than the halo"),
+            core::ErrorKind::InvalidArgument);
+  EXPECT_EQ(raisedKind([&] { halo::checkHalo({INT64_MAX}, {INT64_MAX / 3}); }),
+            core::ErrorKind::Internal);  // fits: refused nothing
+  // A box whose cells' count, or last offset, does not fit 64 bits.
+  halo::Box big{{0, 0}, {huge, 8}};
+  EXPECT_EQ(raisedKind([&] { big.cells(); }), core::ErrorKind::InvalidArgument);
+  halo::Box empty{{0, 0, 0}, {huge, huge, 0}};
+  EXPECT_EQ(empty.cells(), 0);
+  halo::Box far{{huge}, {4}};
+  EXPECT_EQ(raisedKind([&] { halo::contiguousRuns(far, {8}); }),
+            core::ErrorKind::InvalidArgument);
+  // A Cartesian plan whose shape's strides wrap, an empty dimension first (the cells' count
+  // is 0, the strides are still products of the others).
+  const halo::CartTopology grid({1}, {true}, false);
+  std::vector<char> memory(64);
+  const std::vector<halo::Field> fields{{memory.data(), 8}};
+  EXPECT_EQ(raisedKind([&] { halo::cartMessages(grid, 0, {0, huge, huge}, {0}, fields); },
+                       "more cells than memory"),
+            core::ErrorKind::InvalidArgument);
+}
+
+// Pieces whose sizes a caller gave unchecked (the C API's commuxPiece.bytes): a sum that
+// wrapped (2^63 + (2^63 + 8) = 8) sized an 8-byte staging buffer that the first start()
+// overran. Every such plan is refused, InvalidArgument, before anything is allocated.
+TEST(NeighbourExchange, PieceSizesThatWrapAreRefusedBeforeAnythingIsAllocated) {
+  Folder folder;
+  const int size = 2;
+  const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+    Member me(folder.path(), rank, size);
+    group::Group& g = *me.group;
+    std::vector<std::uint8_t> memory(64);
+    const std::size_t half = std::size_t{1} << 63;
+    const auto plan = [&](int peer, std::vector<halo::Piece> send, std::vector<halo::Piece> recv) {
+      halo::NeighbourMessages n;
+      n.rank = peer;
+      n.sends = n.receives = true;
+      n.send = std::move(send);
+      n.recv = std::move(recv);
+      std::vector<halo::NeighbourMessages> out;
+      out.push_back(std::move(n));
+      return out;
+    };
+    const auto refusedAs = [&](std::vector<halo::NeighbourMessages> p, const std::string& says) {
+      return raisedKind([&] { halo::NeighbourExchange ex(g, std::move(p), 1, 20s); }, says) ==
+             core::ErrorKind::InvalidArgument;
+    };
+    const int other = 1 - rank;
+    const halo::Piece eight{memory.data(), 8};
+    // The issue's pieces, sent and received, to another rank (packed: short on average)
+    // and to this rank itself (its own copy: 8 bytes "fill" 8 bytes).
+    check(refusedAs(plan(other, {{memory.data(), half}, {memory.data(), half + 8}}, {eight}),
+                    "add up to more than"),
+          "pieces of 2^63 and 2^63 + 8 bytes to send were not refused");
+    check(refusedAs(plan(other, {eight}, {{memory.data(), half}, {memory.data(), half + 8}}),
+                    "add up to more than"),
+          "pieces of 2^63 and 2^63 + 8 bytes to receive were not refused");
+    check(refusedAs(plan(rank, {{memory.data(), half}, {memory.data(), half + 8}}, {eight}),
+                    "add up to more than"),
+          "pieces of 2^63 and 2^63 + 8 bytes to this rank itself were not refused");
+    // A sum that fits 64 bits but no object: past PTRDIFF_MAX, strides and offsets wrap.
+    const std::size_t quarter = std::size_t{1} << 62;
+    check(refusedAs(plan(other, {eight}, {{memory.data(), quarter}, {memory.data(), quarter}}),
+                    "add up to more than"),
+          "pieces of 2^63 bytes in all were not refused");
+    // One piece that runs past the end of the address space.
+    const auto top = reinterpret_cast<void*>(~std::uintptr_t{0} - 15);
+    check(refusedAs(plan(other, {{top, 32}}, {eight}), "past the end of memory"),
+          "a piece past the end of memory was not refused");
+    // Right at the limits the plan is taken (nothing moves here: no step is started).
+    halo::NeighbourExchange fine(g, plan(other, {eight, eight}, {{memory.data(), 16}}), 2, 20s);
+    commux::testing::leaveTogether(g);
+  });
+  EXPECT_EQ(problems, "");
+}
+
+// Partitioned steps that end by themselves (a future's way) with this rank its own
+// neighbour: its own message is copied only once it is marked ready, and the step does
+// not end before (issue 59: at 1 rank finishWhenDone() itself copied it; with more, the
+// step ended once the others' messages were in, copying faces not computed yet).
+TEST(NeighbourExchange, AStepThatEndsByItselfCopiesItsOwnMessageOnlyOnceReady) {
+  for (const int size : {1, 2}) {
+    Folder folder;
+    const std::string problems = commux::testing::forkRanks(size, [&](int rank) {
+      Member me(folder.path(), rank, size);
+      group::Group& g = *me.group;
+      std::vector<std::vector<std::uint8_t>> out(static_cast<std::size_t>(size),
+                                                 std::vector<std::uint8_t>(48)),
+          in = out;
+      std::vector<halo::NeighbourMessages> plan;
+      for (int peer = 0; peer < size; ++peer) {
+        auto& o = out[static_cast<std::size_t>(peer)];
+        auto& i = in[static_cast<std::size_t>(peer)];
+        halo::NeighbourMessages n;
+        n.rank = peer;
+        n.sends = n.receives = true;
+        n.send = {{o.data(), 16}, {o.data() + 24, 16}};  // two rows: copied row by row
+        n.recv = {{i.data(), 16}, {i.data() + 24, 16}};
+        plan.push_back(std::move(n));
+      }
+      const auto pieces = plan;
+      // Before the exchange: a failed check destroys it, which ends the step through the
+      // callback that writes these.
+      std::atomic<int> calls{0};
+      std::atomic<bool> good{false};
+      halo::NeighbourExchange ex(g, std::move(plan), 79, 20s);
+      const auto where = [&](int step) {
+        return "size " + std::to_string(size) + " rank " + std::to_string(rank) + " step " +
+               std::to_string(step);
+      };
+      for (int step = 0; step < 4; ++step) {
+        fillSends(pieces, rank, 2 * step);  // the old values: the own faces not computed
+        for (auto& i : in) std::fill(i.begin(), i.end(), 0);
+        calls = 0;
+        good = false;
+        ex.startReceives();
+        ex.finishWhenDone([&](std::exception_ptr error) {
+          good = error == nullptr;
+          ++calls;
+        });
+        for (int peer = 0; peer < size; ++peer) {
+          if (peer != rank) ex.ready(peer);
+        }
+        // Long enough for the others' messages to be in: the step must wait all the same.
+        std::this_thread::sleep_for(200ms);
+        check(calls.load() == 0 && ex.inFlight(),
+              where(step) + ": the step ended before this rank's own message was ready");
+        check(std::all_of(in[static_cast<std::size_t>(rank)].begin(),
+                          in[static_cast<std::size_t>(rank)].end(),
+                          [](std::uint8_t b) { return b == 0; }),
+              where(step) + ": this rank's own message was copied before it was ready");
+        // "Computed" now: the own message's new values, then marked ready (twice: harmless).
+        fillSends({pieces[static_cast<std::size_t>(rank)]}, rank, 2 * step + 1);
+        ex.ready(rank);
+        ex.ready(rank);
+        const auto deadline = std::chrono::steady_clock::now() + 20s;
+        while (calls.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(50us);
+        }
+        check(calls.load() == 1 && good.load(), where(step) + ": the step did not end well");
+        const auto& own = pieces[static_cast<std::size_t>(rank)];
+        check(wrongReceived({own}, rank, 2 * step + 1).empty(),
+              where(step) + ": the own message's ghost bytes hold the old values");
+        for (int peer = 0; peer < size; ++peer) {
+          if (peer == rank) continue;
+          check(wrongReceived({pieces[static_cast<std::size_t>(peer)]}, rank, 2 * step).empty(),
+                where(step) + ": rank " + std::to_string(peer) + "'s bytes are wrong");
+        }
+        ex.wait();  // its outcome, after the end
+      }
+      // wait() still sends (copies) the own message that was never marked ready.
+      fillSends(pieces, rank, 9);
+      ex.startReceives();
+      ex.wait();
+      check(wrongReceived(pieces, rank, 9).empty(), "wait() did not copy the own message");
+      commux::testing::leaveTogether(g);
+    });
+    EXPECT_EQ(problems, "") << "size " << size;
+  }
 }
 
 TEST(NeighbourExchange, EveryRankGetsItsNeighboursBytesPackedOrAsTheyLie) {

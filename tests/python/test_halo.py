@@ -431,6 +431,128 @@ def test_steps_end_in_their_futures_without_wait(world_size, backend):
     run_ranks(_futures, world_size, timeout=90, field_backend=backend)
 
 
+def _own_faces_wait_for_ready(rank, world_size, field_backend):
+    """A partitioned step ended by its future, with a periodic dimension of size 1 (this
+    rank its own neighbour on both sides): its ghost cells take its own faces as they are
+    when marked ready, and the future does not complete before they are (issue 59: the
+    own faces were copied once the other messages were in, at 1 rank inside get_future()
+    itself, so the ghost cells kept the old values). The faces towards the other ranks are
+    marked ready at once; this rank's own are "computed" 0.2 s later, then marked. Also on
+    the Python path (``ucx-python``), which had the same fault."""
+    import time
+
+    import torch
+
+    import commux.halo as halo
+
+    if field_backend == "ucx-python":  # every rank alike: the path CUDA tensors take
+        halo._native_backend = lambda group, tensors: None
+    grid = halo.CartGrid(dims=[world_size, 1], periodic=True)
+    rows, cols = 6, 5
+    t = torch.zeros(rows + 2, cols + 2, dtype=torch.float64)
+    ex = halo.HaloExchange(t, 1, grid)
+    assert ex.native == (field_backend == "ucx")
+    mine = {nb.offset for nb in grid.neighbours if nb.rank == rank}
+    own = [o for o in ex.faces if o in mine]
+    others = [o for o in ex.faces if o not in mine]
+    assert own, ex.faces
+    above, below = (rank - 1) % world_size, (rank + 1) % world_size
+    for step in range(3):
+        t.fill_(-1.0)
+        t[1:-1, 1:-1] = (torch.arange(rows * cols, dtype=torch.float64).view(rows, cols)
+                         + 100 * rank + 1000 * step)
+        work = ex.start(ready=False)
+        future = work.get_future()
+        for offset in others:
+            ex.ready(offset)
+        time.sleep(0.2)  # the other ranks' messages are in by now
+        assert not future.done(), (f"rank {rank} step {step}: the step ended before this "
+                                   "rank's own faces were marked ready")
+        # Computed now: the cells of the own faces (the first and last interior columns)
+        # that no face towards another rank holds (the first and last interior rows do).
+        t[2:-2, 1] += 0.5
+        t[2:-2, -2] += 0.5
+        for offset in own:
+            ex.ready(offset)
+        future.wait()
+        assert work.is_completed() and not ex.in_flight
+        interior = t[1:-1, 1:-1]
+        assert torch.equal(t[1:-1, 0], interior[:, -1]), (f"rank {rank} step {step}: the left "
+                                                          f"ghost column holds old values", t)
+        assert torch.equal(t[1:-1, -1], interior[:, 0]), (f"rank {rank} step {step}: the right "
+                                                          f"ghost column holds old values", t)
+        base = 1000 * step
+        assert torch.equal(t[0, 1:-1], torch.arange((rows - 1) * cols, rows * cols,
+                                                    dtype=torch.float64) + 100 * above + base), t
+        assert torch.equal(t[-1, 1:-1], torch.arange(cols, dtype=torch.float64)
+                           + 100 * below + base), t
+    # wait() still copies own faces never marked ready; the plain way still works.
+    t[1:-1, 0] = -1.0
+    ex.start(ready=False)
+    ex.wait()
+    assert torch.equal(t[1:-1, 0], t[1:-1, -2]), t
+    ex.exchange()
+    return True
+
+
+@pytest.mark.parametrize("world_size,backend",
+                         [(1, "ucx"), (2, "ucx"), (3, "ucx"), (1, "ucx-python"),
+                          (2, "ucx-python")])
+def test_a_step_ended_by_its_future_copies_own_faces_only_once_ready(world_size, backend):
+    run_ranks(_own_faces_wait_for_ready, world_size, timeout=60, field_backend=backend)
+
+
+# The group's timeout in _narrow_rank: the neighbours of a refused rank waited this long.
+_NARROW_GROUP_TIMEOUT_S = 30
+
+
+def _narrow_rank(rank, world_size):
+    """Rank 0's interior is narrower than the halo (an uneven split): it raises ValueError
+    at construction, and its neighbours, waiting for it in the neighbour check, raise a
+    ValueError naming it at once, not a DistBackendError at the group's timeout (issue 59).
+    Nothing is left on the exchange's tags: a fitting exchange on them runs after."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    import commux.halo as halo
+    from harness import assert_group_works, expect_error
+
+    grid = halo.CartGrid(dims=[world_size], periodic=[True])
+    t = torch.zeros((1 if rank == 0 else 4) + 4)  # interior 1 (rank 0) or 4, halo width 2
+    began = time.monotonic()
+    if rank == 0:
+        expect_error(lambda: halo.HaloExchange(t, 2, grid), ["narrower than the halo"],
+                     "a halo wider than this rank's interior", (ValueError,))
+    else:
+        message = expect_error(lambda: halo.HaloExchange(t, 2, grid),
+                               ["refused its own arguments"],
+                               "a neighbour that refused its own arguments", (ValueError,))
+        assert "rank 0" in message, message
+    took = time.monotonic() - began
+    assert took < _NARROW_GROUP_TIMEOUT_S / 3, f"rank {rank}: the refusal took {took:.1f} s"
+    # A fitting exchange, on other tags (without the fix the neighbours were still waiting
+    # on the first ones), then on the same tags: nothing of the refused one is left there.
+    for tag_base in (halo.DEFAULT_TAG_BASE + 1000, halo.DEFAULT_TAG_BASE):
+        t = torch.zeros(6)
+        t[2:-2] = rank + 1
+        halo.HaloExchange(t, 2, grid, tag_base=tag_base).exchange()
+        assert torch.all(t[:2] == (rank - 1) % world_size + 1), t
+        assert torch.all(t[-2:] == (rank + 1) % world_size + 1), t
+    dist.barrier()
+    assert_group_works(world_size)
+    return True
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_rank_too_narrow_for_its_halo_fails_its_neighbours_at_once(world_size):
+    import datetime
+
+    run_ranks(_narrow_rank, world_size, timeout=90,
+              pg_timeout=datetime.timedelta(seconds=_NARROW_GROUP_TIMEOUT_S))
+
+
 def _neighbour_leaves(rank, world_size, way, marker):
     """A line 0 - 1 - 2: rank 2 ends its part of the last step and leaves its group (it
     shuts it down) while rank 1's step still waits for rank 0, which starts it only once

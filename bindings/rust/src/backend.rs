@@ -1,7 +1,7 @@
 //! The engines' communication trait, and commux's implementation of it.
 use std::os::raw::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use crate::comm::{host_ptr, to_int};
@@ -61,7 +61,8 @@ pub trait CommBackend: Send + Sync {
     fn group_end(&self) -> Result<()> {
         Ok(())
     }
-    /// False once a peer died or a collective failed.
+    /// False once a peer died, or an operation failed on the transport or ran past its
+    /// timeout, until `attempt_reconnect` succeeds.
     fn is_healthy(&self) -> bool {
         true
     }
@@ -101,13 +102,25 @@ impl Recipe {
 /// The tag of the trait's messages: it has none, and one tag keeps NCCL's order per peer.
 const MESSAGE_TAG: i32 = 0;
 
+/// Whether a call's error leaves the communicator to be rebuilt: a transport error (a dead
+/// or disagreeing peer), a timeout (what was in flight is cancelled, the ranks may be out of
+/// step), a system error, a refusal by an aborted communicator. Refusals before anything
+/// moved (bad arguments, what the build does not support) leave it healthy.
+fn breaks(error: &Error) -> bool {
+    !matches!(error.code, ffi::INVALID_ARGUMENT | ffi::UNSUPPORTED)
+}
+
 /// [`CommBackend`] over commux. The collectives and messages of all threads go one at a
 /// time (the trait's users order them anyway), so a call's timeout is its own;
-/// `is_healthy`, `rank` and `world_size` never wait.
+/// `is_healthy`, `rank` and `world_size` never wait. `is_healthy` turns false when an
+/// operation fails on the transport or times out, and when the library sees a member die,
+/// and stays false until `attempt_reconnect` succeeds.
 pub struct CommuxBackend {
     recipe: Recipe,
     comm: RwLock<Comm>,
     calls: Mutex<()>,
+    /// An operation on the current communicator failed (see [`breaks`]).
+    broken: AtomicBool,
     dtype: DataType,
     timeout_ms: i64,
     rank: usize,
@@ -126,6 +139,7 @@ impl CommuxBackend {
             recipe,
             comm: RwLock::new(comm),
             calls: Mutex::new(()),
+            broken: AtomicBool::new(false),
             dtype,
             timeout_ms,
             rank,
@@ -153,6 +167,7 @@ impl CommuxBackend {
             recipe: Recipe::Survivors,
             comm: RwLock::new(fresh),
             calls: Mutex::new(()),
+            broken: AtomicBool::new(false),
             dtype: self.dtype,
             timeout_ms: self.timeout_ms,
             rank,
@@ -175,11 +190,23 @@ impl CommuxBackend {
         stream as usize as *mut c_void
     }
 
-    /// Runs `f` on the communicator, one call at a time.
+    /// Runs `f` on the communicator, one call at a time; an error that breaks it (see
+    /// [`breaks`]) makes the backend unhealthy.
     fn call<T>(&self, f: impl FnOnce(ffi::commuxComm_t) -> Result<T>) -> Result<T> {
         let _one = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         let comm = self.comm.read().unwrap_or_else(|e| e.into_inner());
-        f(comm.raw())
+        self.note(f(comm.raw()))
+    }
+
+    /// `result`, after marking the backend unhealthy when it is an error that breaks the
+    /// communicator.
+    fn note<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(error) = &result {
+            if breaks(error) {
+                self.broken.store(true, Ordering::SeqCst);
+            }
+        }
+        result
     }
 
     /// The orderly end, every rank together, before the process exits: no rank leaves
@@ -187,7 +214,7 @@ impl CommuxBackend {
     /// engine's shutdown path calls this).
     pub fn finalize(&self) -> Result<()> {
         let _one = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        self.comm.read().unwrap_or_else(|e| e.into_inner()).finalize()
+        self.note(self.comm.read().unwrap_or_else(|e| e.into_inner()).finalize())
     }
 
     fn check_root(&self, root: usize, what: &str) -> Result<()> {
@@ -347,11 +374,20 @@ impl CommBackend for CommuxBackend {
     }
 
     fn group_end(&self) -> Result<()> {
+        // The grouped sends and receives run here: their failures and timeouts are this
+        // call's. commuxInvalidUsage here is an end without a start: the caller's.
         // SAFETY: no arguments; per thread.
-        check(unsafe { ffi::commuxGroupEnd() })
+        let result = check(unsafe { ffi::commuxGroupEnd() });
+        match result {
+            Err(error) if error.code == ffi::INVALID_USAGE => Err(error),
+            result => self.note(result),
+        }
     }
 
     fn is_healthy(&self) -> bool {
+        if self.broken.load(Ordering::SeqCst) {
+            return false;
+        }
         match self.comm.try_read() {
             Ok(comm) => comm.async_error().is_ok(),
             Err(_) => false, // being rebuilt
@@ -377,6 +413,7 @@ impl CommBackend for CommuxBackend {
             return Err(Error::invalid("commux: attempt_reconnect: the new communicator has another rank or size"));
         }
         *comm = fresh; // the old one is destroyed here
+        self.broken.store(false, Ordering::SeqCst);
         Ok(())
     }
 

@@ -462,3 +462,72 @@ fn shrink_lets_the_survivors_go_on_without_a_killed_rank() {
     assert!(survivors.attempt_reconnect().is_err(), "a survivors' backend rebuilt from a recipe");
     survivors.finalize().unwrap();
 }
+
+// --- a completion timeout makes the backend unhealthy until attempt_reconnect ------------
+
+/// A file both ranks of one job see (their parent's pid and the job's bootstrap port name
+/// it): rank 0 makes it once its receive has timed out, so that rank 1 rebuilds only then
+/// (its abort might otherwise end rank 0's wait with another error first).
+fn timed_out_marker() -> std::path::PathBuf {
+    let bootstrap = std::env::var("COMMUX_BOOTSTRAP").unwrap();
+    let port = bootstrap.rsplit(':').next().unwrap();
+    let parent = std::os::unix::process::parent_id();
+    std::env::temp_dir().join(format!("commux-rust-test-{parent}-{port}-timed-out"))
+}
+
+#[test]
+fn a_receive_timeout_makes_it_unhealthy_until_attempt_reconnect() {
+    if !is_rank() {
+        return run_job("a_receive_timeout_makes_it_unhealthy_until_attempt_reconnect", 2, Duration::from_secs(120), None, false);
+    }
+    const TIMEOUT_MS: i64 = 2_000;
+    let b = CommuxBackend::new(Recipe::Environment, DataType::Float32, TIMEOUT_MS).expect("init");
+    let rank = b.rank();
+    // Connected and in step: a collective first.
+    let mut one = [1.0f32];
+    b.all_reduce(addr_mut(&mut one), 4).unwrap();
+    assert_eq!(one[0], 2.0);
+    assert!(b.is_healthy());
+    let marker = timed_out_marker();
+    if rank == 0 {
+        // Rank 1 sends nothing: the receive runs out its time.
+        let mut inbox = [0u8; 16];
+        let start = Instant::now();
+        let error = b.recv_from(addr_mut(&mut inbox), 16, 1, 0).unwrap_err();
+        let took = start.elapsed();
+        assert!(error.is_timeout(), "recv_from without a sender: {error}");
+        assert!(took >= Duration::from_millis(TIMEOUT_MS as u64 * 9 / 10), "timed out after {took:?}");
+        assert!(!b.is_healthy(), "healthy after a receive timed out: {error}");
+        // It stays so: a refused call or time passing does not make it healthy.
+        assert!(b.all_reduce(addr_mut(&mut one), 3).is_err());
+        sleep(Duration::from_millis(100));
+        assert!(!b.is_healthy(), "healthy again without attempt_reconnect");
+        std::fs::write(&marker, b"timed out").unwrap();
+    } else {
+        let start = Instant::now();
+        while !marker.exists() {
+            assert!(start.elapsed() < Duration::from_secs(60), "rank 0's receive never timed out");
+            assert!(b.is_healthy(), "rank 0 failed before its receive timed out");
+            sleep(Duration::from_millis(10));
+        }
+        assert!(b.is_healthy(), "rank 1 did nothing that failed");
+    }
+    b.attempt_reconnect().unwrap();
+    assert!(b.is_healthy(), "unhealthy after attempt_reconnect");
+    if rank == 1 {
+        let _ = std::fs::remove_file(&marker);
+    }
+    // The rebuilt communicator works: a collective and a message.
+    let mut v = [(rank + 1) as f32; 100];
+    b.all_reduce(addr_mut(&mut v), 400).unwrap();
+    assert!(v.iter().all(|x| *x == 3.0), "after the rebuild: {}", v[0]);
+    let mut word = [0u32];
+    if rank == 1 {
+        b.send_to(addr(&[0xFEEDu32]), 4, 0, 0).unwrap();
+    } else {
+        b.recv_from(addr_mut(&mut word), 4, 1, 0).unwrap();
+        assert_eq!(word[0], 0xFEED);
+    }
+    assert!(b.is_healthy());
+    b.finalize().unwrap();
+}
