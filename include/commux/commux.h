@@ -29,7 +29,12 @@
  *   operation; commuxGroupEnd waits for all of them.
  * - Timeouts: every operation fails with commuxTimeout after the communicator's timeout
  *   (commuxCommSetTimeout; 30 minutes by default, as torch's); what it
- *   left in flight is cancelled first. A timeout of 0 means none.
+ *   left in flight is cancelled first. A timeout of 0 means none. Known limit: a send
+ *   large enough to go by rendezvous (UCX's threshold, tens of KiB) whose announcement
+ *   already reached the receiver cannot be recalled: a matching receive posted later still
+ *   reads the sender's buffer. After such a send timed out or was freed unfinished, keep
+ *   its buffer allocated and unchanged until the receiver has received the message or left
+ *   the communicator (or exchange only messages the receiver is known to expect).
  * - Failures: a peer's death fails the operations that need it with commuxRemoteError and
  *   names the rank; after a failed collective, later collectives on the communicator are
  *   refused (ranks may be out of step) while point-to-point calls to live ranks still work.
@@ -331,8 +336,9 @@ commuxResult_t commuxAllToAll(const void* sendbuf, void* recvbuf, size_t count,
                               commuxDataType_t datatype, commuxComm_t comm, void* stream);
 /* As commuxAllToAll with blocks of sendcounts[d] and recvcounts[s] elements, packed in
  * rank order (each array has nranks entries). Rank s's sendcounts[d] must equal rank d's
- * recvcounts[s]; the mismatch is found (commuxRemoteError) when COMMUX_CHECK_COLLECTIVES=1,
- * else a receive that does not fit fails. */
+ * recvcounts[s]. With COMMUX_CHECK_COLLECTIVES=1 a mismatch is found before any byte moves
+ * and every rank gets commuxInvalidArgument naming the first pair that differs (the
+ * communicator goes on); without it, a receive that does not fit fails. */
 commuxResult_t commuxAllToAllv(const void* sendbuf, const size_t* sendcounts, void* recvbuf,
                                const size_t* recvcounts, commuxDataType_t datatype,
                                commuxComm_t comm, void* stream);

@@ -73,12 +73,13 @@ bool TcpStore::greet(Clock::time_point deadline) {
                "COMMUX_BOOTSTRAP_SECRET and launcher job id");
   const Digest mine = clientProof(secret_, serverNonce.data(), clientNonce.data());
   std::uint8_t ok = 0xff;
-  if (!socket_.sendAll(mine.data(), mine.size(), replyBy) || !socket_.recvAll(&ok, 1, replyBy) ||
-      ok != static_cast<std::uint8_t>(Reply::Ok)) {
-    socket_.reset();
-    COMMUX_FAIL(Store, "commux: the bootstrap store at ", server_.str(),
-                " refused this process (a unique id or secret of another job?)");
+  // The server proved it holds this job's secret, so this proof is right: a connection
+  // closed now was dropped (a flood of strangers) or its process left: try again.
+  if (!socket_.sendAll(mine.data(), mine.size(), replyBy) || !socket_.recvAll(&ok, 1, replyBy)) {
+    return false;
   }
+  COMMUX_CHECK(ok == static_cast<std::uint8_t>(Reply::Ok), Store, "commux: the bootstrap store at ",
+               server_.str(), " answered the greeting with ", int(ok));
   return true;
 }
 

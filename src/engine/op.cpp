@@ -23,6 +23,25 @@ void onRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
   pending->engine->queueCompletion(pending, status, r);
 }
 
+// The statuses a transfer ends with when its connection broke (the peer's process or host
+// went away), as against this rank's own doing (a cancel) or a mismatch of the ranks' calls
+// (a truncated message).
+bool brokenConnection(ucs_status_t status) {
+  switch (status) {
+    case UCS_ERR_IO_ERROR:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_SHMEM_SEGMENT:
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_CONNECTION_RESET:
+      return true;
+    default:
+      return (status <= UCS_ERR_FIRST_LINK_FAILURE && status >= UCS_ERR_LAST_LINK_FAILURE) ||
+             (status <= UCS_ERR_FIRST_ENDPOINT_FAILURE && status >= UCS_ERR_LAST_ENDPOINT_FAILURE);
+  }
+}
+
 }  // namespace
 
 Op::Op(Description description, Done done)
@@ -87,10 +106,21 @@ void Op::handle(Engine& engine, Pending& pending, ucs_status_t status, const Rec
   if (pending.slot < inflight_.size() && inflight_[pending.slot] == &pending) {
     inflight_[pending.slot] = nullptr;
   }
-  if (finished_) return;
+  if (finished_ || witnessed_) return;
   if (status != UCS_OK) {
-    fail(engine, commError(
-                     describeFailure(pending.slot, status, info)));
+    std::exception_ptr error = commError(describeFailure(pending.slot, status, info));
+    if (witness_ && brokenConnection(status)) {
+      error = witness_->connectionFailed(shared_from_this(), witnessPeer_, std::move(error));
+      if (!error) {
+        // Doomed already: its other requests go now, so that no message lands in its buffers
+        // (nor a peer's memory is read for them) while the death is confirmed; a peer may
+        // free what it sent once its own part failed.
+        witnessed_ = true;
+        cancelInflight(engine);
+        return;
+      }
+    }
+    fail(engine, std::move(error));
     return;
   }
   try {
@@ -105,13 +135,17 @@ std::string Op::describeFailure(std::uint32_t slot, ucs_status_t status,
   return "commux: " + description() + " failed: " + ucs_status_string(status);
 }
 
-void Op::fail(Engine& engine, std::exception_ptr error) {
-  if (finished_.exchange(true, std::memory_order_acq_rel)) return;
+void Op::cancelInflight(Engine& engine) {
   for (Pending* pending : inflight_) {
     if (pending != nullptr && pending->request != nullptr) {
       ucp_request_cancel(engine.worker(), pending->request);
     }
   }
+}
+
+void Op::fail(Engine& engine, std::exception_ptr error) {
+  if (finished_.exchange(true, std::memory_order_acq_rel)) return;
+  cancelInflight(engine);
   engine.opFinished(this);
   onFailed();
   Done done = std::move(done_);
@@ -121,11 +155,7 @@ void Op::fail(Engine& engine, std::exception_ptr error) {
 
 void Op::retire(Engine& engine) {
   if (finished()) return;
-  for (Pending* pending : inflight_) {
-    if (pending != nullptr && pending->request != nullptr) {
-      ucp_request_cancel(engine.worker(), pending->request);
-    }
-  }
+  cancelInflight(engine);
   succeed();
 }
 

@@ -26,6 +26,21 @@ namespace commux::engine {
 class Engine;
 class Op;
 
+/// Told when a transfer of an operation fails because its connection broke. A peer's death
+/// does that, and the death watch confirms it moments later (PeerWatch, on its own
+/// thread): UCX's bare status ("Input/output error") would leave the caller without the
+/// rank that died, which survivors need to go on without it. A group's witness names it.
+class FailureWitness {
+ public:
+  virtual ~FailureWitness() = default;
+  /// Worker-lock holder, never blocking or driving: `op` (whose one peer is group rank
+  /// `peer`, or -1 when it talks to all) had a transfer fail with `error`. Returns the
+  /// error to fail it with now, or null when the witness sees to its failure itself, soon
+  /// and boundedly (through the engine, as a cancel does), once it can name the death.
+  virtual std::exception_ptr connectionFailed(const std::shared_ptr<Op>& op, int peer,
+                                              std::exception_ptr error) = 0;
+};
+
 struct RecvInfo {
   std::size_t length = 0;
   wire::Tag senderTag = 0;
@@ -91,6 +106,12 @@ class Op : public std::enable_shared_from_this<Op> {
   /// A window's close that already has the peer's close message does not: that peer did
   /// all it had to, and may have left.
   virtual bool awaits(int rank) const { return true; }
+  /// Before it starts: who is told when a transfer of it fails because its connection
+  /// broke (see FailureWitness); `peer`: its one peer's group rank, or -1.
+  void setFailureWitness(std::shared_ptr<FailureWitness> witness, int peer) {
+    witness_ = std::move(witness);
+    witnessPeer_ = peer;
+  }
   /// Worker-lock holder: fail the operation now and cancel its outstanding requests.
   void fail(Engine& engine, std::exception_ptr error);
   /// Worker-lock holder: route one request's completion.
@@ -125,6 +146,9 @@ class Op : public std::enable_shared_from_this<Op> {
  private:
   friend class Engine;
   void track(Engine& engine, Pending* pending, void* request);
+  /// Worker-lock holder: cancels the requests still owned by UCX (a cancelled one still
+  /// completes, through handle()).
+  void cancelInflight(Engine& engine);
 
   Description description_;
   std::optional<core::Stream> userStream_;
@@ -141,6 +165,11 @@ class Op : public std::enable_shared_from_this<Op> {
   bool listed_ = false;
   Done done_;
   std::atomic<bool> finished_{false};
+  std::shared_ptr<FailureWitness> witness_;
+  int witnessPeer_ = -1;
+  // Worker lock: a broken connection doomed it and the witness will fail it; the
+  // completions still to come change nothing.
+  bool witnessed_ = false;
   std::size_t outstanding_ = 0;
   // Requests still owned by UCX, for cancellation; inline for the usual one or two.
   core::InlineVector<Pending*, 4> inflight_;

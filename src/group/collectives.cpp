@@ -196,10 +196,13 @@ shm::Job jobOf(shm::Kind kind, int root = 0, core::ReduceOp reduce = core::Reduc
 /// before anything of the call is posted, on every path but one host's channel (which
 /// checks the same at its first step). Before the path is taken: in a group that spans
 /// hosts the path may depend on the size, and ranks whose calls differ must all be told.
-/// `count`: the elements every rank must agree on (-1: none).
+/// `count`: the elements every rank must agree on (-1: none). `sendCounts`, `recvCounts`:
+/// an all-to-all's counts per rank, checked pair by pair (null: none).
 void checkCall(Group& group, const Where& w, Collective collective, const core::Buffer& shown,
                std::optional<core::ReduceOp> reduce, std::int64_t count,
-               std::chrono::milliseconds timeout) {
+               std::chrono::milliseconds timeout,
+               const std::vector<std::size_t>* sendCounts = nullptr,
+               const std::vector<std::size_t>* recvCounts = nullptr) {
   if (w.path == Path::SharedMemory || group.size() < 2 || !Config::get().checkCollectives ||
       group.batching()) {
     return;
@@ -209,6 +212,10 @@ void checkCall(Group& group, const Where& w, Collective collective, const core::
   mine.type = shown.present() ? static_cast<std::int64_t>(shown.dtype) : -1;
   mine.reduce = reduce ? static_cast<std::int64_t>(*reduce) : -1;
   mine.count = count;
+  if (sendCounts != nullptr && recvCounts != nullptr) {
+    mine.sendCounts = *sendCounts;
+    mine.recvCounts = *recvCounts;
+  }
   checkSameCall(
       group, mine, engine::Description(collectives::nameOf(collective)), timeout,
       [](const CallSignature& call) {
@@ -589,9 +596,12 @@ std::shared_ptr<Request> alltoall(Group& group, const core::Buffer& input,
                "commux: alltoall: the output overlaps the input");
   const Where w = where(group, Collective::Alltoall, "alltoall", input.bytes());
   // Uneven blocks differ between ranks; equal ones (no counts) must agree, and a rank
-  // that passes counts must not meet one that passes none (they would plan apart).
+  // that passes counts must not meet one that passes none (they would plan apart). Counts
+  // are checked pair by pair: a block that does not fit its receiver's room would fail that
+  // rank alone, and leave the others waiting for it until their timeout.
   checkCall(group, w, Collective::Alltoall, input, std::nullopt,
-            uniform ? static_cast<std::int64_t>(input.count) : -1, timeout);
+            uniform ? static_cast<std::int64_t>(input.count) : -1, timeout,
+            uniform ? nullptr : &sendCounts, uniform ? nullptr : &recvCounts);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::Alltoall);
     job.input = input;

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <random>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include "commux/options.hpp"
 #include "core/error.hpp"
@@ -63,6 +65,149 @@ shm::Kind kindOf(collectives::Collective collective) {
 
 }  // namespace
 
+// How long an operation whose connection broke waits for the death watch to name the rank
+// that died. A death on this host is confirmed within milliseconds (a pidfd), one elsewhere
+// as soon as UCX reports the endpoint failed or a host leader relays it; a connection that
+// broke with its peer alive fails with UCX's status after this.
+constexpr std::chrono::milliseconds kDeathConfirmWait{2000};
+// How often a waiting operation looks at the group's deaths besides being told of one.
+constexpr std::chrono::milliseconds kDeathLook{20};
+
+/// The group's FailureWitness: an operation whose connection broke is failed once the group
+/// knows of a death that explains it (naming the rank, as markDead words it), or with UCX's
+/// error after kDeathConfirmWait. Its thread runs only while operations wait.
+class DeathWitness final : public engine::FailureWitness {
+ public:
+  DeathWitness(std::shared_ptr<core::GroupHealth> health, engine::Engine& engine)
+      : health_(std::move(health)), engine_(engine) {}
+  ~DeathWitness() override { stop(); }
+
+  std::exception_ptr connectionFailed(const std::shared_ptr<engine::Op>& op, int peer,
+                                      std::exception_ptr error) override {
+    // Known already (the watch was first): named at once.
+    if (std::string named = deathFor(*op, peer); !named.empty()) return engine::commError(named);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopped_) return error;
+    held_.push_back(Held{op, peer, std::move(error), Clock::now() + kDeathConfirmWait});
+    // Started on the first failure only: a process whose connections never break has no
+    // thread for it.
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    wake_.notify_one();
+    return nullptr;
+  }
+
+  /// A member was found dead: the operations held look again now.
+  void deathFound() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (held_.empty()) return;
+      told_ = true;
+    }
+    wake_.notify_one();
+  }
+
+  /// The group goes away (its engine may follow): what is held fails now with UCX's error,
+  /// and later failures are not held. Never on the witness's thread (it holds no reference
+  /// to the group or to itself).
+  void stop() {
+    std::vector<Held> left;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopped_) return;
+      stopped_ = true;
+      left.swap(held_);
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+    for (auto& held : left) {
+      if (auto op = held.op.lock()) failLater(std::move(op), held.error);
+    }
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Held {
+    std::weak_ptr<engine::Op> op;  // alive until it finishes (its Request holds it)
+    int peer;
+    std::exception_ptr error;  // UCX's, for when no death explains it in time
+    Clock::time_point until;
+  };
+
+  /// The error naming a death that fails `op` (its one peer `peer`, or -1), as
+  /// Group::checkHealthy finds it; empty when none is known.
+  std::string deathFor(const engine::Op& op, int peer) const {
+    if (!health_->anyDead()) return "";
+    std::string why;
+    int dead = -1;
+    if (peer >= 0) {
+      why = health_->deadWhy(peer);
+      if (!why.empty()) dead = peer;
+    } else if (const auto sequence = op.sequence()) {
+      dead = health_->firstDeadFor(*sequence, &why);
+    } else {
+      dead = health_->firstLostForAnySource(&why);
+    }
+    return dead < 0 ? std::string()
+                    : "commux: " + op.description() + ": " + core::lostMember(dead, why);
+  }
+
+  /// Never driven here: this thread must not run the operation's callbacks.
+  void failLater(std::shared_ptr<engine::Op> op, std::exception_ptr error) {
+    try {
+      engine_.submit(engine::Submission::cancel(std::move(op), std::move(error))
+                         .drive(engine::Drive::Never));
+    } catch (const std::exception&) {
+      // The engine stops: its teardown fails what is still in flight.
+    }
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopped_) {
+      if (held_.empty()) {
+        wake_.wait(lock, [this] { return stopped_ || !held_.empty(); });
+        continue;
+      }
+      const auto now = Clock::now();
+      auto next = now + kDeathLook;
+      std::vector<std::pair<std::shared_ptr<engine::Op>, std::exception_ptr>> failing;
+      for (auto it = held_.begin(); it != held_.end();) {
+        auto op = it->op.lock();
+        if (!op || op->finished()) {  // the group's markDead failed it (named), or a cancel
+          it = held_.erase(it);
+          continue;
+        }
+        if (std::string named = deathFor(*op, it->peer); !named.empty()) {
+          failing.emplace_back(std::move(op), engine::commError(named));
+        } else if (it->until <= now) {
+          failing.emplace_back(std::move(op), std::move(it->error));
+        } else {
+          next = std::min(next, it->until);
+          ++it;
+          continue;
+        }
+        it = held_.erase(it);
+      }
+      lock.unlock();
+      for (auto& [op, error] : failing) failLater(std::move(op), std::move(error));
+      failing.clear();  // the last references may go here: not under the lock
+      lock.lock();
+      if (stopped_) break;
+      wake_.wait_until(lock, next, [this] { return stopped_ || told_; });
+      told_ = false;
+    }
+  }
+
+  const std::shared_ptr<core::GroupHealth> health_;
+  engine::Engine& engine_;  // the group's, which outlives stop()
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Held> held_;  // under mutex_
+  bool stopped_ = false;    // under mutex_
+  bool told_ = false;       // under mutex_: deathFound since the thread last looked
+  std::thread thread_;
+};
+
 Group::Group(std::shared_ptr<core::KeyValueStore> store, int rank, int size,
              std::shared_ptr<engine::Engine> engine, bool setUpInBackground)
     : rank_(rank),
@@ -71,6 +216,7 @@ Group::Group(std::shared_ptr<core::KeyValueStore> store, int rank, int size,
       forkGeneration_(engine::forkGeneration()),
       creatorPid_(static_cast<int>(::getpid())),
       health_(std::make_shared<core::GroupHealth>(size)),
+      witness_(std::make_shared<DeathWitness>(health_, *engine_)),
       store_(std::move(store)),
       setUpInBackground_(setUpInBackground) {
   // No purge here: it runs later on the driver and would drop messages that peers send to
@@ -112,10 +258,12 @@ Group::~Group() {
     // A forked child: the group's threads, locks, UCX state and shared memory are the
     // parent's. Free none of it (member destructors then see empty handles).
     new std::tuple(std::move(engine_), std::move(peers_), std::move(relay_), std::move(shm_),
-                   std::move(shmOwned_), std::move(store_), std::move(health_), std::move(layout_));
+                   std::move(shmOwned_), std::move(store_), std::move(health_), std::move(layout_),
+                   std::move(witness_));
     return;
   }
   stopSetUp();  // before anything it uses goes
+  witness_->stop();  // its thread uses the engine
   tellLeaving("destroyed");
   // First: a notice arriving now would mark a rank dead in a group that is going away.
   if (relay_) relay_->close();
@@ -328,6 +476,8 @@ void Group::markDead(int peer, const std::string& why, int from,
         engine::commError("commux: " + request->description() + ": " + died), peer);
   }
   if (through && collectiveFailed) retellLeave(peer);
+  // An operation whose connection broke first and waits to be explained: named now.
+  witness_->deathFound();
   // After health_ knows it: startRelay relays the deaths known when it is ready, so each
   // one goes out from here or from there.
   if (relayReady_.load()) relayDeath(peer, why, from, through);
@@ -713,6 +863,7 @@ collectives::Route Group::route(collectives::Collective collective, const char* 
 
 bool Group::launch(const std::shared_ptr<Request>& request, std::shared_ptr<engine::Op> op,
                    const std::optional<core::Stream>& stream) {
+  op->setFailureWitness(witness_, request->peer());
   request->attach(op);
   std::string doomed;  // it involves a dead peer: fail it unless what arrived completes it
   {
@@ -765,6 +916,7 @@ void Group::launchAll(const std::vector<std::shared_ptr<Request>>& requests,
       if (!why.empty()) doomed.emplace_back(i, std::move(why));
     }
     for (std::size_t i = 0; i < ops.size(); ++i) {
+      ops[i]->setFailureWitness(witness_, requests[i]->peer());
       requests[i]->attach(ops[i]);
       trackLocked(requests[i]);
     }

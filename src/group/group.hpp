@@ -41,6 +41,8 @@ class PeerTable;
 
 namespace group {
 
+class DeathWitness;
+
 class Group {
  public:
   /// Collective over the group: every rank constructs its Group with a store shared by the
@@ -230,6 +232,9 @@ class Group {
   std::uint32_t forkGeneration_;  // engine::forkGeneration() when the group was made
   int creatorPid_;
   std::shared_ptr<core::GroupHealth> health_;
+  // Given to every operation launched here: a transfer that fails because its connection
+  // broke waits (boundedly) for the death watch to name the rank that died.
+  std::shared_ptr<DeathWitness> witness_;
   std::uint64_t failureListener_ = 0;
   std::shared_ptr<core::KeyValueStore> store_;
   std::unique_ptr<PeerTable> peers_;

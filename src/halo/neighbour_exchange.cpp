@@ -689,8 +689,13 @@ void NeighbourExchange::greet() {
     auto& s = sides_[i];
     const int peer = s.messages.rank;
     if (peer == me) continue;
-    list.push_back({i, peer, channel && channel->hosts(peer), s.messages.sends, s.messages.receives,
-                    s.sendBytes, s.recvBytes, &s.sendRows, &s.recvRows});
+    const bool local = channel && channel->hosts(peer);
+    // A neighbour on the host: its record (the process the greeting must name) is read now,
+    // as the greeting's send would read it anyway.
+    if (local) group_.peers().get(peer, "a neighbourhood exchange's greeting");
+    list.push_back({i, peer, local, s.messages.sends, s.messages.receives,
+                    s.sendBytes, s.recvBytes, &s.sendRows, &s.recvRows,
+                    group_.peers().pidOf(peer)});
   }
   if (list.empty()) return;
   try {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "shm/cma.hpp"
 #include "shm/segment.hpp"
 
@@ -197,8 +198,18 @@ void SharedSides::connect(const std::vector<Hello>& theirs) {
     const Hello& h = theirs[i];
     // Both ranks see the same sizes (checked above), and share only where both can and
     // the host's one range covers them: they agree.
-    const bool both = p.mine.shares != 0 && h.shares != 0 && h.rangeFrom == range_.from &&
-                      h.rangeBelow == range_.below;
+    // The greeting's pid must be the one the peer record names: the process this rank
+    // would read from and open a segment of is the one the group watches, not any other
+    // process a greeting could name.
+    const bool sameProcess = p.n.pid > 0 && h.pid == p.n.pid;
+    if (p.mine.shares != 0 && h.shares != 0 && !sameProcess) {
+      core::log(core::LogLevel::Warning,
+                core::concat("commux: neighbourhood exchange: rank ", p.n.rank, "'s greeting names "
+                             "process ", h.pid, ", its peer record ", p.n.pid,
+                             "; its messages go through UCX"));
+    }
+    const bool both = p.mine.shares != 0 && h.shares != 0 && sameProcess &&
+                      h.rangeFrom == range_.from && h.rangeBelow == range_.below;
     p.sendShared = both && p.n.sends && range_.covers(p.n.sendBytes);
     p.recvShared = both && p.n.receives && range_.covers(p.n.recvBytes);
     if (!p.sendShared && !p.recvShared) continue;

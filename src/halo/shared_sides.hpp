@@ -75,6 +75,9 @@ class SharedSides {
     std::size_t recvBytes = 0;
     const std::vector<Rows>* sendRows = nullptr;
     const std::vector<Rows>* recvRows = nullptr;
+    /// The process the group's peer record names for `rank` (the one its death watch
+    /// follows); -1 when unknown. A greeting that names another process shares nothing.
+    std::int64_t pid = -1;
   };
 
   /// Makes this rank's segment (where a neighbour is local) and its Hellos. `range`: which

@@ -4,7 +4,8 @@
  * call with seeded sizes, roots and types, checking each result element by element. The
  * parent kills everything at the deadline: a hang fails the test, it never blocks CI.
  *
- *   capi_ranks --ranks N [--mode id|env|death|reconnect|abort|shrink] [--seed S] [--deadline S]
+ *   capi_ranks --ranks N [--mode id|env|death|reconnect|abort|shrink|checkv|kill] [--seed S]
+ *              [--deadline S]
  *   capi_ranks --rank-from-env [--seed S]   one rank of a job started by someone else
  *                                          (COMMUX_RANK, COMMUX_SIZE, COMMUX_BOOTSTRAP; the
  *                                          same seed on every rank): scripts/multihost_check.sh
@@ -27,6 +28,7 @@
 
 #include "commux/commux.h"
 #include "rank_checks.h"
+#include "reserve_port.h"
 
 static size_t pick_count(void) {
   static const size_t kCounts[] = {0, 1, 3, 17, 1000, 4099, 70000};
@@ -570,6 +572,145 @@ static void test_shrink(commuxComm_t comm, int rank, int size) {
   OK(commuxCommDestroy(small));
 }
 
+/* COMMUX_CHECK_COLLECTIVES=1 on the schedules' path (COMMUX_SHM=0): all-to-all counts that do
+ * not fit (rank s's sendcounts[d] against rank d's recvcounts[s]) are refused on every rank
+ * alike, before anything moves, instead of failing the one rank whose receive does not fit
+ * while the others wait for the timeout; then the right counts still work. */
+static void test_checkv(commuxComm_t comm, int rank, int size) {
+  size_t sc[32], rc[32], so = 0, ro = 0;
+  int32_t in[128], out[128];
+  /* Refused well before the timeout: a rank left waiting for the others would take 60 s. */
+  OK(commuxCommSetTimeout(comm, 60000));
+  for (int k = 0; k < 2; ++k) {
+    /* k = 0: rank 0 sends 2 to rank 1, which makes room for 1 (its receive would not fit);
+     * k = 1: the last rank expects 3 from rank 1, which sends it 1 (a short message). */
+    const int from = k == 0 ? 0 : 1, to = k == 0 ? 1 : size - 1;
+    const size_t sent = k == 0 ? 2 : 1, expected = k == 0 ? 1 : 3;
+    for (int d = 0; d < size; ++d) sc[d] = rc[d] = 1;
+    if (rank == from) sc[to] = sent;
+    if (rank == to) rc[from] = expected;
+    for (int i = 0; i < 128; ++i) out[i] = rank * 1000 + i, in[i] = -7;
+    char says[160];
+    snprintf(says, sizeof(says), "rank %d sends %zu elements to rank %d, which expects %zu", from,
+             sent, to, expected);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    REFUSED(commuxAllToAllv(out, sc, in, rc, commuxInt32, comm, NULL), commuxInvalidArgument, says);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    const double took = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+    if (took > 20) fail("checkv: the refusal took %.1f s", took);
+    for (int i = 0; i < 128; ++i)
+      if (in[i] != -7) fail("checkv: a refused all-to-all wrote element %d", i);
+    commuxResult_t async;
+    OK(commuxCommGetAsyncError(comm, &async));
+    if (async != commuxSuccess) fail("checkv: unhealthy after the refusal: %s", commuxGetLastError(NULL));
+  }
+  /* The right counts: rank s sends (s + d) % 3 + 1 elements to rank d. */
+  for (int d = 0; d < size; ++d) {
+    sc[d] = (size_t)((rank + d) % 3 + 1);
+    rc[d] = (size_t)((d + rank) % 3 + 1);
+  }
+  for (int d = 0; d < size; ++d)
+    for (size_t i = 0; i < sc[d]; ++i) out[so++] = rank * 1000 + d * 10 + (int32_t)i;
+  OK(commuxAllToAllv(out, sc, in, rc, commuxInt32, comm, NULL));
+  for (int s = 0; s < size; ++s)
+    for (size_t i = 0; i < rc[s]; ++i, ++ro)
+      if (in[ro] != s * 1000 + rank * 10 + (int32_t)i) fail("checkv: alltoallv element %zu is %d", ro, in[ro]);
+  /* Equal blocks, and another collective: still in step. */
+  for (int i = 0; i < size * 2; ++i) out[i] = rank * 100 + i;
+  OK(commuxAllToAll(out, in, 2, commuxInt32, comm, NULL));
+  for (int s = 0; s < size; ++s)
+    for (int i = 0; i < 2; ++i)
+      if (in[s * 2 + i] != s * 100 + rank * 2 + i) fail("checkv: alltoall element %d", s * 2 + i);
+  int32_t one = 1;
+  OK(commuxAllReduce(&one, &one, 1, commuxInt32, commuxSum, comm, NULL));
+  if (one != size) fail("checkv: allreduce after the refusals: %d", one);
+}
+
+/* Where a rank that is to be killed says so (the harness then takes its SIGKILL as planned). */
+static volatile char* g_killed_flags = NULL;
+
+typedef struct {
+  int rank;
+  unsigned delay_us;
+} Killer;
+
+static void* kill_later(void* arg) {
+  const Killer* k = (const Killer*)arg;
+  usleep(k->delay_us);
+  g_killed_flags[k->rank] = 1;
+  __sync_synchronize();
+  kill(getpid(), SIGKILL);
+  return NULL;
+}
+
+/* A rank killed with SIGKILL in the middle of a loop of allreduces (COMMUX_SHM=0, so they run
+ * over UCX, ring or recursive doubling by size; the victim, the moment and the size drawn
+ * from the seed): every survivor's failed call and its asynchronous error name the dead
+ * rank, which is what commuxCommShrink needs, and the survivors go on without it. */
+static void test_kill(commuxComm_t comm, int rank, int size) {
+  const int victim = 1 + (int)shared_random((unsigned)(size - 1)); /* rank 0 serves the store */
+  const unsigned delay_us = 2000 + shared_random(150000);
+  /* Mostly large: a survivor reading the victim's block (CMA) as it dies gets UCX's
+   * "Input/output error" before the death watch has seen the death. */
+  const size_t n = (size_t)1 << (10 + shared_random(13)); /* 1 Ki .. 4 Mi floats */
+  /* Never freed: a peer's transfer from it that had begun may go on after the calls failed
+   * here (UCX's rendezvous reads this process's memory), and reading memory gone aborts that
+   * peer. */
+  float* buf = malloc(n * sizeof(float));
+  OK(commuxCommSetTimeout(comm, 60000));
+  OK(commuxBarrier(comm, NULL));
+  if (rank == victim) {
+    static Killer k;
+    k.rank = rank;
+    k.delay_us = delay_us;
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, kill_later, &k) != 0) fail("pthread_create failed");
+  }
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  commuxResult_t r = commuxSuccess;
+  long calls = 0;
+  for (; r == commuxSuccess; ++calls) {
+    for (size_t i = 0; i < n; ++i) buf[i] = 1.0f;
+    r = commuxAllReduce(buf, buf, n, commuxFloat32, commuxSum, comm, NULL);
+    if (r == commuxSuccess && buf[n - 1] != (float)size) fail("kill: allreduce summed %g", buf[n - 1]);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (b.tv_sec - a.tv_sec > 40) fail("kill: no allreduce failed in 40 s");
+  }
+  if (rank == victim) fail("kill: the victim's allreduce returned %s before it died", commuxGetErrorString(r));
+  const double took = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+  char died[32];
+  snprintf(died, sizeof(died), "rank %d died", victim);
+  if (r != commuxRemoteError)
+    fail("kill: allreduce #%ld returned %s: %s", calls, commuxGetErrorString(r), commuxGetLastError(NULL));
+  if (strstr(commuxGetLastError(NULL), died) == NULL)
+    fail("kill: %zu floats: the error does not say '%s': %s", n, died, commuxGetLastError(NULL));
+  if (took > 30) fail("kill: the death took %.1f s to see", took);
+  commuxResult_t async = commuxSuccess;
+  OK(commuxCommGetAsyncError(comm, &async));
+  char listed[32];
+  snprintf(listed, sizeof(listed), "(dead ranks: %d)", victim);
+  if (async != commuxRemoteError || strstr(commuxGetLastError(NULL), died) == NULL ||
+      strstr(commuxGetLastError(NULL), listed) == NULL)
+    fail("kill: the async error (%s) does not name rank %d: %s", commuxGetErrorString(async),
+         victim, commuxGetLastError(NULL));
+  commuxComm_t small = NULL;
+  OK(commuxCommShrink(comm, &victim, 1, COMMUX_SHRINK_DEFAULT, &small));
+  int32_t one = 1;
+  OK(commuxAllReduce(&one, &one, 1, commuxInt32, commuxSum, small, NULL));
+  if (one != size - 1) fail("kill: the allreduce after the shrink summed %d", one);
+  OK(commuxCommFinalize(small));
+  /* Nothing destroyed: UCX may still hold sends to the killed rank, and ucp_worker_destroy
+   * purging them calls back into the engine as it is torn down (a crash at exit of its own,
+   * with or without the naming). And every survivor has checked before any leaves the old
+   * communicator (the allreduce above): one that leaves is a lost member too. */
+  if (rank == 0) printf("capi_ranks: rank 0 saw the death named (%zu floats, %ld calls)\n", n, calls);
+  fflush(stdout);
+  fflush(stderr);
+  _exit(0);
+}
+
 /* commuxCommAbort from another thread ends a receive that nothing would answer, and every
  * later call but destroy is refused. Each rank on its own communicator's receive from
  * itself, so the ranks do not depend on each other. */
@@ -628,6 +769,10 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
     test_abort(comm, rank);
   } else if (mode == 6) {
     test_shrink(comm, rank, size);
+  } else if (mode == 7) {
+    test_checkv(comm, rank, size);
+  } else if (mode == 8) {
+    test_kill(comm, rank, size); /* ends the process */
   } else if (mode == 3 || mode == 4) {
     test_reconnect(&comm, rank, size, &id, mode == 4);
   } else {
@@ -644,56 +789,6 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
   OK(commuxCommDestroy(comm));
   if (rank == 0) printf("capi_ranks: rank 0 checked %ld collective results\n", g_checked);
   return 0;
-}
-
-/* A port for the bootstrap store, kept reserved: the socket stays bound (SO_REUSEADDR, not
- * listening) until the job ends, so the kernel hands it to nobody else (as an outgoing
- * connection's port, say) while rank 0's store, which also sets SO_REUSEADDR, listens on it.
- * A port that was only free a moment ago was once taken in between (CI, under ASan). */
-/* The low end of the kernel's ephemeral port range (32768 if it cannot be read). */
-static int ephemeral_low(void) {
-  int low = 32768, high = 0;
-  FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-  if (f != NULL) {
-    if (fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
-    fclose(f);
-  }
-  return low;
-}
-
-static int reserve_port(int* held) {
-  /* Below the ephemeral range where there is room: a port in it can also go to another
-   * process's bind to port 0 with SO_REUSEADDR (UCX's listeners among them), which then
-   * listens on it before rank 0 does (EADDRINUSE in CI, twice). A port below the range is
-   * only taken by a process that names it. */
-  const int low = ephemeral_low();
-  unsigned long pick = g_seed ^ ((unsigned long)getpid() << 16);
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    int port = 0; /* the last attempt: any port the kernel gives */
-    if (low > 12000 && attempt < 63) {
-      pick = pick * 6364136223846793005UL + 1442695040888963407UL;
-      port = 10000 + (int)((pick >> 33) % (unsigned long)(low - 10000));
-    }
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    socklen_t len = sizeof(a);
-    if (s < 0) fail("no socket: %s", strerror(errno));
-    if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(s, (struct sockaddr*)&a, sizeof(a)) != 0 ||
-        getsockname(s, (struct sockaddr*)&a, &len) != 0) {
-      close(s);
-      continue;
-    }
-    *held = s;
-    return ntohs(a.sin_port);
-  }
-  fail("no free port: %s", strerror(errno));
-  return -1;
 }
 
 int main(int argc, char** argv) {
@@ -721,16 +816,26 @@ int main(int argc, char** argv) {
              : !strcmp(argv[i + 1], "reconnect") ? 3
              : !strcmp(argv[i + 1], "abort")     ? 5
              : !strcmp(argv[i + 1], "shrink")    ? 6
+             : !strcmp(argv[i + 1], "checkv")    ? 7
+             : !strcmp(argv[i + 1], "kill")      ? 8
                                                  : 0;
   }
   if (ranks < 1 || ranks > 32) fail("--ranks must be 1 .. 32");
   if ((mode == 2 || mode == 3) && ranks < 2) fail("--mode death and reconnect need 2 ranks or more");
   if (mode == 6 && ranks < 3) fail("--mode shrink needs 3 ranks or more");
+  if (mode == 7 && ranks < 3) fail("--mode checkv needs 3 ranks or more");
+  if (mode == 8 && ranks < 3) fail("--mode kill needs 3 ranks or more");
+  if (mode == 7 || mode == 8) {
+    /* Before any rank reads its settings: the collectives run as UCX schedules. */
+    setenv("COMMUX_SHM", "0", 1);
+    if (mode == 7) setenv("COMMUX_CHECK_COLLECTIVES", "1", 1);
+  }
   g_shared = g_seed;
   printf("capi_ranks: %d ranks, mode %d, seed %lu (replay with --seed %lu)\n", ranks, mode, g_seed, g_seed);
   fflush(stdout);
   volatile char* shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) fail("mmap: %s", strerror(errno));
+  g_killed_flags = shared + 2048;
   if (mode == 1) {
     char where[64];
     snprintf(where, sizeof(where), "127.0.0.1:%d", reserve_port(&held_port));
@@ -767,6 +872,8 @@ int main(int argc, char** argv) {
       }
       --left;
       int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      for (int r = 0; r < ranks; ++r) /* a rank killed on purpose (--mode kill) */
+        if (p == pids[r] && g_killed_flags[r] && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ok = 1;
       if (!ok) {
         fprintf(stderr, "capi_ranks: a rank (pid %d) failed (status %d); seed %lu\n", (int)p, status, g_seed);
         failed = 1;

@@ -28,6 +28,9 @@
 #include "halo/cart_topology.hpp"
 #include "halo/face_runs.hpp"
 #include "halo/neighbour_exchange.hpp"
+#include "halo/row_copy.hpp"
+#include "halo/shared_sides.hpp"
+#include "shm/steps.hpp"
 #include "shm/channel.hpp"
 #include "test_seed.hpp"
 
@@ -771,3 +774,35 @@ TEST(NeighbourExchange, ASharedStepEndsWhenItsNeighbourDiesOrNeverComes) {
 }
 
 }  // namespace
+
+namespace commux::halo {
+namespace {
+
+// Two ends of one pair in this process: a greeting shares only when the process it names is
+// the one the group's peer record names for that neighbour.
+TEST(NeighbourExchange, AGreetingThatNamesAnotherProcessThanThePeerRecordSharesNothing) {
+  std::vector<char> out(4096, 1), in(4096, 0);
+  const std::vector<Rows> sendRows{{out.data(), out.size(), 0, 1}};
+  const std::vector<Rows> recvRows{{in.data(), in.size(), 0, 1}};
+  const shm::CmaRange everySize{1, 0};
+  auto pair = [&](std::int64_t recordedPid) {
+    SharedSides::Neighbour toOne{0, 1, true, true, true, out.size(), in.size(), &sendRows, &recvRows,
+                                 recordedPid};
+    SharedSides::Neighbour toZero{0, 0, true, true, true, out.size(), in.size(), &sendRows,
+                                  &recvRows, ::getpid()};
+    auto zero = std::make_unique<SharedSides>(std::vector<SharedSides::Neighbour>{toOne}, everySize,
+                                              std::chrono::microseconds(0), std::chrono::nanoseconds(0));
+    auto one = std::make_unique<SharedSides>(std::vector<SharedSides::Neighbour>{toZero}, everySize,
+                                             std::chrono::microseconds(0), std::chrono::nanoseconds(0));
+    zero->connect({one->hello(0)});
+    return std::make_pair(zero->sendsShared(0), zero->receivesShared(0));
+  };
+  EXPECT_EQ(pair(::getpid()), std::make_pair(true, true));
+  // The record names another process (a greeting that lies about who it is, or a record
+  // rewritten in the store): nothing of that neighbour is read or mapped.
+  EXPECT_EQ(pair(::getpid() + 1), std::make_pair(false, false));
+  EXPECT_EQ(pair(-1), std::make_pair(false, false));
+}
+
+}  // namespace
+}  // namespace commux::halo
