@@ -189,12 +189,18 @@ class Fuzzer {
   std::vector<Socket> held_;
 };
 
+// A live store on loopback, with its secret and a seeded stream.
+struct Target {
+  unsigned seed = testing::testSeed();
+  std::mt19937 random{seed};
+  Secret secret = randomSecret();
+  StoreServer server{resolve("127.0.0.1", 0), secret};
+  Endpoint at = resolve("127.0.0.1", server.port());
+};
+
 TEST(BootstrapStore, FuzzedClientsNeverTakeTheStoreDown) {
-  const unsigned seed = testing::testSeed();
-  std::mt19937 random(seed);
-  const Secret secret = randomSecret();
-  StoreServer server(resolve("127.0.0.1", 0), secret);
-  const Endpoint at = resolve("127.0.0.1", server.port());
+  Target t;
+  auto& [seed, random, secret, server, at] = t;
   auto good = std::make_shared<TcpStore>(at, secret, 10s);
   good->set("big", std::vector<std::uint8_t>(1u << 20, 3));
   good->set("mine", {1, 2, 3});
@@ -217,11 +223,8 @@ TEST(BootstrapStore, FuzzedClientsNeverTakeTheStoreDown) {
 }
 
 TEST(BootstrapStore, FuzzedJoinsEndInAnAnswerNeverACrash) {
-  const unsigned seed = testing::testSeed();
-  std::mt19937 random(seed);
-  const Secret secret = randomSecret();
-  StoreServer server(resolve("127.0.0.1", 0), secret);
-  const Endpoint at = resolve("127.0.0.1", server.port());
+  Target t;
+  auto& [seed, random, secret, server, at] = t;
   Fuzzer fuzz(random, at, secret);
   const int cases = fuzzCases(200) / 4 + 1;
   for (int i = 0; i < cases; ++i) fuzz.oneCase(/*joins=*/true);

@@ -423,12 +423,18 @@ TEST(CoreCollectives, WrongArgumentsAreRefusedBeforeAnythingMovesAndTheGroupGoes
   EXPECT_EQ(problems, "");
 }
 
+// COMMUX_SHM=0 and COMMUX_CHECK_COLLECTIVES=1 for this process; false when it read its
+// settings before (another test ran first in it).
+bool schedulesWithCallChecks() {
+  ::setenv("COMMUX_SHM", "0", 1);
+  ::setenv("COMMUX_CHECK_COLLECTIVES", "1", 1);
+  return !Config::get().shm && Config::get().checkCollectives;
+}
+
 TEST(CoreCollectives, RanksThatCallDifferentCollectivesAreToldBeforeAnythingMoves) {
   // COMMUX_CHECK_COLLECTIVES on the schedules' path: rank 1 calls a larger allreduce than
   // the others, then a broadcast where they reduce. Every rank raises, and the group goes on.
-  ::setenv("COMMUX_SHM", "0", 1);
-  ::setenv("COMMUX_CHECK_COLLECTIVES", "1", 1);
-  if (Config::get().shm || !Config::get().checkCollectives) {
+  if (!schedulesWithCallChecks()) {
     GTEST_SKIP() << "this process read the settings before the test set them: run it alone";
   }
   Folder folder;
@@ -477,9 +483,7 @@ TEST(CoreCollectives, AllToAllCountsThatDoNotFitAreRefusedOnEveryRankAlike) {
   // rank d's receive count for rank s. Without the pairwise check, a block larger than its
   // room failed only its receiver ("Message truncated"), a smaller one nobody, and the
   // others waited for their timeout. Every rank is told, at once, and the group goes on.
-  ::setenv("COMMUX_SHM", "0", 1);
-  ::setenv("COMMUX_CHECK_COLLECTIVES", "1", 1);
-  if (Config::get().shm || !Config::get().checkCollectives) {
+  if (!schedulesWithCallChecks()) {
     GTEST_SKIP() << "this process read the settings before the test set them: run it alone";
   }
   Folder folder;
