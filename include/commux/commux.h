@@ -203,7 +203,9 @@ commuxResult_t commuxCommShrink(commuxComm_t comm, const int* excludeRanks, int 
                                 int flags, commuxComm_t* newcomm);
 
 /* Frees the communicator. Operations still in flight are cancelled first. To end a job,
- * call commuxCommFinalize first (see there). */
+ * call commuxCommFinalize first (see there). A communicator that an open
+ * commuxGroupStart/End group holds (on any thread) is not freed: commuxInvalidUsage, and it
+ * stays usable; end the group first. */
 commuxResult_t commuxCommDestroy(commuxComm_t comm);
 
 /* Cancels every operation in flight on `comm` (they complete with commuxRemoteError) and

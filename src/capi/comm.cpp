@@ -220,6 +220,14 @@ commuxComm::~commuxComm() { membership.reset(); }
 
 commuxResult_t commuxCommDestroy(commuxComm_t comm) {
   if (comm == nullptr) return commuxSuccess;
+  if (comm->openGroups.load(std::memory_order_acquire) > 0) {
+    // The group's end still posts and waits on it: freeing it now would leave that end a
+    // dangling communicator. Nothing is changed; end the group, then destroy.
+    return capi::failWith(commuxInvalidUsage,
+                          "commux: commuxCommDestroy: the communicator takes part in a "
+                          "commuxGroupStart/End group that is still open; call commuxGroupEnd "
+                          "first");
+  }
   const commuxResult_t result = guarded([&] {
     comm->membership.reset();
     if (comm->group && comm->group->state() == group::Group::State::Running) comm->group->abort();

@@ -42,6 +42,9 @@ struct commuxComm {
   ~commuxComm();
   /// commuxCommSplit and commuxWinCreate calls so far: every rank counts them alike (they
   /// are collective).
+  /// Open commuxGroupStart/End groups (on any thread) that hold this communicator: it
+  /// cannot be destroyed until they end, which still use it.
+  std::atomic<int> openGroups{0};
   std::uint32_t splits = 0;
   std::uint32_t shrinks = 0;
   std::uint64_t windows = 0;

@@ -25,6 +25,7 @@ bool inGroup(commuxComm& comm) {
   if (open.depth == 0) return false;
   if (std::find(open.comms.begin(), open.comms.end(), &comm) == open.comms.end()) {
     comm.group->startBatch();
+    comm.openGroups.fetch_add(1, std::memory_order_acq_rel);
     open.comms.push_back(&comm);
   }
   return true;
@@ -66,6 +67,7 @@ commuxResult_t commuxGroupEnd(void) {
   };
   for (commuxComm* comm : comms) note(capi::guarded([&] { comm->group->endBatch(); }));
   for (auto& [comm, request] : posted) note(capi::guarded([&] { capi::waitFor(*comm, *request); }));
+  for (commuxComm* comm : comms) comm->openGroups.fetch_sub(1, std::memory_order_acq_rel);
   if (first != commuxSuccess) return capi::failWith(first, firstMessage);
   return commuxSuccess;
 }

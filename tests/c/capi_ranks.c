@@ -47,6 +47,14 @@ static void test_messages(commuxComm_t comm, int rank, int size) {
   OK(commuxGroupEnd());
   for (int i = 0; i < 64; ++i)
     if (in[i] != before * 1000 + i) fail("ring: element %d is %d", i, in[i]);
+  /* A communicator an open group holds is not destroyed: the group's end still needs it. */
+  OK(commuxGroupStart());
+  OK(commuxRecv(in, 64, commuxInt32, before, 8, comm, NULL, NULL));
+  OK(commuxSend(out, 64, commuxInt32, next, 8, comm, NULL));
+  REFUSED(commuxCommDestroy(comm), commuxInvalidUsage, "still open");
+  OK(commuxGroupEnd());
+  for (int i = 0; i < 64; ++i)
+    if (in[i] != before * 1000 + i) fail("ring after a refused destroy: element %d is %d", i, in[i]);
 
   /* Tags select, order holds per (sender, tag): rank 0 sends tag 6 then three of tag 5;
    * rank 1 takes the three of tag 5 first, in order, then tag 6. */
