@@ -51,7 +51,7 @@ for kind in address thread; do
   echo "== the core's engine tests under the $kind sanitizer ($dir)"
   configure "$dir" -DCOMMUX_SANITIZE="$kind" -DCOMMUX_CORE_CUDA=OFF
   "${clean_env[@]}" cmake --build "$dir" -j2 --target commux_core_tests commux_step_tests commux_capi_ranks \
-    commux_capi_two_jobs
+    commux_capi_two_jobs commux_capi_fuzz
   "${clean_env[@]}" ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
