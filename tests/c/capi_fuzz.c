@@ -24,6 +24,7 @@
 
 #include "commux/commux.h"
 #include "rank_checks.h"
+#include "rank_harness.h"
 
 enum { kGuard = 64, kGuardByte = 0xA5, kFill = 0x3C };
 enum Call { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kAllToAllv, kRing, kCalls };
@@ -179,16 +180,7 @@ static void one_case(commuxComm_t comm, int rank, int size, long c) {
 static int run_rank(int rank, int size, long cases, volatile char* shared) {
   g_rank = rank;
   commuxUniqueId id;
-  if (rank == 0) {
-    OK(commuxGetUniqueId(&id));
-    memcpy((char*)shared + 1, &id, sizeof(id));
-    __sync_synchronize();
-    shared[0] = 1;
-  } else {
-    while (shared[0] == 0) usleep(1000);
-    __sync_synchronize();
-    memcpy(&id, (const char*)shared + 1, sizeof(id));
-  }
+  share_unique_id(rank, shared, &id);
   commuxComm_t comm = NULL;
   OK(commuxCommInitRank(&comm, size, id, rank));
   OK(commuxCommSetTimeout(comm, 60000));
@@ -226,25 +218,8 @@ int main(int argc, char** argv) {
     pids[r] = fork();
     if (pids[r] == 0) exit(run_rank(r, ranks, cases, shared));
   }
-  int failed = 0, left = ranks;
-  const time_t end = time(NULL) + deadline;
-  while (left > 0) {
-    int status;
-    if (waitpid(-1, &status, WNOHANG) > 0) {
-      --left;
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
-      continue;
-    }
-    if (time(NULL) > end) {
-      fprintf(stderr, "capi_fuzz: deadline of %d s passed; killing the ranks (seed %lu)\n",
-              deadline, g_seed);
-      for (int r = 0; r < ranks; ++r) kill(pids[r], SIGKILL);
-      while (waitpid(-1, NULL, 0) > 0) {
-      }
-      return 1;
-    }
-    usleep(10000);
-  }
+  const int failed = wait_ranks("capi_fuzz", pids, ranks, deadline);
+  if (failed < 0) return 1;
   printf("capi_fuzz: %s (seed %lu)\n", failed ? "FAILED" : "passed", g_seed);
   return failed;
 }

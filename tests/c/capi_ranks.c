@@ -28,6 +28,7 @@
 
 #include "commux/commux.h"
 #include "rank_checks.h"
+#include "rank_harness.h"
 #include "reserve_port.h"
 
 static size_t pick_count(void) {
@@ -757,18 +758,7 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
   g_rank = rank;
   commuxUniqueId id;
   memset(&id, 0, sizeof(id));
-  if (mode != 1) {
-    if (rank == 0) {
-      OK(commuxGetUniqueId(&id));
-      memcpy((char*)shared + 1, &id, sizeof(id));
-      __sync_synchronize();
-      shared[0] = 1;
-    } else {
-      while (shared[0] == 0) usleep(1000);
-      __sync_synchronize();
-      memcpy(&id, (const char*)shared + 1, sizeof(id));
-    }
-  }
+  if (mode != 1) share_unique_id(rank, shared, &id);
   commuxComm_t comm = init(mode, rank, size, &id);
   OK(commuxCommSetTimeout(comm, 60000));
   if (mode == 2) {

@@ -25,6 +25,7 @@
 
 #include "commux/commux.h"
 #include "rank_checks.h"
+#include "rank_harness.h"
 #include "reserve_port.h"
 
 enum { kOk = 1, kFailed = 2, kMixed = 3, kNoMessage = 4 };
@@ -142,23 +143,8 @@ int main(int argc, char** argv) {
     }
     usleep(1000u * shared_random(30));
   }
-  int left = total;
-  const time_t end = time(NULL) + deadline;
-  while (left > 0) {
-    if (waitpid(-1, NULL, WNOHANG) > 0) {
-      --left;
-      continue;
-    }
-    if (time(NULL) > end) {
-      fprintf(stderr, "capi_two_jobs: deadline of %d s passed; killing the ranks (seed %lu)\n",
-              deadline, g_seed);
-      for (int k = 0; k < total; ++k) kill(pids[k], SIGKILL);
-      while (waitpid(-1, NULL, 0) > 0) {
-      }
-      return 1;
-    }
-    usleep(10000);
-  }
+  /* Every rank exits 0: what it saw is in its outcome. */
+  if (wait_ranks("capi_two_jobs", pids, total, deadline) < 0) return 1;
   if (held >= 0) close(held);
   int bad = 0, jobsOk[2] = {0, 0}, jobsFailed[2] = {0, 0};
   for (int i = 0; i < total; ++i) {
