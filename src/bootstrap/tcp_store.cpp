@@ -204,23 +204,20 @@ std::int64_t TcpStore::join(std::uint32_t rank, std::uint32_t size, const Proces
   return generation;
 }
 
+int TcpStore::currentFd() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return socket_.fd();
+}
+
 std::string TcpStore::pendingNotice() {
-  int fd = -1;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    fd = socket_.fd();
-  }
+  const int fd = currentFd();
   pollfd p{fd, POLLIN, 0};
   if (fd < 0 || ::poll(&p, 1, 0) <= 0) return "";
   return awaitNotice(-1);
 }
 
 std::string TcpStore::awaitNotice(int stopFd) {
-  int fd = -1;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    fd = socket_.fd();
-  }
+  const int fd = currentFd();
   if (fd < 0) return "";
   for (;;) {
     pollfd fds[2] = {{fd, POLLIN, 0}, {stopFd, POLLIN, 0}};

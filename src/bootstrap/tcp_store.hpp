@@ -63,6 +63,8 @@ class TcpStore : public core::KeyValueStore {
   bool greet(Clock::time_point deadline);
   /// Reads a Failed reply's text (the reply byte read) and raises it as a Store error.
   [[noreturn]] void failed();
+  /// The connection's descriptor now (-1 once broken), for a wait outside the lock.
+  int currentFd();
   void read(void* data, std::size_t size);
   [[noreturn]] void broken(const char* doing);
 
