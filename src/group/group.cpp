@@ -871,10 +871,11 @@ bool Group::launch(const std::shared_ptr<Request>& request, std::shared_ptr<engi
     doomed = checkHealthy(*request);
     trackLocked(request);
     // COMMUX_GROUP defers host operations only: a CUDA one waits for its stream instead.
-    if (batching_.load(std::memory_order_relaxed) && Config::get().group && !stream) {
+    Batch* batch = Config::get().group && !stream ? batchOfThisThreadLocked() : nullptr;
+    if (batch != nullptr) {
       request->setDeferred(true);
-      deferred_.push_back(request);
-      deferredOps_.push_back(std::move(op));
+      batch->requests.push_back(request);
+      batch->ops.push_back(std::move(op));
       if (!doomed.empty()) request->failAfterDraining(engine::commError(doomed));
       return true;
     }
@@ -920,11 +921,11 @@ void Group::launchAll(const std::vector<std::shared_ptr<Request>>& requests,
       requests[i]->attach(ops[i]);
       trackLocked(requests[i]);
     }
-    if (batching_.load(std::memory_order_relaxed) && Config::get().group) {
+    if (Batch* batch = Config::get().group ? batchOfThisThreadLocked() : nullptr) {
       for (std::size_t i = 0; i < ops.size(); ++i) {
         requests[i]->setDeferred(true);
-        deferred_.push_back(requests[i]);
-        deferredOps_.push_back(std::move(ops[i]));
+        batch->requests.push_back(requests[i]);
+        batch->ops.push_back(std::move(ops[i]));
       }
       ops.clear();
     }
@@ -933,29 +934,47 @@ void Group::launchAll(const std::vector<std::shared_ptr<Request>>& requests,
   for (auto& [i, why] : doomed) requests[i]->failAfterDraining(engine::commError(why));
 }
 
+Group::Batch* Group::batchOfThisThreadLocked() {
+  if (openBatches_.load(std::memory_order_relaxed) == 0) return nullptr;
+  const auto self = std::this_thread::get_id();
+  for (Batch& batch : batches_) {
+    if (batch.owner == self) return &batch;
+  }
+  return nullptr;
+}
+
+bool Group::batching() const {
+  if (openBatches_.load(std::memory_order_relaxed) == 0) return false;
+  std::lock_guard<std::mutex> lock(trackMutex_);
+  const auto self = std::this_thread::get_id();
+  return std::any_of(batches_.begin(), batches_.end(),
+                     [&](const Batch& batch) { return batch.owner == self; });
+}
+
 void Group::startBatch() {
   checkSameProcess();
   std::lock_guard<std::mutex> lock(trackMutex_);
-  COMMUX_CHECK(!batching_.load(std::memory_order_relaxed), Runtime,
+  COMMUX_CHECK(batchOfThisThreadLocked() == nullptr, Runtime,
                "commux: startCoalescing called twice without endCoalescing");
-  batching_.store(true, std::memory_order_relaxed);
+  batches_.push_back(Batch{std::this_thread::get_id(), {}, {}});
+  openBatches_.store(batches_.size(), std::memory_order_relaxed);
 }
 
 void Group::endBatch() {
-  std::vector<std::shared_ptr<engine::Op>> ops;
-  std::vector<std::shared_ptr<Request>> deferred;
+  Batch batch;
   {
     std::lock_guard<std::mutex> lock(trackMutex_);
-    COMMUX_CHECK(batching_.load(std::memory_order_relaxed), Runtime,
+    Batch* mine = batchOfThisThreadLocked();
+    COMMUX_CHECK(mine != nullptr, Runtime,
                  "commux: endCoalescing called without startCoalescing");
-    batching_.store(false, std::memory_order_relaxed);
-    ops.swap(deferredOps_);
-    deferred.swap(deferred_);
+    batch = std::move(*mine);
+    batches_.erase(batches_.begin() + (mine - batches_.data()));
+    openBatches_.store(batches_.size(), std::memory_order_relaxed);
   }
-  for (auto& request : deferred) request->setDeferred(false);
+  for (auto& request : batch.requests) request->setDeferred(false);
   // One submission for the whole batch: one pass through the worker lock, and the
   // messages leave back to back.
-  if (!ops.empty()) engine_->submit(engine::Submission::start(std::move(ops)));
+  if (!batch.ops.empty()) engine_->submit(engine::Submission::start(std::move(batch.ops)));
 }
 
 }  // namespace commux::group

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/route.hpp"
@@ -165,12 +166,15 @@ class Group {
   /// worker lock and one progress round for all. Raises (nothing started) as launch().
   void launchAll(const std::vector<std::shared_ptr<Request>>& requests,
                  std::vector<std::shared_ptr<engine::Op>> ops);
-  /// Opens a batch: operations launched until endBatch are posted together then
-  /// (COMMUX_GROUP=1; otherwise they start at once as usual).
+  /// Opens the calling thread's batch: operations this thread launches until its endBatch
+  /// are posted together then (COMMUX_GROUP=1; otherwise they start at once as usual).
+  /// Batches are per thread, as commuxGroupStart/End and torch's coalescing are: another
+  /// thread's operations on the group meanwhile start as usual.
   void startBatch();
-  /// Closes the batch and posts what it deferred, in one submission.
+  /// Closes the calling thread's batch and posts what it deferred, in one submission.
   void endBatch();
-  bool batching() const noexcept { return batching_.load(std::memory_order_relaxed); }
+  /// Whether the calling thread has a batch open.
+  bool batching() const;
   /// Calls `fn` for each Request in flight, under the tracking lock (it must not launch).
   template <typename Fn>
   void forEachInFlight(Fn&& fn) {
@@ -244,13 +248,22 @@ class Group {
   std::atomic<State> state_{State::Running};
 
   // Guards inflight_ and the batch.
-  std::mutex trackMutex_;
+  mutable std::mutex trackMutex_;
   // Operations abort() must cancel; finished entries are pruned as the list grows.
   std::vector<std::weak_ptr<Request>> inflight_;
   std::size_t pruneAt_ = 64;
-  std::atomic<bool> batching_{false};
-  std::vector<std::shared_ptr<engine::Op>> deferredOps_;
-  std::vector<std::shared_ptr<Request>> deferred_;
+  // The open batches, one per thread that has one (few): what each deferred.
+  struct Batch {
+    std::thread::id owner;
+    std::vector<std::shared_ptr<engine::Op>> ops;
+    std::vector<std::shared_ptr<Request>> requests;
+  };
+  std::vector<Batch> batches_;
+  // batches_.size(), read without the lock: no batch open is the usual case, and spares
+  // every launch a look-up.
+  std::atomic<std::size_t> openBatches_{0};
+  /// Tracking-lock holder: the calling thread's open batch, or null.
+  Batch* batchOfThisThreadLocked();
 
   const bool setUpInBackground_;
   // Shared with startSetUp's (detached) thread: it works on the group only under `mutex`,

@@ -37,6 +37,26 @@ static size_t pick_count(void) {
 }
 
 
+/* One blocking ring step on another thread: send this rank to `next`, receive `before`'s. */
+struct RingArgs {
+  commuxComm_t comm;
+  int next, before, tag;
+  int32_t got;
+};
+
+static void* ring_once(void* arg) {
+  struct RingArgs* a = arg;
+  int mine = -1;
+  int32_t got = -1;
+  commuxRequest_t sent;
+  OK(commuxCommUserRank(a->comm, &mine));
+  OK(commuxIsend(&mine, 1, commuxInt32, a->next, a->tag, a->comm, NULL, &sent));
+  OK(commuxRecv(&got, 1, commuxInt32, a->before, a->tag, a->comm, NULL, NULL));
+  OK(commuxWait(sent, NULL));
+  a->got = got;
+  return NULL;
+}
+
 static void test_messages(commuxComm_t comm, int rank, int size) {
   const int next = (rank + 1) % size, before = (rank + size - 1) % size;
   /* A ring of blocking calls inside a group: no order can deadlock. */
@@ -56,6 +76,25 @@ static void test_messages(commuxComm_t comm, int rank, int size) {
   OK(commuxGroupEnd());
   for (int i = 0; i < 64; ++i)
     if (in[i] != before * 1000 + i) fail("ring after a refused destroy: element %d is %d", i, in[i]);
+
+  /* A group is per thread: while this thread's group is open (its receive only posted),
+   * another thread's blocking calls on the same communicator run at once. The group's
+   * receive is matched only by the send this thread posts after that thread returned;
+   * with COMMUX_GROUP=1 the other thread's calls were once swallowed by this thread's batch
+   * (its receive then never completed). */
+  if (size >= 2) {
+    struct RingArgs ring = {comm, next, before, 32, -1};
+    int32_t grouped_in = -1, grouped_out = rank;
+    pthread_t other;
+    OK(commuxGroupStart());
+    OK(commuxRecv(&grouped_in, 1, commuxInt32, before, 31, comm, NULL, NULL));
+    if (pthread_create(&other, NULL, ring_once, &ring) != 0) fail("pthread_create failed");
+    pthread_join(other, NULL);
+    if (ring.got != before) fail("another thread's ring during an open group got %d", ring.got);
+    OK(commuxSend(&grouped_out, 1, commuxInt32, next, 31, comm, NULL));
+    OK(commuxGroupEnd());
+    if (grouped_in != before) fail("the group's receive got %d", grouped_in);
+  }
 
   /* Tags select, order holds per (sender, tag): rank 0 sends tag 6 then three of tag 5;
    * rank 1 takes the three of tag 5 first, in order, then tag 6. */
