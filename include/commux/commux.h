@@ -29,7 +29,11 @@
  *   operation; commuxGroupEnd waits for all of them.
  * - Timeouts: every operation fails with commuxTimeout after the communicator's timeout
  *   (commuxCommSetTimeout; 30 minutes by default, as torch's); what it
- *   left in flight is cancelled first. A timeout of 0 means none. Known limit: a send
+ *   left in flight is cancelled first, and the call returns only once the operation has
+ *   ended: a receive UCX already matched (a rendezvous under way) cannot be stopped, so it
+ *   is let finish, and nothing lands in the buffer after the call returned. (Should such a
+ *   transfer still run 10 s after the cancel, the error says that the buffer may yet
+ *   change.) A timeout of 0 means none. Known limit: a send
  *   large enough to go by rendezvous (UCX's threshold, tens of KiB) whose announcement
  *   already reached the receiver cannot be recalled: a matching receive posted later still
  *   reads the sender's buffer. After such a send timed out or was freed unfinished, keep
@@ -250,7 +254,10 @@ commuxResult_t commuxTest(commuxRequest_t request, int* done, commuxStatus* stat
 /* Waits for the operation (up to its communicator's timeout), frees the request and
  * returns the operation's result. `status` may be NULL. */
 commuxResult_t commuxWait(commuxRequest_t request, commuxStatus* status);
-/* Frees a request without waiting: an operation still in flight is cancelled first. */
+/* Frees a request without waiting for its message: an operation still in flight is
+ * cancelled first, and the call returns once it has ended (a receive UCX is already filling
+ * is let finish, as under Timeouts; after 10 s it returns commuxRemoteError saying the
+ * buffer may yet change). A send cannot be recalled: see Timeouts. */
 commuxResult_t commuxRequestFree(commuxRequest_t request);
 
 /* ---- Grouped calls ------------------------------------------------------------------ */

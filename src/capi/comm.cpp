@@ -230,8 +230,16 @@ commuxResult_t commuxCommDestroy(commuxComm_t comm) {
   }
   const commuxResult_t result = guarded([&] {
     comm->membership.reset();
-    if (comm->group && comm->group->state() == group::Group::State::Running) comm->group->abort();
+    // The operations cancelled here end before the call returns (their buffers are their
+    // callers' again), boundedly; a receive UCX is filling is let finish.
+    bool ended = true;
+    if (comm->group && comm->group->state() == group::Group::State::Running) {
+      ended = comm->group->abort(group::kCancelWait);
+    }
     comm->group.reset();
+    COMMUX_CHECK(ended, Backend, "commux: commuxCommDestroy: a transfer of an operation it "
+                 "cancelled was still under way ", group::kCancelWait.count(),
+                 " s later: its buffer may yet change");
   });
   delete comm;
   return result;

@@ -147,9 +147,14 @@ commuxResult_t commuxRequestFree(commuxRequest_t request) {
   const commuxResult_t result = guarded([&] {
     if (!request->request->done()) {
       request->request->abort();
-      // The cancellation runs on the thread that drives the worker: the buffer is the
-      // caller's again only once it has.
-      request->request->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait);
+      // The cancellation runs on the thread that drives the worker, and a receive UCX
+      // already matched writes the buffer until its transfer ends: the buffer is the
+      // caller's again only once the operation has ended.
+      COMMUX_CHECK(
+          request->request->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait),
+          Backend, "commux: commuxRequestFree: ", request->request->description(),
+          ": a transfer into its buffer was still under way ", group::kCancelWait.count(),
+          " s after the cancel and may yet change it");
     }
   });
   delete request;

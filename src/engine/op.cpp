@@ -1,5 +1,7 @@
 #include "engine/op.hpp"
 
+#include <utility>
+
 #include "engine/errors.hpp"
 
 #include "engine/engine.hpp"
@@ -73,6 +75,8 @@ void Op::postSend(Engine& engine, ucp_ep_h ep, const void* data, std::size_t cou
 void Op::postRecv(Engine& engine, void* data, std::size_t count, wire::Tag tag, wire::Tag mask,
                   std::uint32_t slot, ucs_memory_type_t memory, ucp_datatype_t datatype) {
   Pending* pending = engine.makePending(shared_from_this(), slot);
+  pending->receive = true;
+  ++receivesOwed_;
   ucp_request_param_t params{};
   // Always complete through the callback: UCX 1.13 reports no length for a receive that
   // completes at once, and the length check needs it.
@@ -105,6 +109,10 @@ void Op::handle(Engine& engine, Pending& pending, ucs_status_t status, const Rec
   --outstanding_;
   if (pending.slot < inflight_.size() && inflight_[pending.slot] == &pending) {
     inflight_[pending.slot] = nullptr;
+  }
+  if (pending.receive && --receivesOwed_ == 0 && drainingError_) {
+    report(std::exchange(drainingError_, nullptr));
+    return;
   }
   if (finished_ || witnessed_) return;
   if (status != UCS_OK) {
@@ -145,9 +153,20 @@ void Op::cancelInflight(Engine& engine) {
 
 void Op::fail(Engine& engine, std::exception_ptr error) {
   if (finished_.exchange(true, std::memory_order_acq_rel)) return;
+  // Unmatched receives complete (cancelled) within this progress round; a matched one
+  // when its transfer ends. Sends cannot be recalled by UCX at all (ucp_request_cancel
+  // leaves them be): waiting for them could take forever, and the header says so.
   cancelInflight(engine);
   engine.opFinished(this);
   onFailed();
+  if (receivesOwed_ != 0) {
+    drainingError_ = error ? std::move(error) : commError("commux: " + description() + " failed");
+    return;
+  }
+  report(std::move(error));
+}
+
+void Op::report(std::exception_ptr error) {
   Done done = std::move(done_);
   done_ = nullptr;
   if (done) done(error, -1);

@@ -54,6 +54,8 @@ struct Pending {
   Engine* engine = nullptr;
   std::uint32_t slot = 0;
   void* request = nullptr;
+  // A receive: UCX writes its buffer until it completes.
+  bool receive = false;
 };
 
 class Op : public std::enable_shared_from_this<Op> {
@@ -112,7 +114,10 @@ class Op : public std::enable_shared_from_this<Op> {
     witness_ = std::move(witness);
     witnessPeer_ = peer;
   }
-  /// Worker-lock holder: fail the operation now and cancel its outstanding requests.
+  /// Worker-lock holder: fail the operation now and cancel its outstanding requests. Its
+  /// callback runs once no receive of it is left to UCX: a receive UCX already matched (a
+  /// rendezvous under way) cannot be cancelled and writes the buffer until its transfer
+  /// ends, and the caller gets the buffer back only after that.
   void fail(Engine& engine, std::exception_ptr error);
   /// Worker-lock holder: route one request's completion.
   void handle(Engine& engine, Pending& pending, ucs_status_t status, const RecvInfo& info);
@@ -146,6 +151,8 @@ class Op : public std::enable_shared_from_this<Op> {
  private:
   friend class Engine;
   void track(Engine& engine, Pending* pending, void* request);
+  /// Runs the callback with `error` (a failure's).
+  void report(std::exception_ptr error);
   /// Worker-lock holder: cancels the requests still owned by UCX (a cancelled one still
   /// completes, through handle()).
   void cancelInflight(Engine& engine);
@@ -171,6 +178,10 @@ class Op : public std::enable_shared_from_this<Op> {
   // completions still to come change nothing.
   bool witnessed_ = false;
   std::size_t outstanding_ = 0;
+  // Receives posted and not yet completed (worker lock).
+  std::size_t receivesOwed_ = 0;
+  // Set by fail() while receives are owed: the callback's error, given once they are not.
+  std::exception_ptr drainingError_;
   // Requests still owned by UCX, for cancellation; inline for the usual one or two.
   core::InlineVector<Pending*, 4> inflight_;
 };

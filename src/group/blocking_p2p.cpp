@@ -49,9 +49,16 @@ void finish(Group& group, engine::BlockingTransfer& transfer, bool isSend, int p
                   " ms); the operation was cancelled and the group stays usable";
       }
       // What arrived before the cancel still completes it, as a Request's failAfterDraining.
-      if (!transfer.cancel(kCancelWait) || transfer.status() != UCS_OK) {
-        COMMUX_FAIL(Backend, "commux: ", describe(), ": ", stopped);
+      // A receive UCX already matched writes the buffer until its transfer ends, so the
+      // cancel waits for that; a send UCX cannot recall at all.
+      if (!transfer.cancel(kCancelWait)) {
+        COMMUX_FAIL(Backend, "commux: ", describe(), ": ", stopped, "; UCX still held its buffer ",
+                    kCancelWait.count(), " s after the cancel (",
+                    isSend ? "a send it cannot recall: the receiver may still read it"
+                           : "a transfer into it may yet change it",
+                    ")");
       }
+      if (transfer.status() != UCS_OK) COMMUX_FAIL(Backend, "commux: ", describe(), ": ", stopped);
     }
   }
   const ucs_status_t status = transfer.status();

@@ -332,8 +332,8 @@ void Group::connectAll(std::chrono::milliseconds limit) {
   peers_->resolveAll("connecting to every member");
 }
 
-void Group::abort() {
-  if (inheritedByFork()) return;  // the parent's operations are the parent's to abort
+bool Group::abort(std::chrono::milliseconds drain) {
+  if (inheritedByFork()) return true;  // the parent's operations are the parent's to abort
   state_.store(State::Aborted, std::memory_order_release);
   setUpStop_.store(true, std::memory_order_release);
   const std::uint32_t through = firstUndone();  // before the aborts below make it look done
@@ -342,10 +342,18 @@ void Group::abort() {
     std::lock_guard<std::mutex> lock(trackMutex_);
     inflight.swap(inflight_);
   }
+  std::vector<std::shared_ptr<Request>> aborted;
   for (const auto& weak : inflight) {
-    if (auto request = weak.lock()) request->abort();
+    if (auto request = weak.lock(); request && !request->done()) {
+      request->abort();
+      if (drain.count() > 0) aborted.push_back(std::move(request));
+    }
   }
   tellLeaving("aborted", through);
+  const auto until = std::chrono::steady_clock::now() + drain;
+  bool ended = true;
+  for (const auto& request : aborted) ended = request->waitUntil(until) && ended;
+  return ended;
 }
 
 void Group::shutdown() {

@@ -95,8 +95,10 @@ class Group {
   /// timeout after"). For callers that want a group's membership checked when it is made,
   /// not at its first operation (gloo connects then).
   void connectAll(std::chrono::milliseconds limit);
-  /// Cancels every operation in flight; later calls raise.
-  void abort();
+  /// Cancels every operation in flight; later calls raise. With a `drain` limit, then
+  /// waits up to that long for them to end (a receive UCX is filling ends only when its
+  /// transfer does), so their buffers are their callers' again; false when some had not.
+  bool abort(std::chrono::milliseconds drain = std::chrono::milliseconds(0));
   /// Later calls raise; operations in flight still finish.
   void shutdown();
 

@@ -127,14 +127,18 @@ void Request::wait(std::chrono::milliseconds limit) {
   // then a message that arrives still lands in this receive. The caller may tell the
   // sender that the receive is gone and have the same (peer, tag) sent again for a new
   // receive (the stress test's timeout probe does, and hung when the driver was
-  // preempted between two rounds): that message must not land here. So a point-to-point
-  // timeout is reported once the operation has ended, which is at once unless another
-  // thread holds the worker; one that completed meanwhile did get its message and
-  // succeeds. (A collective's tags are never reused: the group refuses collectives now.)
-  if (collective() || !waitUntil(std::chrono::steady_clock::now() + kCancelWait) ||
-      !succeeded()) {
-    COMMUX_FAIL(Backend, message);
+  // preempted between two rounds): that message must not land here. And a receive UCX
+  // already matched writes the buffer until its transfer ends (the op reports its end only
+  // then). So a timeout is reported once the operation has ended, which is at once unless
+  // another thread holds the worker or a transfer is under way; a point-to-point one that
+  // completed meanwhile did get its message and succeeds. (A collective fails anyway: its
+  // tags are never reused and the group refuses collectives now.)
+  const bool ended = waitUntil(std::chrono::steady_clock::now() + kCancelWait);
+  if (!ended) {
+    COMMUX_FAIL(Backend, message, "; a transfer into its buffers was still under way ",
+                kCancelWait.count(), " s later and may yet change them");
   }
+  if (collective() || !succeeded()) COMMUX_FAIL(Backend, message);
 }
 
 }  // namespace commux::group

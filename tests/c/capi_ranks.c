@@ -793,6 +793,80 @@ static void test_abort(commuxComm_t comm, int rank) {
   REFUSED(commuxSend(&x, 1, commuxInt32, rank, 1, comm, NULL), commuxInvalidUsage, "abort");
 }
 
+/* A receive that times out or is freed while its rendezvous transfer is under way (TCP
+ * only, half a GiB, a 30 ms timeout) hands its buffer back only once the transfer has
+ * ended: nothing lands in it after the call returned. Once, the call returned at once and
+ * the rest of the message landed afterwards. Four ways: commuxRecv, commuxIrecv and
+ * commuxWait, commuxIrecv and commuxRequestFree, commuxIrecv and commuxCommDestroy (last:
+ * it ends the communicator, *comm is NULL after). */
+static size_t count_byte(const unsigned char* p, size_t n, unsigned char b) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i) k += p[i] == b;
+  return k;
+}
+
+static void test_cancel(commuxComm_t* handle, int rank) {
+  const size_t bytes = (size_t)512 << 20;
+  commuxComm_t comm = *handle;
+  unsigned char* buffer = malloc(bytes);
+  if (buffer == NULL) fail("no memory for %zu bytes", bytes);
+  for (int way = 0; way < 4; ++way) {
+    OK(commuxCommSetTimeout(comm, 60000));
+    OK(commuxBarrier(comm, NULL));
+    int32_t done = 0;
+    if (rank == 1) {
+      memset(buffer, 0xAB, bytes);
+      commuxRequest_t sent;
+      OK(commuxIsend(buffer, bytes, commuxUint8, 0, 77 + way, comm, NULL, &sent));
+      OK(commuxWait(sent, NULL));
+      if (way < 3) OK(commuxSend(&done, 1, commuxInt32, 0, 90 + way, comm, NULL));
+      continue;
+    }
+    memset(buffer, 0x11, bytes);
+    usleep(300000); /* the sender's announcement is here: the receive is matched at once */
+    commuxResult_t r;
+    if (way == 3) {
+      commuxRequest_t request;
+      OK(commuxIrecv(buffer, bytes, commuxUint8, 1, 77 + way, comm, NULL, &request));
+      usleep(30000);
+      r = commuxCommDestroy(comm);
+      *handle = comm = NULL;
+      const size_t landed = count_byte(buffer, bytes, 0xAB);
+      usleep(1000000); /* the process's progress thread goes on driving UCX */
+      const size_t later = count_byte(buffer, bytes, 0xAB);
+      commuxRequestFree(request);
+      printf("capi_ranks: cancel way 3: %s, %zu bytes landed at return, %zu later\n",
+             commuxGetErrorString(r), landed, later);
+      if (later != landed) fail("way 3: the buffer changed after commuxCommDestroy returned");
+      continue;
+    }
+    if (way == 2) {
+      commuxRequest_t request;
+      OK(commuxIrecv(buffer, bytes, commuxUint8, 1, 77 + way, comm, NULL, &request));
+      usleep(30000); /* the progress thread took the receive over and is filling it */
+      r = commuxRequestFree(request);
+    } else {
+      OK(commuxCommSetTimeout(comm, 30));
+      if (way == 0) {
+        r = commuxRecv(buffer, bytes, commuxUint8, 1, 77 + way, comm, NULL, NULL);
+      } else {
+        commuxRequest_t request;
+        OK(commuxIrecv(buffer, bytes, commuxUint8, 1, 77 + way, comm, NULL, &request));
+        r = commuxWait(request, NULL);
+      }
+      OK(commuxCommSetTimeout(comm, 60000));
+    }
+    const size_t landed = count_byte(buffer, bytes, 0xAB);
+    /* Driving the worker until the sender is done: whatever was still to land would now. */
+    OK(commuxRecv(&done, 1, commuxInt32, 1, 90 + way, comm, NULL, NULL));
+    const size_t later = count_byte(buffer, bytes, 0xAB);
+    printf("capi_ranks: cancel way %d: %s, %zu of %zu bytes landed at return, %zu later\n", way,
+           r == commuxSuccess ? "completed" : commuxGetErrorString(r), landed, bytes, later);
+    if (later != landed) fail("way %d: the buffer changed after the call returned", way);
+  }
+  free(buffer);
+}
+
 static int run_rank(int mode, int rank, int size, volatile char* shared) {
   g_rank = rank;
   commuxUniqueId id;
@@ -810,6 +884,8 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
     test_checkv(comm, rank, size);
   } else if (mode == 8) {
     test_kill(comm, rank, size); /* ends the process */
+  } else if (mode == 9) {
+    test_cancel(&comm, rank);
   } else if (mode == 3 || mode == 4) {
     test_reconnect(&comm, rank, size, &id, mode == 4);
   } else {
@@ -822,7 +898,7 @@ static int run_rank(int mode, int rank, int size, volatile char* shared) {
     test_halo(comm, rank, size);
     OK(commuxBarrier(comm, NULL));
   }
-  if (mode != 2 && mode != 5 && mode != 6) OK(commuxCommFinalize(comm)); /* no rank leaves while a peer still needs it */
+  if (mode != 2 && mode != 5 && mode != 6 && mode != 9) OK(commuxCommFinalize(comm)); /* no rank leaves while a peer still needs it */
   OK(commuxCommDestroy(comm));
   if (rank == 0) printf("capi_ranks: rank 0 checked %ld collective results\n", g_checked);
   return 0;
@@ -855,6 +931,7 @@ int main(int argc, char** argv) {
              : !strcmp(argv[i + 1], "shrink")    ? 6
              : !strcmp(argv[i + 1], "checkv")    ? 7
              : !strcmp(argv[i + 1], "kill")      ? 8
+             : !strcmp(argv[i + 1], "cancel")    ? 9
                                                  : 0;
   }
   if (ranks < 1 || ranks > 32) fail("--ranks must be 1 .. 32");
@@ -862,6 +939,8 @@ int main(int argc, char** argv) {
   if (mode == 6 && ranks < 3) fail("--mode shrink needs 3 ranks or more");
   if (mode == 7 && ranks < 3) fail("--mode checkv needs 3 ranks or more");
   if (mode == 8 && ranks < 3) fail("--mode kill needs 3 ranks or more");
+  if (mode == 9 && ranks != 2) fail("--mode cancel needs 2 ranks");
+  if (mode == 9) setenv("UCX_TLS", "tcp", 1); /* a rendezvous slow enough to time out in */
   if (mode == 7 || mode == 8) {
     /* Before any rank reads its settings: the collectives run as UCX schedules. */
     setenv("COMMUX_SHM", "0", 1);
