@@ -31,8 +31,8 @@ constexpr std::uint32_t kControlSlot = 0;
 
 WindowInbox::WindowInbox(std::uint32_t context, int rank, int groupSize, char* base,
                          std::size_t bytes, std::optional<int> device,
-                         Description description)
-    : Op(std::move(description), nullptr),
+                         Description description, Done done)
+    : Op(std::move(description), std::move(done)),
       context_(context),
       rank_(static_cast<std::uint32_t>(rank)),
       base_(base),

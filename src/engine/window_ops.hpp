@@ -66,8 +66,10 @@ class CloseWindowOp;
 class WindowInbox final : public Op {
  public:
   /// `device`: the GPU [base, base + bytes) lives on; empty for host memory.
+  /// `done`: told once it has ended (closed, failed, cancelled) and no transfer into the
+  /// window is left to UCX.
   WindowInbox(std::uint32_t context, int rank, int groupSize, char* base, std::size_t bytes,
-              std::optional<int> device, Description description);
+              std::optional<int> device, Description description, Done done = nullptr);
 
   void start(Engine& engine) override;
   /// The peers' windows, once the registration read them: gets are answered from then on

@@ -72,9 +72,14 @@ Window::Window(Group& group, void* base, std::size_t bytes, std::uint64_t index)
   Record mine;
   mine.context = engine.contexts().acquire();
   mine.bytes = bytes;
+  inboxEnded_ = std::make_shared<engine::DoneFlag>();
   auto inbox = std::make_shared<engine::WindowInbox>(
       mine.context, rank, size, base_, bytes, std::nullopt,
-      engine::Description("window #" + std::to_string(index) + " on rank " + std::to_string(rank)));
+      engine::Description("window #" + std::to_string(index) + " on rank " + std::to_string(rank)),
+      // Run by the engine, under its worker lock: the engine is alive.
+      [engine = &engine, ended = inboxEnded_](std::exception_ptr, int) {
+        engine->setDone(*ended);
+      });
   try {
     engine.submit(engine::Submission::start(inbox));
     // A rank that dies before it publishes is found within the failure detection's bound,
@@ -123,19 +128,25 @@ Window::Window(Group& group, void* base, std::size_t bytes, std::uint64_t index)
 }
 
 Window::~Window() {
-  if (inbox_) release();
+  // Not waited for: the engine may be stopping with the process.
+  if (inbox_) release(false);
 }
 
-void Window::release() {
+bool Window::release(bool drain) {
   auto& engine = group_.engine();
   if (!inbox_->finished()) {
     engine.submit(
         engine::Submission::cancel(inbox_, engine::commError("commux: the window was released")));
   }
+  // A large put's data receive UCX already matched writes the window until its transfer
+  // ends (the inbox ends only then): the caller may free the memory once close returns.
+  const bool drained =
+      !drain || engine.wait(*inboxEnded_, std::chrono::steady_clock::now() + kCancelWait);
   engine.submit(engine::Submission::purge(context_));
   engine.contexts().release(context_);
   inbox_.reset();
   peers_.clear();
+  return drained;
 }
 
 const Window::Peer& Window::peer(const char* what, int rank) const {
@@ -236,10 +247,12 @@ void Window::close(std::chrono::milliseconds timeout) {
     request->wait(timeout);
     if (auto error = request->error()) std::rethrow_exception(error);
   } catch (...) {
-    release();
+    release(true);
     throw;
   }
-  release();
+  COMMUX_CHECK(release(true), Backend, "commux: window close (window #", index_,
+               "): a transfer into the window was still under way ", kCancelWait.count(),
+               " s after the close: the window's memory may yet change");
 }
 
 }  // namespace commux::group

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/done_flag.hpp"
 #include "group/request.hpp"
 
 namespace commux::engine {
@@ -59,13 +60,17 @@ class Window {
     std::uint64_t bytes = 0;
   };
   const Peer& peer(const char* what, int rank) const;
-  void release();
+  /// Cancels the inbox and gives the context back; with `drain`, first waits (bounded)
+  /// until no transfer into the window is left to UCX. False when one still was.
+  bool release(bool drain);
 
   Group& group_;
   char* base_;
   std::uint64_t index_;
   std::uint32_t context_ = 0;
   std::shared_ptr<engine::WindowInbox> inbox_;
+  // Set once the inbox has ended and UCX writes the window no more.
+  std::shared_ptr<engine::DoneFlag> inboxEnded_;
   std::vector<Peer> peers_;
 };
 

@@ -796,9 +796,10 @@ static void test_abort(commuxComm_t comm, int rank) {
 /* A receive that times out or is freed while its rendezvous transfer is under way (TCP
  * only, half a GiB, a 30 ms timeout) hands its buffer back only once the transfer has
  * ended: nothing lands in it after the call returned. Once, the call returned at once and
- * the rest of the message landed afterwards. Four ways: commuxRecv, commuxIrecv and
- * commuxWait, commuxIrecv and commuxRequestFree, commuxIrecv and commuxCommDestroy (last:
- * it ends the communicator, *comm is NULL after). */
+ * the rest of the message landed afterwards. Five ways: commuxRecv, commuxIrecv and
+ * commuxWait, commuxIrecv and commuxRequestFree, a window freed (its close timed out) while
+ * a peer's put fills it, commuxIrecv and commuxCommDestroy (last: it ends the
+ * communicator, *comm is NULL after). */
 static size_t count_byte(const unsigned char* p, size_t n, unsigned char b) {
   size_t k = 0;
   for (size_t i = 0; i < n; ++i) k += p[i] == b;
@@ -810,22 +811,46 @@ static void test_cancel(commuxComm_t* handle, int rank) {
   commuxComm_t comm = *handle;
   unsigned char* buffer = malloc(bytes);
   if (buffer == NULL) fail("no memory for %zu bytes", bytes);
-  for (int way = 0; way < 4; ++way) {
+  for (int way = 0; way < 5; ++way) {
     OK(commuxCommSetTimeout(comm, 60000));
     OK(commuxBarrier(comm, NULL));
     int32_t done = 0;
+    if (way == 3) {
+      commuxWin_t win = NULL;
+      memset(buffer, rank == 1 ? 0xAB : 0x11, bytes);
+      OK(commuxWinCreate(comm, buffer, bytes, &win));
+      if (rank == 1) {
+        OK(commuxWinPut(win, buffer, bytes, 0, 0));
+        OK(commuxWinFree(win));
+        OK(commuxSend(&done, 1, commuxInt32, 0, 90 + way, comm, NULL));
+        continue;
+      }
+      usleep(20000); /* the put's data is arriving */
+      OK(commuxCommSetTimeout(comm, 30));
+      const commuxResult_t r = commuxWinFree(win);
+      OK(commuxCommSetTimeout(comm, 60000));
+      const size_t landed = count_byte(buffer, bytes, 0xAB);
+      OK(commuxRecv(&done, 1, commuxInt32, 1, 90 + way, comm, NULL, NULL));
+      const size_t later = count_byte(buffer, bytes, 0xAB);
+      printf("capi_ranks: cancel way 3 (window): %s, %zu bytes landed at return, %zu later\n",
+             commuxGetErrorString(r), landed, later);
+      if (later != landed) fail("way 3: the window changed after commuxWinFree returned");
+      continue;
+    }
     if (rank == 1) {
       memset(buffer, 0xAB, bytes);
       commuxRequest_t sent;
       OK(commuxIsend(buffer, bytes, commuxUint8, 0, 77 + way, comm, NULL, &sent));
-      OK(commuxWait(sent, NULL));
-      if (way < 3) OK(commuxSend(&done, 1, commuxInt32, 0, 90 + way, comm, NULL));
+      /* Way 4: rank 0's communicator goes; its notice may fail the send first. */
+      const commuxResult_t r = commuxWait(sent, NULL);
+      if (r != commuxSuccess && (way < 4 || r != commuxRemoteError)) OK(r);
+      if (way < 4) OK(commuxSend(&done, 1, commuxInt32, 0, 90 + way, comm, NULL));
       continue;
     }
     memset(buffer, 0x11, bytes);
     usleep(300000); /* the sender's announcement is here: the receive is matched at once */
     commuxResult_t r;
-    if (way == 3) {
+    if (way == 4) {
       commuxRequest_t request;
       OK(commuxIrecv(buffer, bytes, commuxUint8, 1, 77 + way, comm, NULL, &request));
       usleep(30000);
@@ -835,9 +860,9 @@ static void test_cancel(commuxComm_t* handle, int rank) {
       usleep(1000000); /* the process's progress thread goes on driving UCX */
       const size_t later = count_byte(buffer, bytes, 0xAB);
       commuxRequestFree(request);
-      printf("capi_ranks: cancel way 3: %s, %zu bytes landed at return, %zu later\n",
+      printf("capi_ranks: cancel way 4: %s, %zu bytes landed at return, %zu later\n",
              commuxGetErrorString(r), landed, later);
-      if (later != landed) fail("way 3: the buffer changed after commuxCommDestroy returned");
+      if (later != landed) fail("way 4: the buffer changed after commuxCommDestroy returned");
       continue;
     }
     if (way == 2) {
