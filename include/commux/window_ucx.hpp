@@ -138,6 +138,9 @@ class WindowUCX final : public c10d::Window {
   bool registered_ = false;
   at::Tensor owned_;  // the registered tensor, when the window owns it
   at::Tensor registeredTensor_;  // the registered tensor, owned or not, while registered
+  // The word the peers' same-host probe reads (a fresh random value per registration),
+  // kept while registered: a peer may probe it any time before its registration returns.
+  std::shared_ptr<const std::uint64_t> canary_;
   char* base_ = nullptr;
   c10::Device device_{c10::kCPU};
   std::uint32_t context_ = 0;

@@ -42,7 +42,8 @@ struct Record {
   std::uint64_t elements = 0;
   std::uint64_t address = 0;
   std::int64_t pid = 0;
-  std::uint64_t canary = 0;  // the address of this process's CMA canary
+  std::uint64_t canary = 0;       // the address of this registration's CMA canary
+  std::uint64_t canaryValue = 0;  // and the value it holds (shm::freshCmaCanary)
   std::int32_t fd = -1;      // shared-memory file of the tensor's storage, or -1
   std::uint64_t mapOffset = 0;
   std::uint64_t mapBytes = 0;
@@ -58,6 +59,7 @@ struct Record {
         << address << '\n'
         << pid << '\n'
         << canary << '\n'
+        << canaryValue << '\n'
         << fd << '\n'
         << mapOffset << '\n'
         << mapBytes << '\n'
@@ -71,7 +73,7 @@ struct Record {
   static Record decode(int rank, const std::string& raw) {
     std::istringstream in(raw);
     Record r;
-    in >> r.context >> r.dtype >> r.elements >> r.address >> r.pid >> r.canary >> r.fd >>
+    in >> r.context >> r.dtype >> r.elements >> r.address >> r.pid >> r.canary >> r.canaryValue >> r.fd >>
         r.mapOffset >> r.mapBytes >> r.device;
     const auto refuse = [rank](const std::string& why) {
       C10_THROW_ERROR(DistBackendError,
@@ -286,7 +288,9 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   const engine::ProcessId self = engine::ProcessId::self();
   mine.pid = self.pid;
   mine.pidSpace = self.pidSpace;
-  mine.canary = reinterpret_cast<std::uintptr_t>(shm::cmaCanary());
+  auto canary = shm::freshCmaCanary();
+  mine.canary = reinterpret_cast<std::uintptr_t>(canary.get());
+  mine.canaryValue = *canary;
   mine.host = hostIdentity();
   if (onCuda) mine.device = tensor.device().index();
   if (auto* map = onCuda ? nullptr : at::MapAllocator::fromDataPtr(tensor.storage().data_ptr());
@@ -369,7 +373,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
       if (shm::cmaRead(peer.pid,
                        reinterpret_cast<const void*>(static_cast<std::uintptr_t>(theirs.canary)),
                        &canary, sizeof(canary)) &&
-          canary == shm::kCmaCanaryValue) {
+          canary == theirs.canaryValue) {
         peer.path = Peer::Path::Cma;
       }
     }
@@ -391,6 +395,7 @@ void WindowUCX::tensor_register(const at::Tensor& tensor, bool owning) {
   device_ = tensor.device();
   context_ = mine.context;
   inbox_ = std::move(inbox);
+  canary_ = std::move(canary);
   registered_ = true;
 }
 

@@ -9,6 +9,11 @@
 namespace commux {
 namespace {
 
+// Its pid names the same process here (an empty PID space is unknown: never the same).
+bool sameSpaceAsThisProcess(const engine::ProcessId& process) {
+  return !process.pidSpace.empty() && process.pidSpace == engine::ProcessId::localPidSpace();
+}
+
 // Record layout (little endian): magic, format version, context id, pid, start ticks (u64),
 // length of the PID-space id, the PID-space id, length of the job id, the job id, then the
 // worker address bytes.
@@ -86,7 +91,8 @@ PeerTable::PeerTable(std::shared_ptr<core::KeyValueStore> store, int rank, int s
       job_(jobIdentity()),
       routes_(static_cast<std::size_t>(size)),
       known_(new std::atomic<bool>[static_cast<std::size_t>(size)]),
-      pids_(static_cast<std::size_t>(size), -1) {
+      pids_(static_cast<std::size_t>(size), -1),
+      samePidSpace_(static_cast<std::size_t>(size), 0) {
   for (int r = 0; r < size; ++r) known_[r].store(false, std::memory_order_relaxed);
 }
 
@@ -109,6 +115,7 @@ void PeerTable::publish(const std::string& address, std::uint32_t context,
   std::lock_guard<std::mutex> lock(mutex_);
   routes_[rank_] = std::make_shared<engine::Route>(engine::Route{address, context, incarnation});
   pids_[rank_] = self.pid;
+  samePidSpace_[rank_] = 1;
   known_[rank_].store(true, std::memory_order_release);
 }
 
@@ -169,6 +176,7 @@ std::shared_ptr<const engine::Route> PeerTable::adopt(int rank, Record record) {
     if (!routes_[rank]) {
       routes_[rank] = std::move(record.route);
       pids_[rank] = record.process.pid;
+      samePidSpace_[rank] = sameSpaceAsThisProcess(record.process) ? 1 : 0;
     }
     route = routes_[rank];
     prefetched_.erase(rank);
@@ -237,6 +245,7 @@ void PeerTable::prefetch(const std::vector<int>& ranks, std::string_view operati
     if (routes_[missing[i]]) continue;  // adopted meanwhile by another thread
     routes_[missing[i]] = std::move(record.route);
     pids_[missing[i]] = record.process.pid;
+    samePidSpace_[missing[i]] = sameSpaceAsThisProcess(record.process) ? 1 : 0;
     prefetched_.emplace(missing[i], std::move(record.process));
   }
 }
@@ -340,6 +349,12 @@ std::int64_t PeerTable::pidOf(int rank) const {
   if (!known(rank)) return -1;
   std::lock_guard<std::mutex> lock(mutex_);
   return pids_[rank];
+}
+
+std::int64_t PeerTable::localPidOf(int rank) const {
+  if (!known(rank)) return -1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return samePidSpace_[rank] ? pids_[rank] : -1;
 }
 
 std::shared_ptr<const engine::Route> PeerTable::known(int rank) const {

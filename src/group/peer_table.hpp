@@ -74,6 +74,9 @@ class PeerTable {
   /// its record was read (known()); -1 before. Other records a rank publishes (windows)
   /// must name the same process.
   std::int64_t pidOf(int rank) const;
+  /// pidOf(rank) when that process lives in this process's PID namespace on this kernel
+  /// (its pid names the same process here: it may be read from, CMA), else -1.
+  std::int64_t localPidOf(int rank) const;
   /// The ranks resolved so far, ascending.
   std::vector<int> knownRanks() const;
   /// Says that the store is gone: which store, who serves it, and the store's own `why`.
@@ -114,6 +117,7 @@ class PeerTable {
   std::unique_ptr<std::atomic<bool>[]> known_;
   std::map<int, engine::ProcessId> prefetched_;
   std::vector<std::int64_t> pids_;  // by rank, set before known_ (-1 until then)
+  std::vector<char> samePidSpace_;  // by rank, with pids_: the record's PID space is ours
   bool allResolved_ = false;
 };
 

@@ -695,7 +695,7 @@ void NeighbourExchange::greet() {
     if (local) group_.peers().get(peer, "a neighbourhood exchange's greeting");
     list.push_back({i, peer, local, s.messages.sends, s.messages.receives,
                     s.sendBytes, s.recvBytes, &s.sendRows, &s.recvRows,
-                    group_.peers().pidOf(peer)});
+                    group_.peers().localPidOf(peer)});
   }
   if (list.empty()) return;
   try {

@@ -76,7 +76,8 @@ class SharedSides {
     const std::vector<Rows>* sendRows = nullptr;
     const std::vector<Rows>* recvRows = nullptr;
     /// The process the group's peer record names for `rank` (the one its death watch
-    /// follows); -1 when unknown. A greeting that names another process shares nothing.
+    /// follows); -1 when unknown or in another PID namespace (its pid means another
+    /// process here). A greeting that names another process shares nothing.
     std::int64_t pid = -1;
   };
 

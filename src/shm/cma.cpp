@@ -13,12 +13,6 @@
 #include <vector>
 
 namespace commux::shm {
-namespace {
-
-const volatile std::uint64_t canary = kCmaCanaryValue;
-
-}  // namespace
-
 void allowReaders() noexcept {
 #ifdef PR_SET_PTRACER
   static std::once_flag once;
@@ -28,7 +22,7 @@ void allowReaders() noexcept {
 
 std::shared_ptr<const std::uint64_t> freshCmaCanary() {
   std::uint64_t value = 0;
-  while (value == 0 || value == kCmaCanaryValue) {
+  while (value == 0) {
     if (::getrandom(&value, sizeof(value), 0) != static_cast<ssize_t>(sizeof(value))) {
       value = static_cast<std::uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ull ^
               static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&value));
@@ -36,8 +30,6 @@ std::shared_ptr<const std::uint64_t> freshCmaCanary() {
   }
   return std::make_shared<const std::uint64_t>(value);
 }
-
-const std::uint64_t* cmaCanary() noexcept { return const_cast<const std::uint64_t*>(&canary); }
 
 namespace {
 

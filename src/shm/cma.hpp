@@ -18,10 +18,6 @@ namespace commux::shm {
 /// no-op where Yama is absent). Asked of the kernel once per process, however often called.
 void allowReaders() noexcept;
 
-/// A word whose address ranks publish to check that they can read each other (windows).
-const std::uint64_t* cmaCanary() noexcept;
-constexpr std::uint64_t kCmaCanaryValue = 0x434d412d636f6d6dull;
-
 /// A word holding a fresh random value, for one probe: the prober publishes its address
 /// and value, and keeps it until the readers are done. Finding that value there proves the
 /// reader reads the process that published it now, not any process that happens to hold a
