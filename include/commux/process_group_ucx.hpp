@@ -317,7 +317,8 @@ class ProcessGroupUCX : public c10d::Backend {
       c10d::OpType type, std::uint32_t sequence, engine::Description description,
       std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
       std::optional<core::ReduceOp> reduce, std::function<void()> finalize,
-      std::chrono::milliseconds timeout, at::Tensor sendBuffer = {}, int onlyPeer = -1);
+      std::chrono::milliseconds timeout, at::Tensor sendBuffer = {}, int onlyPeer = -1,
+      bool callChecked = false);
   /// Launches `op` for `work` on the caller's CUDA stream when it has one; `collective`: an
   /// operation of every member (group::launchCollective: any death fails it, its failure
   /// refuses later collectives).
@@ -325,11 +326,16 @@ class ProcessGroupUCX : public c10d::Backend {
               bool collective = false);
   /// COMMUX_CHECK_COLLECTIVES on the UCX path: every rank compares what it called (operation,
   /// dtype, reduction, elements) with the others' before posting anything; a mismatch
-  /// raises ValueError on every rank alike.
+  /// raises ValueError on every rank alike. An all-to-all brings its counts per rank
+  /// (`sendCounts`, `recvCounts`), checked pair by pair (its own block included).
   void checkSameCollective(c10d::OpType type, const at::Tensor& work,
                            std::optional<core::ReduceOp> reduce,
                            const engine::Description& description,
-                           std::chrono::milliseconds timeout);
+                           std::chrono::milliseconds timeout,
+                           const std::vector<std::size_t>* sendCounts = nullptr,
+                           const std::vector<std::size_t>* recvCounts = nullptr);
+  /// Whether a collective of every member runs the call check (COMMUX_CHECK_COLLECTIVES).
+  bool checksCalls() const;
   std::uint32_t nextSequence();
   /// Where a collective runs: the group's one route (group::Group::route).
   collectives::Route routeFor(collectives::Collective collective, const char* what, bool cpu,

@@ -62,9 +62,12 @@ std::vector<std::size_t> countsFromSplits(const char* what, const at::Tensor& t,
 
 /// The block a rank keeps for itself is copied locally before anything else, on every
 /// path, so both sides must agree on it before any path is chosen: a larger block would
-/// be written past the room the output gives it.
+/// be written past the room the output gives it. Under COMMUX_CHECK_COLLECTIVES it is one
+/// of the pairs the call check compares on every rank (the shared-memory channel's at its
+/// first step), so the others learn of it too instead of waiting for this rank.
 void checkSelfBlock(const char* name, const std::vector<std::size_t>& sendCounts,
-                    const std::vector<std::size_t>& recvCounts, int rank) {
+                    const std::vector<std::size_t>& recvCounts, int rank, bool callChecked) {
+  if (callChecked) return;
   TORCH_CHECK_VALUE(sendCounts[rank] == recvCounts[rank], "commux: ", name, ": this rank (",
                     rank, ") sends ", sendCounts[rank], " elements to itself but its output has room for ",
                     recvCounts[rank], " from itself; the input's and the output's split for rank ",
@@ -95,6 +98,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
     std::function<void(const at::Tensor&)> unpack, bool uniform, std::chrono::milliseconds timeout,
     const char* schedule) {
   const OpEntry entry(*this);
+  // Before the own block is copied: the check compares it too.
+  const bool checked = checksCalls();
+  if (checked) {
+    checkSameCollective(type, input, std::nullopt, engine::Description(name), timeout,
+                        &sendCounts, &recvCounts);
+  }
   const std::size_t in = std::accumulate(sendCounts.begin(), sendCounts.end(), std::size_t{0});
   const std::size_t out = std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0});
   const auto sendBlocks = layout(sendCounts, 0);
@@ -112,7 +121,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallFlat(
   at::Tensor received = work.narrow(0, static_cast<int64_t>(in), static_cast<int64_t>(out));
   return launchCollective(type, seq, describe(name, {input}, "", plan.algorithm, seq),
                           std::move(outputs), std::move(plan.schedule), work, std::nullopt,
-                          [received, unpack] { unpack(received); }, timeout);
+                          [received, unpack] { unpack(received); }, timeout, {}, -1, checked);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
@@ -122,6 +131,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
   // Contiguous input and output: send straight from the input, receive straight into the
   // output. Staging both through one fresh buffer cost three copies plus the page faults
   // of a new allocation, and made all_to_all_single ~3x slower than gloo at 16 MiB.
+  // Checked before the own block is copied into the output: the check compares it too.
+  const bool checked = checksCalls();
+  if (checked) {
+    checkSameCollective(c10d::OpType::ALLTOALL_BASE, input, std::nullopt,
+                        engine::Description("all_to_all_single"), timeout, &sendCounts,
+                        &recvCounts);
+  }
   at::Tensor in = input.view({-1});
   at::Tensor out = output.view({-1});
   const auto sendBlocks = layout(sendCounts, 0);
@@ -144,7 +160,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoallDirect(
   return launchCollective(c10d::OpType::ALLTOALL_BASE, seq,
                           describe("all_to_all_single", {input}, "", plan.algorithm, seq), {output},
                           std::move(plan.schedule), work, std::nullopt, std::move(finalize),
-                          timeout, in);
+                          timeout, in, -1, checked);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
@@ -157,7 +173,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
                     "commux: all_to_all_single: input and output dtypes differ");
   auto sendCounts = countsFromSplits("input", inputBuffer, inputSplitSizes, size_);
   auto recvCounts = countsFromSplits("output", outputBuffer, outputSplitSizes, size_);
-  checkSelfBlock("all_to_all_single", sendCounts, recvCounts, rank_);
+  checkSelfBlock("all_to_all_single", sendCounts, recvCounts, rank_,
+                 checksCalls());
   // Without split sizes a valid call has blocks of one size on every rank (rank s's block
   // for d is d's block from s), so all ranks plan alike. Equal splits on one rank say
   // nothing of the others'.
@@ -223,7 +240,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
     recvCounts.push_back(elementCount(outputTensors[r]));
     flatInputs.push_back(inputTensors[r].reshape({-1}));
   }
-  checkSelfBlock("all_to_all", sendCounts, recvCounts, rank_);
+  checkSelfBlock("all_to_all", sendCounts, recvCounts, rank_,
+                 checksCalls());
   std::vector<at::Tensor> outputs = outputTensors;
   auto unpack = [outputs, recvCounts](const at::Tensor& received) {
     int64_t offset = 0;

@@ -46,9 +46,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
     c10d::OpType type, std::uint32_t sequence, engine::Description description,
     std::vector<at::Tensor> outputs, collectives::Schedule schedule, at::Tensor work,
     std::optional<core::ReduceOp> reduce, std::function<void()> finalize,
-    std::chrono::milliseconds timeout, at::Tensor sendBuffer, int onlyPeer) {
+    std::chrono::milliseconds timeout, at::Tensor sendBuffer, int onlyPeer, bool callChecked) {
   const NoAutograd noAutograd;  // the operation's entry checked the rest
-  if (onlyPeer < 0 && size_ > 1 && Config::get().checkCollectives && !group_->batching()) {
+  if (onlyPeer < 0 && !callChecked && checksCalls()) {
     checkSameCollective(type, work, reduce, description, timeout);
   }
   // Every member's record before the schedule's peers': all of them in one store request.
@@ -65,17 +65,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchCollective(
   return w;
 }
 
+bool ProcessGroupUCX::checksCalls() const {
+  return size_ > 1 && Config::get().checkCollectives && !group_->batching();
+}
+
 void ProcessGroupUCX::checkSameCollective(c10d::OpType type, const at::Tensor& work,
                                           std::optional<core::ReduceOp> reduce,
                                           const engine::Description& description,
-                                          std::chrono::milliseconds timeout) {
-  // An all-to-all's buffers differ with uneven splits: its elements are left out.
+                                          std::chrono::milliseconds timeout,
+                                          const std::vector<std::size_t>* sendCounts,
+                                          const std::vector<std::size_t>* recvCounts) {
+  // An all-to-all's buffers differ with uneven splits: its elements are left out (its
+  // counts per rank are checked pair by pair instead).
   const bool alltoall = type == c10d::OpType::ALLTOALL || type == c10d::OpType::ALLTOALL_BASE;
   group::CallSignature mine;
   mine.operation = static_cast<int64_t>(type);
   mine.type = work.defined() ? static_cast<int64_t>(work.scalar_type()) : -1;
   mine.reduce = reduce ? static_cast<int64_t>(*reduce) : -1;
   mine.count = work.defined() && !alltoall ? work.numel() : -1;
+  if (sendCounts != nullptr && recvCounts != nullptr) {
+    mine.sendCounts = *sendCounts;
+    mine.recvCounts = *recvCounts;
+  }
   const auto limit = timeout.count() >= 0 ? timeout : timeout_;  // kUnsetTimeout: the group's
   group::checkSameCall(*group_, mine, description, limit, [](const group::CallSignature& g) {
     return c10d::opTypeToString(static_cast<c10d::OpType>(g.operation)) + " of " +
@@ -113,7 +124,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::launchShared(
                      std::move(outputs), channel, std::move(job), std::move(finalize), timeout);
   }
   auto description = describe(op, described, std::move(detail), "hierarchical", seq);
-  if (size_ > 1 && Config::get().checkCollectives && !group_->batching()) {
+  if (checksCalls()) {
     // As on the schedule path (launchCollective), with the buffer and count it would check:
     // which path a call takes across hosts may depend on its size, and ranks whose calls
     // differ must all be told rather than wait for each other.

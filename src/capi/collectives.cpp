@@ -39,10 +39,13 @@ void finish(commuxComm& comm, std::shared_ptr<group::Request> request) {
   if (!deferToGroup(comm, request)) waitFor(comm, *request);
 }
 
-// recv = send before an in-place collective (no copy when they are the same memory); on a
-// GPU queued on the call's stream, which the collective then waits for.
-void copyIn(const core::Buffer& send, const core::Buffer& recv, void* stream, const char* what) {
-  if (send.data == recv.data || send.bytes() == 0) return;
+// sendbuf of a collective that runs in place over recvbuf: checked here; the group copies
+// it into recvbuf once the call was checked (COMMUX_CHECK_COLLECTIVES included), so a
+// refused call leaves recvbuf as it was; on a GPU queued on the call's stream. Inside
+// commuxGroupStart/End that copy happens at the call too, before the batch is posted.
+const core::Buffer& checkedInput(const core::Buffer& send, const core::Buffer& recv,
+                                 const char* what) {
+  if (send.data == recv.data || send.bytes() == 0) return send;
   COMMUX_CHECK(send.memory == recv.memory && send.device == recv.device, InvalidArgument,
                "commux: ", what, ": sendbuf is in ", group::describeMemory(send),
                " and recvbuf in ", group::describeMemory(recv), "; they must be in one");
@@ -50,11 +53,8 @@ void copyIn(const core::Buffer& send, const core::Buffer& recv, void* stream, co
   const char* r = recv.bytePointer();
   COMMUX_CHECK(s + send.bytes() <= r || r + recv.bytes() <= s, InvalidArgument, "commux: ", what,
                ": sendbuf and recvbuf overlap without being equal");
-  group::copyBytes(recv.data, send.data, send.bytes(), recv, streamOf(recv, stream));
+  return send;
 }
-
-// Inside commuxGroupStart/End: the copy of sendbuf must happen before the batch is posted,
-// which it does (copyIn runs at the call); the collective is then posted with the batch.
 
 }  // namespace
 }  // namespace commux::capi
@@ -75,10 +75,10 @@ commuxResult_t commuxAllReduce(const void* sendbuf, void* recvbuf, size_t count,
     const auto reduceOp = capi::reduceOpOf(op, what);
     COMMUX_CHECK(core::reduces(recv.dtype, reduceOp), InvalidArgument, "commux: ", what, ": ",
                  core::nameOf(reduceOp), " is not defined on ", core::nameOf(recv.dtype));
-    capi::copyIn(send, recv, stream, what);
+    const auto& input = capi::checkedInput(send, recv, what);
     capi::inGroup(c);
     capi::finish(c, group::allreduce(*c.group, recv, reduceOp, capi::timeoutOf(&c),
-                                     capi::streamOf(recv, stream)));
+                                     capi::streamOf(recv, stream), input));
   });
 }
 
@@ -94,13 +94,14 @@ commuxResult_t commuxReduce(const void* sendbuf, void* recvbuf, size_t count,
     COMMUX_CHECK(core::reduces(send.dtype, reduceOp), InvalidArgument, "commux: ", what, ": ",
                  core::nameOf(reduceOp), " is not defined on ", core::nameOf(send.dtype));
     core::Buffer buffer = send;
+    core::Buffer input;
     if (c.group->rank() == root) {
       buffer = capi::callBuffer(recvbuf, count, datatype, stream, what);
-      capi::copyIn(send, buffer, stream, what);
+      input = capi::checkedInput(send, buffer, what);
     }
     capi::inGroup(c);
     capi::finish(c, group::reduce(*c.group, buffer, reduceOp, root, capi::timeoutOf(&c),
-                                  capi::streamOf(buffer, stream)));
+                                  capi::streamOf(buffer, stream), input));
   });
 }
 
@@ -112,12 +113,14 @@ commuxResult_t commuxBroadcast(const void* sendbuf, void* recvbuf, size_t count,
     const char* what = "commuxBroadcast";
     capi::checkRoot(c, root, what);
     auto recv = capi::callBuffer(recvbuf, count, datatype, stream, what);
+    core::Buffer input;
     if (c.group->rank() == root) {
-      capi::copyIn(capi::callBuffer(sendbuf, count, datatype, stream, what), recv, stream, what);
+      input = capi::checkedInput(capi::callBuffer(sendbuf, count, datatype, stream, what), recv,
+                                 what);
     }
     capi::inGroup(c);
     capi::finish(c, group::broadcast(*c.group, recv, root, capi::timeoutOf(&c),
-                                     capi::streamOf(recv, stream)));
+                                     capi::streamOf(recv, stream), input));
   });
 }
 

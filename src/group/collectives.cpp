@@ -228,6 +228,14 @@ void checkCall(Group& group, const Where& w, Collective collective, const core::
       });
 }
 
+/// The caller's separate input (see collectives.hpp), into the buffer the call runs over.
+void takeInput(const core::Buffer& input, const core::Buffer& buffer,
+               const std::optional<core::Stream>& stream) {
+  if (!input.present() || input.data == buffer.data || input.bytes() == 0) return;
+  COMMUX_ASSERT(input.bytes() == buffer.bytes(), "commux: a collective's input and buffer differ in size");
+  copyBytes(buffer.data, input.data, input.bytes(), buffer, stream);
+}
+
 /// `job` on the host's channel (one host) or in parts across hosts.
 std::shared_ptr<Request> shared(Group& group, const Where& w, shm::Job job, const char* name,
                                 std::string detail, const core::Buffer& shown,
@@ -282,7 +290,8 @@ std::shared_ptr<Request> onSchedule(Group& group, collectives::Plan plan, core::
 
 std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
                                    std::chrono::milliseconds timeout,
-                                   const std::optional<core::Stream>& after) {
+                                   const std::optional<core::Stream>& after,
+                                   const core::Buffer& input) {
   group.checkUsable();
   group.joinSetUp();
   checkBuffer("allreduce", "buffer", buffer);
@@ -292,6 +301,7 @@ std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, cor
       where(group, Collective::Allreduce, "allreduce", buffer.bytes(), stream.has_value());
   checkCall(group, w, Collective::Allreduce, buffer, op, static_cast<std::int64_t>(buffer.count),
             timeout);
+  takeInput(input, buffer, stream);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::Allreduce, 0, op);
     job.buffer = buffer;
@@ -306,7 +316,8 @@ std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, cor
 
 std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
                                 int root, std::chrono::milliseconds timeout,
-                                const std::optional<core::Stream>& after) {
+                                const std::optional<core::Stream>& after,
+                                const core::Buffer& input) {
   group.checkUsable();
   group.joinSetUp();
   checkBuffer("reduce", "buffer", buffer);
@@ -317,6 +328,7 @@ std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::
   const Where w = where(group, Collective::Reduce, "reduce", buffer.bytes(), stream.has_value());
   checkCall(group, w, Collective::Reduce, buffer, op, static_cast<std::int64_t>(buffer.count),
             timeout);
+  takeInput(input, buffer, stream);
   if (w.path != Path::Schedule) {
     // A non-root's buffer is only read on one host's channel; in parts, a host's leader
     // folds its host's buffers into its own, so a non-root's must be a copy.
@@ -337,7 +349,8 @@ std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::
 
 std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int root,
                                    std::chrono::milliseconds timeout,
-                                   const std::optional<core::Stream>& after) {
+                                   const std::optional<core::Stream>& after,
+                                   const core::Buffer& input) {
   group.checkUsable();
   group.joinSetUp();
   checkBuffer("broadcast", "buffer", buffer);
@@ -348,6 +361,7 @@ std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int
       where(group, Collective::Broadcast, "broadcast", buffer.bytes(), stream.has_value());
   checkCall(group, w, Collective::Broadcast, buffer, std::nullopt,
             static_cast<std::int64_t>(buffer.count), timeout);
+  takeInput(input, buffer, stream);
   if (w.path != Path::Schedule) {
     shm::Job job = jobOf(shm::Kind::Broadcast, root);
     job.buffer = buffer;

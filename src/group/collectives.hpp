@@ -39,18 +39,26 @@ class Group;
 /// queued on it now, its own copies go on that stream, and its result is there in that
 /// stream's order. Device memory never takes the shared-memory channel.
 ///
+/// `input` (allreduce, reduce and broadcast): when present and not `buffer` itself, what
+/// the call runs over, copied into `buffer` (the caller's output: same size, kind of
+/// memory, no overlap) only once the call's arguments and COMMUX_CHECK_COLLECTIVES passed,
+/// so a refused call leaves the output as it was.
+///
 /// Reduces `buffer` with `op` across the group, in place on every rank.
 std::shared_ptr<Request> allreduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
                                    std::chrono::milliseconds timeout,
-                                   const std::optional<core::Stream>& after = std::nullopt);
+                                   const std::optional<core::Stream>& after = std::nullopt,
+                                   const core::Buffer& input = {});
 /// Rank `root`'s `buffer` ends with the reduction; the others' buffers keep their values.
 std::shared_ptr<Request> reduce(Group& group, const core::Buffer& buffer, core::ReduceOp op,
                                 int root, std::chrono::milliseconds timeout,
-                                const std::optional<core::Stream>& after = std::nullopt);
+                                const std::optional<core::Stream>& after = std::nullopt,
+                                const core::Buffer& input = {});
 /// Every rank's `buffer` ends with rank `root`'s.
 std::shared_ptr<Request> broadcast(Group& group, const core::Buffer& buffer, int root,
                                    std::chrono::milliseconds timeout,
-                                   const std::optional<core::Stream>& after = std::nullopt);
+                                   const std::optional<core::Stream>& after = std::nullopt,
+                                   const core::Buffer& input = {});
 /// `output` (size x input's elements, input's type) ends with every rank's `input`, in rank
 /// order. `input` may be this rank's own block of `output`.
 std::shared_ptr<Request> allgather(Group& group, const core::Buffer& input,

@@ -167,3 +167,40 @@ def test_an_unknown_algorithm_name_is_refused_naming_the_choices():
     assert res.returncode != 0
     assert "COMMUX_ALGORITHM_BROADCAST=fastest names no algorithm of broadcast" in res.stderr
     assert "scatter_allgather" in res.stderr, res.stderr
+
+
+def _alltoall_counts(rank, ws, seed):
+    # Split sizes drawn from the seed, the same on every rank; then one pair (s, d) made to
+    # disagree: s sends one row more to d than d makes room for (d == s: its own block).
+    g = torch.Generator().manual_seed(seed)
+    splits = torch.randint(0, 4, (ws, ws), generator=g)  # splits[s][d]: rows s sends d
+    s, d = (int(v) for v in torch.randint(0, ws, (2,), generator=g))
+    send = splits[rank].tolist()
+    recv = splits[:, rank].tolist()
+    if rank == s:
+        send[d] += 1
+    for single in (True, False):
+        what = f"seed {seed}: rank {s} sends rank {d} a row more ({'single' if single else 'list'})"
+        if single:
+            call = lambda: dist.all_to_all_single(torch.empty(sum(recv)), torch.ones(sum(send)),
+                                                  output_split_sizes=recv, input_split_sizes=send)
+        else:
+            call = lambda: dist.all_to_all([torch.empty(n) for n in recv],
+                                           [torch.ones(n) for n in send])
+        msg = expect_error(call, (f"rank {s} sends",), what, exc_types=(ValueError,))
+        assert f"to rank {d}" in msg, (what, msg)
+    assert_group_works(ws)
+    return True
+
+
+@pytest.mark.parametrize("ws", [2, 3])
+def test_check_collectives_finds_all_to_all_counts_that_differ_on_every_rank(ws):
+    """COMMUX_CHECK_COLLECTIVES with the UCX schedules (COMMUX_SHM=0): all-to-all counts
+    that do not pair up (the own block included) raise ValueError naming the pair on every
+    rank, before a byte moves; before, one rank failed ('Message truncated') or refused its
+    own block alone, and the others waited for the timeout."""
+    seed = int(os.environ.get("COMMUX_TEST_SEED", "0")) or int.from_bytes(os.urandom(3), "little")
+    print(f"seed {seed} (COMMUX_TEST_SEED={seed} replays it)")
+    env = {"COMMUX_CHECK_COLLECTIVES": "1", "COMMUX_SHM": "0"}
+    assert all(run_ranks(_alltoall_counts, ws, timeout=120, env=env, seed=seed,
+                         pg_timeout=datetime.timedelta(seconds=60)))
