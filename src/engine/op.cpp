@@ -25,25 +25,6 @@ void onRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
   pending->engine->queueCompletion(pending, status, r);
 }
 
-// The statuses a transfer ends with when its connection broke (the peer's process or host
-// went away), as against this rank's own doing (a cancel) or a mismatch of the ranks' calls
-// (a truncated message).
-bool brokenConnection(ucs_status_t status) {
-  switch (status) {
-    case UCS_ERR_IO_ERROR:
-    case UCS_ERR_UNREACHABLE:
-    case UCS_ERR_SHMEM_SEGMENT:
-    case UCS_ERR_TIMED_OUT:
-    case UCS_ERR_REJECTED:
-    case UCS_ERR_NOT_CONNECTED:
-    case UCS_ERR_CONNECTION_RESET:
-      return true;
-    default:
-      return (status <= UCS_ERR_FIRST_LINK_FAILURE && status >= UCS_ERR_LAST_LINK_FAILURE) ||
-             (status <= UCS_ERR_FIRST_ENDPOINT_FAILURE && status >= UCS_ERR_LAST_ENDPOINT_FAILURE);
-  }
-}
-
 }  // namespace
 
 Op::Op(Description description, Done done)

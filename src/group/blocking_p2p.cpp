@@ -7,6 +7,7 @@
 #include "engine/blocking_transfer.hpp"
 #include "engine/description.hpp"
 #include "engine/engine.hpp"
+#include "engine/errors.hpp"
 #include "engine/p2p_op.hpp"
 #include "group/group.hpp"
 #include "group/peer_table.hpp"
@@ -77,7 +78,11 @@ void finish(Group& group, engine::BlockingTransfer& transfer, bool isSend, int p
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
     COMMUX_FAIL(Backend, engine::truncatedMessage(describe(), false, bytes, info));
   }
-  if (std::string why = group.deadWhy(peer); !why.empty()) {
+  // A broken connection is a death more often than not, which the watch confirms moments
+  // later: the error names the rank (survivors need it to go on without it).
+  if (std::string why = engine::brokenConnection(status) ? group.awaitDeathOf(peer)
+                                                         : group.deadWhy(peer);
+      !why.empty()) {
     COMMUX_FAIL(Backend, "commux: ", describe(), ": ", core::lostMember(peer, why));
   }
   COMMUX_FAIL(Backend, "commux: ", describe(), " failed: ", ucs_status_string(status));

@@ -497,6 +497,15 @@ std::string Group::deadWhy(int rank) const {
   return health_->anyDead() ? health_->deadWhy(rank) : std::string();
 }
 
+std::string Group::awaitDeathOf(int rank) const {
+  const auto until = std::chrono::steady_clock::now() + kDeathConfirmWait;
+  for (;;) {
+    if (std::string why = deadWhy(rank); !why.empty()) return why;
+    if (std::chrono::steady_clock::now() >= until) return "";
+    std::this_thread::sleep_for(kDeathLook);
+  }
+}
+
 void Group::watchMembers() {
   if (!relayReady_.load(std::memory_order_acquire)) peers_->resolveAll();
 }

@@ -121,6 +121,10 @@ class Group {
   std::vector<int> knownRanks() const;
   /// Why `rank` is dead; empty while it lives (cheap while nobody died).
   std::string deadWhy(int rank) const;
+  /// deadWhy(rank) for a transfer with `rank` whose connection broke: waits (boundedly, as
+  /// long as an operation's failure witness does) for the death watch to confirm the death
+  /// that explains it, so that the error names the rank; empty when none came.
+  std::string awaitDeathOf(int rank) const;
 
   // --- The collective set-up and the route ---------------------------------------------
   /// Every collective's first step, before it validates its arguments: the set-up at the
