@@ -187,7 +187,10 @@ Engine::Engine(const Settings& settings, ucx::JobHints hints, std::unique_ptr<Wo
   thread_ = std::thread([this] { run(); });
 }
 
-Engine::~Engine() { stop(); }
+Engine::~Engine() {
+  stop();
+  callbacksClosed_.store(true, std::memory_order_release);
+}
 
 void Engine::stop() {
   // Process exit (ExitGuard, atexit) and the last reference may race to stop.
@@ -590,7 +593,7 @@ std::function<void(Engine&)> Engine::queued(Submission&& s) {
         for (int round = 0; round < 64 && !op->finished(); ++round) {
           if (!engine.progressRound()) break;
         }
-        if (!op->finished() && (dead < 0 || op->awaits(dead))) op->fail(engine, error);
+        if (!op->finished() && (dead < 0 || op->awaits(dead))) op->failOnDeath(engine, error);
       };
     case Kind::Finish:
       return [op = std::move(s.op_), error = std::move(s.error_)](Engine& engine) {
@@ -725,6 +728,9 @@ ucx::Endpoint::OnError Engine::endpointErrorHandler(const std::string& address) 
 }
 
 void Engine::queueCompletion(Pending* pending, ucs_status_t status, const RecvInfo& info) {
+  // The worker's destruction purging what UCX still held: the engine is gone but for this
+  // flag; the Pending (and the Op it holds) is left to the process's end.
+  if (callbacksClosed_.load(std::memory_order_acquire)) return;
   {
     std::lock_guard<std::mutex> lock(completionMutex_);
     completions_.push_back(Completion{pending, status, info});

@@ -303,6 +303,11 @@ class Engine {
   std::size_t dropUnexpected(std::uint32_t context);
 
   const std::uint32_t generation_ = forkGeneration();
+  // Set once the engine is being destroyed: UCX calls back the sends it still holds (to a
+  // peer that never received them; UCX cannot cancel a send) when worker_ is destroyed,
+  // after the members below it are gone; those completions are dropped. Declared before
+  // worker_, so it outlives it.
+  std::atomic<bool> callbacksClosed_{false};
   ucx::Context context_;
   ucx::Worker worker_;
   std::unique_ptr<WorkerPort> port_;  // drives worker_ unless a test gave a fake

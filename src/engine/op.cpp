@@ -98,6 +98,7 @@ void Op::handle(Engine& engine, Pending& pending, ucs_status_t status, const Rec
   if (finished_ || witnessed_) return;
   if (status != UCS_OK) {
     std::exception_ptr error = commError(describeFailure(pending.slot, status, info));
+    peerGone_ = peerGone_ || brokenConnection(status);
     if (witness_ && brokenConnection(status)) {
       error = witness_->connectionFailed(shared_from_this(), witnessPeer_, std::move(error));
       if (!error) {
@@ -136,11 +137,12 @@ void Op::fail(Engine& engine, std::exception_ptr error) {
   if (finished_.exchange(true, std::memory_order_acq_rel)) return;
   // Unmatched receives complete (cancelled) within this progress round; a matched one
   // when its transfer ends. Sends cannot be recalled by UCX at all (ucp_request_cancel
-  // leaves them be): waiting for them could take forever, and the header says so.
+  // leaves them be): waiting for them could take forever, and the header says so. Nor is a
+  // receive waited for when a death failed the operation (peerGone_): see fail()'s doc.
   cancelInflight(engine);
   engine.opFinished(this);
   onFailed();
-  if (receivesOwed_ != 0) {
+  if (receivesOwed_ != 0 && !peerGone_) {
     drainingError_ = error ? std::move(error) : commError("commux: " + description() + " failed");
     return;
   }

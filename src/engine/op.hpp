@@ -117,8 +117,16 @@ class Op : public std::enable_shared_from_this<Op> {
   /// Worker-lock holder: fail the operation now and cancel its outstanding requests. Its
   /// callback runs once no receive of it is left to UCX: a receive UCX already matched (a
   /// rendezvous under way) cannot be cancelled and writes the buffer until its transfer
-  /// ends, and the caller gets the buffer back only after that.
+  /// ends, and the caller gets the buffer back only after that. Not so for an operation a
+  /// peer's death or a broken connection fails (failOnDeath, or a transfer of it that broke):
+  /// a transfer from a dead peer may never end (UCX leaves such a receive matched), and the
+  /// caller must hear of the death now.
   void fail(Engine& engine, std::exception_ptr error);
+  /// Worker-lock holder: fail() for a member's death.
+  void failOnDeath(Engine& engine, std::exception_ptr error) {
+    peerGone_ = true;
+    fail(engine, std::move(error));
+  }
   /// Worker-lock holder: route one request's completion.
   void handle(Engine& engine, Pending& pending, ucs_status_t status, const RecvInfo& info);
 
@@ -177,6 +185,9 @@ class Op : public std::enable_shared_from_this<Op> {
   // Worker lock: a broken connection doomed it and the witness will fail it; the
   // completions still to come change nothing.
   bool witnessed_ = false;
+  // Worker lock: a peer's death or a broken connection fails it: fail() does not wait for
+  // its receives (see there).
+  bool peerGone_ = false;
   std::size_t outstanding_ = 0;
   // Receives posted and not yet completed (worker lock).
   std::size_t receivesOwed_ = 0;
