@@ -1,6 +1,6 @@
 #pragma once
 // Run-time configuration of commux, read once from COMMUX_* environment variables.
-// The README's environment table documents each one; UCX's own UCX_* variables pass
+// docs/settings.md's table documents each one; UCX's own UCX_* variables pass
 // through to UCX untouched.
 #include <chrono>
 #include <cstddef>

@@ -2,8 +2,8 @@
 // commux::ProcessGroupUCX: a c10d backend over UCX tag matching.
 //
 // Point-to-point calls match exactly on (sender, tag), like MPI; every call returns a Work
-// at once while a per-process progress thread moves the data. See README.md for the tag
-// layout and the COMMUX_* environment variables.
+// at once while a per-process progress thread moves the data. See docs/semantics.md for
+// the tag layout and docs/settings.md for the COMMUX_* environment variables.
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -181,7 +181,7 @@ class ProcessGroupUCX : public c10d::Backend {
   /// Later calls raise; operations in flight still finish.
   void shutdown();
 
-  /// What this rank knows of the group's health (see README, "Failures").
+  /// What this rank knows of the group's health (see docs/failures.md).
   struct Health {
     /// False once the group cannot run collectives: a member died, a collective failed on
     /// this rank, or the group was aborted or shut down. Point-to-point operations with

@@ -197,7 +197,7 @@ def preferred_backend() -> str:
 
 def config() -> dict:
     """Every ``COMMUX_*`` setting as this process reads it (name -> value), from the one
-    table that also reads them and prints the README's table of settings
+    table that also reads them and prints docs/settings.md's table of settings
     (``python3 -m commux.info --settings-table``): the C++ core's (read once per process; a
     value out of its range raises ``ValueError`` naming the variable) and the Python
     package's own (``COMMUX_LAUNCHER``, ``COMMUX_TORCH_FLIGHT_RECORDER``,

@@ -56,7 +56,7 @@ def rdma_warning(transports) -> str | None:
 
 
 def settings_table() -> str:
-    """The README's table of COMMUX_* settings, from the table commux reads them by."""
+    """docs/settings.md's table of COMMUX_* settings, from the table commux reads them by."""
     import commux
 
     rows = ["| variable | default | meaning |", "|---|---|---|"]
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cmake-prefix", action="store_true",
                         help="print the prefix for CMAKE_PREFIX_PATH (find_package(commux)) and exit")
     parser.add_argument("--settings-table", action="store_true",
-                        help="print the table of COMMUX_* settings (markdown, as in the README) and exit")
+                        help="print the table of COMMUX_* settings (markdown, as in docs/settings.md) and exit")
     args = parser.parse_args(argv)
     if args.cmake_prefix:
         print(cmake_prefix())

@@ -1,6 +1,6 @@
 #pragma once
 // Every COMMUX_* run-time setting, described once: Config::fromEnvironment reads them from
-// this table, commux.config() shows them from it, and the README's table of settings is
+// this table, commux.config() shows them from it, and docs/settings.md's table of settings is
 // printed from it (python3 -m commux.info --settings-table; a test compares the two).
 #include <string>
 #include <variant>
@@ -16,9 +16,9 @@ using SettingValue = std::variant<std::monostate, bool, long long, std::string>;
 
 struct Setting {
   const char* name;
-  /// The default as the README states it (markdown).
+  /// The default as docs/settings.md states it (markdown).
   const char* defaultText;
-  /// What it does (markdown, one line of the README's table).
+  /// What it does (markdown, one line of docs/settings.md's table).
   const char* doc;
   /// Reads the variable into the configuration, raising std::invalid_argument naming it
   /// when its value does not fit; null for a setting the Python package reads itself.
@@ -27,7 +27,7 @@ struct Setting {
   SettingValue (*show)(const Config& config);
 };
 
-/// In the README's order.
+/// In docs/settings.md's order.
 const std::vector<Setting>& settings();
 
 }  // namespace commux

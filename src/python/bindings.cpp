@@ -202,7 +202,7 @@ PYBIND11_MODULE(_C, m) {
         return rows;
       },
       "Every COMMUX_* setting as (name, default, meaning, read by the C++ core), in the "
-      "README's order");
+      "order of docs/settings.md");
   m.def(
       "_engine_stats",
       [] {

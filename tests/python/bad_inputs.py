@@ -16,7 +16,7 @@ Kinds of case:
 * ``some_bad``: the same mistakes on some ranks only. Those ranks must raise a clear error
   and touch nothing; the others must raise or finish within a short timeout (a finished rank
   must hold the right result where one exists without the wrong ranks, and must raise where
-  none does). A fresh group is used afterwards (README: a failed collective ends the group's
+  none does). A fresh group is used afterwards (docs/semantics.md: a failed collective ends the group's
   collectives); after point-to-point cases the group must keep working.
 * ``mismatch``: every rank's call is consistent on its own, but the ranks disagree (sizes,
   dtypes, split sizes, tags). No rank may hang past the short timeout or finish with a wrong
@@ -65,7 +65,7 @@ OTHER_BYTES = {"float32": "float64", "float64": "float32", "int32": "int64", "in
                "int16": "int32", "bool": "int32", "complex128": "complex64"}
 REDOPS_FLOAT = ("SUM", "PRODUCT", "MIN", "MAX", "AVG")
 REDOPS_INT = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
-# (dtype, op) pairs README says are unsupported (NotImplementedError before anything is sent).
+# (dtype, op) pairs docs/semantics.md says are unsupported (NotImplementedError before anything is sent).
 UNSUPPORTED = (("float32", "BAND"), ("float64", "BXOR"), ("bfloat16", "BOR"),
                ("int64", "AVG"), ("int32", "AVG"), ("complex64", "MIN"), ("complex64", "MAX"))
 
@@ -1314,7 +1314,7 @@ class Runner:
             def exp():
                 mine = ctx.data(rank, "t", me["t"], small(me))
                 if op == "reduce":
-                    # README: reduce leaves non-root tensors unchanged, and its non-roots
+                    # docs/semantics.md: reduce leaves non-root tensors unchanged, and its non-roots
                     # return once their data is in place, whatever the root does
                     if rank != root:
                         return mine

@@ -52,7 +52,7 @@ def _seed(path, world):
     return 37_000 + 10 * world + (0 if path == "shm" else 5)
 
 
-@pytest.mark.skipif(not is_ucx(), reason="commux's promises (README): not another backend's")
+@pytest.mark.skipif(not is_ucx(), reason="commux's promises (docs/semantics.md): not another backend's")
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("path, world", PARAMS)
 def test_bad_inputs(path, world):
@@ -153,7 +153,7 @@ def _pinned_cases():
     return cases
 
 
-@pytest.mark.skipif(not is_ucx(), reason="commux's promises (README): not another backend's")
+@pytest.mark.skipif(not is_ucx(), reason="commux's promises (docs/semantics.md): not another backend's")
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("path", ["shm", "ucx"])
 def test_pinned_cases(path):
@@ -205,7 +205,7 @@ def _first_collective_one_rank_wrong(rank, world_size, short_s, refused_by):
     return took, outcome
 
 
-@pytest.mark.skipif(not is_ucx(), reason="commux's promises (README): not another backend's")
+@pytest.mark.skipif(not is_ucx(), reason="commux's promises (docs/semantics.md): not another backend's")
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("path, refused_by", [
     ("shm", "commux"), ("ucx", "commux"), ("ucx", "torch"), ("shm", "torch")])

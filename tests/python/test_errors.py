@@ -1,6 +1,6 @@
 """Invalid uses raise clear Python exceptions and leave the group usable.
 
-Every check: the bad call must raise the exception README's "Semantics worth knowing"
+Every check: the bad call must raise the exception docs/semantics.md
 promises (a negative tag is a ValueError, an unsupported op/dtype combination a
 NotImplementedError, a receive of the wrong size a "message size mismatch" naming both
 sizes; elsewhere RuntimeError or ValueError) whose message says what is wrong (a keyword
@@ -59,7 +59,7 @@ def _size_mismatch(rank, world_size, receive):
         message = expect_error(
             lambda: dist.recv(torch.zeros(receive), 0, tag=3), "message size mismatch",
             f"recv of a 400-byte message into a {4 * receive}-byte buffer")
-        # README: the error names both sizes.
+        # docs/semantics.md: the error names both sizes.
         for size in ("400 bytes", f"{4 * receive} bytes"):
             assert size in message, f"the size mismatch error does not name {size}: {message}"
     group_works(rank, world_size, tag=50)
@@ -74,7 +74,7 @@ def _size_mismatch(rank, world_size, receive):
 ])
 def test_recv_size_mismatch_is_an_error(receive):
     """A receive buffer larger than the message, or smaller (truncation), raises a "message
-    size mismatch" error naming both sizes, as README promises; the group survives."""
+    size mismatch" error naming both sizes, as docs/semantics.md promises; the group survives."""
     run_ranks(_size_mismatch, 2, receive=receive)
 
 
@@ -86,7 +86,7 @@ def _invalid_args(rank, world_size):
 
     # Negative tag, through the public API and directly on the backend.
     if rank == 0:
-        # README: "a negative tag is a ValueError" (commux's promise, not other backends').
+        # docs/semantics.md: "a negative tag is a ValueError" (commux's promise, not other backends').
         bad_tag = (ValueError,) if is_ucx() else ERR
         expect_error(lambda: dist.send(torch.ones(3), 1, tag=-1), "tag", "send with tag=-1",
                      exc_types=bad_tag)
@@ -96,7 +96,7 @@ def _invalid_args(rank, world_size):
                      "backend recv with tag=-5", exc_types=bad_tag)
     group_works(rank, world_size, tag=51)
 
-    # Unsupported op/dtype combinations, public API and backend directly. README: they
+    # Unsupported op/dtype combinations, public API and backend directly. docs/semantics.md: they
     # raise NotImplementedError before anything is sent (commux's promise, not other
     # backends').
     unsupported = (NotImplementedError,) if is_ucx() else ERR

@@ -200,7 +200,7 @@ def test_shm_shape_follows_the_cpus_the_ranks_share(pins):
         assert shape["ranks"] == ws
         assert shape["crowded"] == int(crowded), (pins, shape)
         # Crowded: a deeper ring of small slots, every collective on the whole slot, no
-        # polling; else depth 2, 256 KiB copy steps, a 2 us poll (README, COMMUX_SHM_*).
+        # polling; else depth 2, 256 KiB copy steps, a 2 us poll (docs/settings.md, COMMUX_SHM_*).
         assert shape["depth"] == (8 if crowded else 2), (pins, shape)
         assert shape["copy_step_bytes"] == (0 if crowded else 256 << 10), (pins, shape)
         assert shape["poll_ns"] == (0 if crowded else 2000), (pins, shape)

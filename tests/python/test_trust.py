@@ -298,19 +298,19 @@ _NOT_RUNTIME = {"COMMUX_UCX_PROVIDER", "COMMUX_CUDA", "COMMUX_BUILD_PYTHON", "CO
 
 def test_the_settings_table_is_the_readme_config_and_info():
     """One table (src/config/settings.cpp) reads every COMMUX_* setting, lists it in
-    commux.config() and prints the README's table: they cannot drift apart."""
+    commux.config() and prints docs/settings.md's table: they cannot drift apart."""
     import re
     import subprocess
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    readme = open(os.path.join(root, "README.md")).read()
+    readme = open(os.path.join(root, "docs", "settings.md")).read()
     block = re.search(r"^<!-- settings table:.*?-->\n(.*?)^<!-- end of settings table -->",
                       readme, re.M | re.S)
-    assert block, "the README has no settings table between its markers"
+    assert block, "docs/settings.md has no settings table between its markers"
     printed = subprocess.run([sys.executable, "-m", "commux.info", "--settings-table"],
                              capture_output=True, text=True, timeout=120)
     assert printed.returncode == 0, printed.stderr
     assert block.group(1) == printed.stdout, (
-        "the README's settings table differs from the table commux reads them by: paste the "
+        "docs/settings.md's table differs from the table commux reads them by: paste the "
         "output of `python3 -m commux.info --settings-table` between its markers")
     table = commux.load_extension().settings_table()
     names = [row[0] for row in table]

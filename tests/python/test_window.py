@@ -376,7 +376,7 @@ def test_a_killed_peer_fails_wait_put_signal_get_naming_it(path):
 
 
 def _halo(rank, world_size, n, steps):
-    """README's halo exchange, checked against the same stencil run serially."""
+    """docs/windows.md's halo exchange, checked against the same stencil run serially."""
     world = world_size
     full = torch.arange(world * n, dtype=torch.float64) ** 2 % 17
     u = torch.zeros(n + 2, dtype=torch.float64)
@@ -519,7 +519,7 @@ def _random_ops(rank, world_size, seed, rounds, region):
         for i, (kind, dst, offset, count, value) in enumerate(ops[rank]):
             at = rank * region + offset  # this rank's region in dst's window
             # Overlapping puts may land in either order unless a flush separates them
-            # (README, as MPI): flush when this one overlaps an earlier one.
+            # (docs/windows.md, as MPI): flush when this one overlaps an earlier one.
             spans = unflushed.setdefault(dst, [])
             if kind != "get" and any(a < at + count and at < b for a, b in spans):
                 win.flush(dst)
