@@ -3,7 +3,7 @@
 // depart; 8 steps a call. Blocks of 100 calls alternate between plain memcpy and streaming
 // (non-temporal) stores for the copy into the slot, and each block prints
 // "<seconds since start> <plain|nt> <us per call>". On the 2-vCPU VM of
-// docs/performance.md (2026-12-04 17:00-18:00) plain blocks have stretches of seconds at 5-6x
+// docs/performance-log.md (2026-12-04 17:00-18:00) plain blocks have stretches of seconds at 5-6x
 // their usual time, and streaming blocks do not (src/shm/slot_copy.hpp).
 //
 //   gcc -O2 -o /tmp/slot_write benchmarks/slot_write.c && /tmp/slot_write 60

@@ -2,7 +2,7 @@
 """Fails if a file declared torch-free includes torch, c10, ATen, pybind11 or Python, directly
 or through any commux header it includes. The files not yet built in the torch-free core
 library (commux_logic) are listed here, so that one that lost its torch stays without it
-while the rest of the engine moves over (docs/core_migration.md).
+while the rest of the engine moves over (docs/history/core-migration.md).
 
 Usage: scripts/check_core_includes.py [--report]   (--report lists every file under src/engine
 and src/shm with the torch include it reaches, if any)."""

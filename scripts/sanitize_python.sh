@@ -3,7 +3,7 @@
 # builds into build/asan-python (not installed: the tests import it through PYTHONPATH)
 # and preloads the sanitizer runtimes into every process (pytest and each rank), since
 # python3 and torch are not instrumented. Any report aborts that process, which fails the
-# test. Results: docs/performance.md ("Python under AddressSanitizer").
+# test. Results: docs/performance-log.md ("Python under AddressSanitizer").
 #   scripts/sanitize_python.sh [pytest arguments]   (default: the core test files)
 # Run scripts/install.sh first. Slow: a full build (~15 min on 2 cores; the CUDA unit and the
 # benchmark are left out: CPU tests exercise neither), tests ~2x slower.

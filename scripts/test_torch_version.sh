@@ -3,7 +3,7 @@
 # virtualenv of its own (build/torch-<version>/venv; the build in build/torch-<version>/build):
 #   scripts/test_torch_version.sh 2.5.1      (the oldest supported release)
 # Downloads that torch and its CUDA libraries from PyPI once (~3 GB). Results:
-# docs/performance.md ("Torch versions").
+# docs/performance-log.md ("Torch versions").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"

@@ -3,7 +3,7 @@
 // (ProcessGroupUCX::sendBlocking / recvBlocking, MPI_Send / MPI_Recv style). It lives on
 // the caller's stack and is posted and, usually, completed on the caller's thread: no Op,
 // no Work, no submission queue and no heap allocation of commux's, which is where most of a
-// small message's time went on the ordinary path (docs/performance.md, "C++ p2p").
+// small message's time went on the ordinary path (docs/performance-log.md, "C++ p2p").
 //
 // It takes the worker only when the lock is free (the caller then falls back to the
 // ordinary path), after the commands queued before it, so the order of one thread's

@@ -855,7 +855,7 @@ bool Group::hierarchical(shm::Kind kind, bool cpu, std::size_t bytes) const {
   // Allreduce, allgather, reduce_scatter and barrier gain from the smallest sizes (their flat
   // schedules cross hosts at most steps). Broadcast's and reduce's flat trees cross about as
   // often as the parts do, so below the threshold the extra shared-memory stages only cost
-  // (docs/performance.md, "host-aware collectives").
+  // (docs/performance-log.md, "host-aware collectives").
   return !shm::hasRoot(kind) || bytes >= layout_->minBytes;
 }
 

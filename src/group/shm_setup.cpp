@@ -215,7 +215,7 @@ void chooseSlots(shm::ChannelShape& shape) {
   const bool crowded = shape.crowded;
   // Oversubscribed, a rank that has a core runs up to `depth` small collectives (a
   // broadcast's root, a reader draining what is there) before it must yield to one that
-  // has none (docs/performance.md, 2026-12-04 10:40).
+  // has none (docs/performance-log.md, 2026-12-04 10:40).
   shape.depth = config.shmDepth != 0 ? config.shmDepth : crowded ? 8u : 2u;
   if (config.shmSlotBytes != 0) {
     shape.slotBytes = config.shmSlotBytes;
@@ -223,7 +223,7 @@ void chooseSlots(shm::ChannelShape& shape) {
   }
   // Slots of up to 1 MiB: an allreduce or broadcast step costs a round of waits, so fewer,
   // larger steps are faster (2 ranks, 1 MiB slots against 256 KiB: allreduce 1-4 MiB 12-21%
-  // and broadcast 1-4 MiB 25-43% less time; docs/performance.md, 2026-12-04 19:40). The
+  // and broadcast 1-4 MiB 25-43% less time; docs/performance-log.md, 2026-12-04 19:40). The
   // collectives that copy through the slots fill 256 KiB of them per step while every rank
   // has a core: there a piece stays in the cache between one rank's copy in and the other's
   // copy out (an allgather of 16 MiB took 17% longer in 1 MiB pieces). Crowded, they use
@@ -243,7 +243,7 @@ void chooseSlots(shm::ChannelShape& shape) {
 // broadcast that fits one step is the root's copy in, then the readers' copy out, while a
 // larger one pipelines the root's next step with the readers' last over two cores, and
 // there single copy loses. Measured on a 2-core VM, collective_loop.py with and without,
-// alternating (docs/performance.md, 2026-12-07 02:40-04:10): at 2 ranks allgather from 24
+// alternating (docs/performance-log.md, 2026-12-07 02:40-04:10): at 2 ranks allgather from 24
 // KiB 1.3-1.8x faster single copy, all_to_all from 32 KiB pieces 1.3-1.8x, broadcast
 // 128-512 KiB 1.1-1.6x faster and 1-16 MiB 1.3-1.6x slower (and 32 KiB 1.1-1.2x faster,
 // 16 KiB slower: 2026-12-07 09:20); at 4 ranks on the 2 cores

@@ -28,7 +28,7 @@ constexpr std::size_t kMaxNeighbours = 1u << 16;
 // copies). A message whose pieces average less than this is staged instead: the sender
 // packs it into its segment, which the receiver has mapped, and the receiver unpacks it
 // from there (two copies, no system call); one of long rows is read where it lies, one
-// copy (docs/performance.md, 2026-12-07 06:40).
+// copy (docs/performance-log.md, 2026-12-07 06:40).
 constexpr std::size_t kReadPiecesFrom = 4096;
 // A segment larger than this is refused (the sizes are the sender's messages).
 constexpr std::uint64_t kMaxSegmentBytes = std::uint64_t{1} << 40;

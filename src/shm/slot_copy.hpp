@@ -4,7 +4,7 @@
 // A plain memcpy writes through the cache: each line must first be taken from the readers'
 // caches, which still hold it from the previous step on the same slot. On this project's
 // 2-vCPU VM that ownership transfer has stretches of seconds where it costs 5-15x more (a
-// 2-rank 4 MiB alltoall took 1.2 ms instead of 0.3 ms; docs/performance.md, 2026-12-04
+// 2-rank 4 MiB alltoall took 1.2 ms instead of 0.3 ms; docs/performance-log.md, 2026-12-04
 // 17:00-18:00). Non-temporal (streaming) stores skip it and write whole lines to memory, but
 // then readers read from memory, which costs more when the ownership transfer is cheap.
 // So by default each process times its large copies and keeps whichever way is faster now,
