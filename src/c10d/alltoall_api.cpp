@@ -62,12 +62,11 @@ std::vector<std::size_t> countsFromSplits(const char* what, const at::Tensor& t,
 
 /// The block a rank keeps for itself is copied locally before anything else, on every
 /// path, so both sides must agree on it before any path is chosen: a larger block would
-/// be written past the room the output gives it. Under COMMUX_CHECK_COLLECTIVES it is one
-/// of the pairs the call check compares on every rank (the shared-memory channel's at its
-/// first step), so the others learn of it too instead of waiting for this rank.
+/// be written past the room the output gives it. Under COMMUX_CHECK_COLLECTIVES the callers
+/// leave it to the call check, which compares it as one of the pairs on every rank (the
+/// shared-memory channel's at its first step), so the others learn of it too.
 void checkSelfBlock(const char* name, const std::vector<std::size_t>& sendCounts,
-                    const std::vector<std::size_t>& recvCounts, int rank, bool callChecked) {
-  if (callChecked) return;
+                    const std::vector<std::size_t>& recvCounts, int rank) {
   TORCH_CHECK_VALUE(sendCounts[rank] == recvCounts[rank], "commux: ", name, ": this rank (",
                     rank, ") sends ", sendCounts[rank], " elements to itself but its output has room for ",
                     recvCounts[rank], " from itself; the input's and the output's split for rank ",
@@ -173,8 +172,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall_base(
                     "commux: all_to_all_single: input and output dtypes differ");
   auto sendCounts = countsFromSplits("input", inputBuffer, inputSplitSizes, size_);
   auto recvCounts = countsFromSplits("output", outputBuffer, outputSplitSizes, size_);
-  checkSelfBlock("all_to_all_single", sendCounts, recvCounts, rank_,
-                 checksCalls());
+  if (!checksCalls()) checkSelfBlock("all_to_all_single", sendCounts, recvCounts, rank_);
   // Without split sizes a valid call has blocks of one size on every rank (rank s's block
   // for d is d's block from s), so all ranks plan alike. Equal splits on one rank say
   // nothing of the others'.
@@ -240,8 +238,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupUCX::alltoall(std::vector<at::Tensor>
     recvCounts.push_back(elementCount(outputTensors[r]));
     flatInputs.push_back(inputTensors[r].reshape({-1}));
   }
-  checkSelfBlock("all_to_all", sendCounts, recvCounts, rank_,
-                 checksCalls());
+  if (!checksCalls()) checkSelfBlock("all_to_all", sendCounts, recvCounts, rank_);
   std::vector<at::Tensor> outputs = outputTensors;
   auto unpack = [outputs, recvCounts](const at::Tensor& received) {
     int64_t offset = 0;

@@ -43,9 +43,8 @@ void finish(commuxComm& comm, std::shared_ptr<group::Request> request) {
 // it into recvbuf once the call was checked (COMMUX_CHECK_COLLECTIVES included), so a
 // refused call leaves recvbuf as it was; on a GPU queued on the call's stream. Inside
 // commuxGroupStart/End that copy happens at the call too, before the batch is posted.
-const core::Buffer& checkedInput(const core::Buffer& send, const core::Buffer& recv,
-                                 const char* what) {
-  if (send.data == recv.data || send.bytes() == 0) return send;
+void checkInput(const core::Buffer& send, const core::Buffer& recv, const char* what) {
+  if (send.data == recv.data || send.bytes() == 0) return;
   COMMUX_CHECK(send.memory == recv.memory && send.device == recv.device, InvalidArgument,
                "commux: ", what, ": sendbuf is in ", group::describeMemory(send),
                " and recvbuf in ", group::describeMemory(recv), "; they must be in one");
@@ -53,7 +52,6 @@ const core::Buffer& checkedInput(const core::Buffer& send, const core::Buffer& r
   const char* r = recv.bytePointer();
   COMMUX_CHECK(s + send.bytes() <= r || r + recv.bytes() <= s, InvalidArgument, "commux: ", what,
                ": sendbuf and recvbuf overlap without being equal");
-  return send;
 }
 
 }  // namespace
@@ -75,10 +73,10 @@ commuxResult_t commuxAllReduce(const void* sendbuf, void* recvbuf, size_t count,
     const auto reduceOp = capi::reduceOpOf(op, what);
     COMMUX_CHECK(core::reduces(recv.dtype, reduceOp), InvalidArgument, "commux: ", what, ": ",
                  core::nameOf(reduceOp), " is not defined on ", core::nameOf(recv.dtype));
-    const auto& input = capi::checkedInput(send, recv, what);
+    capi::checkInput(send, recv, what);
     capi::inGroup(c);
     capi::finish(c, group::allreduce(*c.group, recv, reduceOp, capi::timeoutOf(&c),
-                                     capi::streamOf(recv, stream), input));
+                                     capi::streamOf(recv, stream), send));
   });
 }
 
@@ -97,7 +95,8 @@ commuxResult_t commuxReduce(const void* sendbuf, void* recvbuf, size_t count,
     core::Buffer input;
     if (c.group->rank() == root) {
       buffer = capi::callBuffer(recvbuf, count, datatype, stream, what);
-      input = capi::checkedInput(send, buffer, what);
+      capi::checkInput(send, buffer, what);
+      input = send;
     }
     capi::inGroup(c);
     capi::finish(c, group::reduce(*c.group, buffer, reduceOp, root, capi::timeoutOf(&c),
@@ -115,8 +114,8 @@ commuxResult_t commuxBroadcast(const void* sendbuf, void* recvbuf, size_t count,
     auto recv = capi::callBuffer(recvbuf, count, datatype, stream, what);
     core::Buffer input;
     if (c.group->rank() == root) {
-      input = capi::checkedInput(capi::callBuffer(sendbuf, count, datatype, stream, what), recv,
-                                 what);
+      input = capi::callBuffer(sendbuf, count, datatype, stream, what);
+      capi::checkInput(input, recv, what);
     }
     capi::inGroup(c);
     capi::finish(c, group::broadcast(*c.group, recv, root, capi::timeoutOf(&c),

@@ -237,9 +237,8 @@ commuxResult_t commuxCommDestroy(commuxComm_t comm) {
       ended = comm->group->abort(group::kCancelWait);
     }
     comm->group.reset();
-    COMMUX_CHECK(ended, Backend, "commux: commuxCommDestroy: a transfer of an operation it "
-                 "cancelled was still under way ", group::kCancelWait.count(),
-                 " s later: its buffer may yet change");
+    COMMUX_CHECK(ended, Backend, "commux: commuxCommDestroy: of an operation it cancelled, ",
+                 group::stillUnderWay("its buffer"));
   });
   delete comm;
   return result;

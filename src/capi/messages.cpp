@@ -152,9 +152,8 @@ commuxResult_t commuxRequestFree(commuxRequest_t request) {
       // caller's again only once the operation has ended.
       COMMUX_CHECK(
           request->request->waitUntil(std::chrono::steady_clock::now() + group::kCancelWait),
-          Backend, "commux: commuxRequestFree: ", request->request->description(),
-          ": a transfer into its buffer was still under way ", group::kCancelWait.count(),
-          " s after the cancel and may yet change it");
+          Backend, "commux: commuxRequestFree: ", request->request->description(), ": ",
+          group::stillUnderWay("its buffer"));
     }
   });
   delete request;

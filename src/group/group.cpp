@@ -951,21 +951,24 @@ void Group::launchAll(const std::vector<std::shared_ptr<Request>>& requests,
   for (auto& [i, why] : doomed) requests[i]->failAfterDraining(engine::commError(why));
 }
 
+std::size_t Group::batchIndexLocked() const {
+  const auto self = std::this_thread::get_id();
+  return static_cast<std::size_t>(
+      std::find_if(batches_.begin(), batches_.end(),
+                   [&](const Batch& batch) { return batch.owner == self; }) -
+      batches_.begin());
+}
+
 Group::Batch* Group::batchOfThisThreadLocked() {
   if (openBatches_.load(std::memory_order_relaxed) == 0) return nullptr;
-  const auto self = std::this_thread::get_id();
-  for (Batch& batch : batches_) {
-    if (batch.owner == self) return &batch;
-  }
-  return nullptr;
+  const std::size_t i = batchIndexLocked();
+  return i < batches_.size() ? &batches_[i] : nullptr;
 }
 
 bool Group::batching() const {
   if (openBatches_.load(std::memory_order_relaxed) == 0) return false;
   std::lock_guard<std::mutex> lock(trackMutex_);
-  const auto self = std::this_thread::get_id();
-  return std::any_of(batches_.begin(), batches_.end(),
-                     [&](const Batch& batch) { return batch.owner == self; });
+  return batchIndexLocked() < batches_.size();
 }
 
 void Group::startBatch() {

@@ -270,6 +270,8 @@ class Group {
   std::atomic<std::size_t> openBatches_{0};
   /// Tracking-lock holder: the calling thread's open batch, or null.
   Batch* batchOfThisThreadLocked();
+  /// Tracking-lock holder: its index in batches_, or batches_.size() when it has none.
+  std::size_t batchIndexLocked() const;
 
   const bool setUpInBackground_;
   // Shared with startSetUp's (detached) thread: it works on the group only under `mutex`,

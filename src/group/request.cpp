@@ -135,8 +135,7 @@ void Request::wait(std::chrono::milliseconds limit) {
   // tags are never reused and the group refuses collectives now.)
   const bool ended = waitUntil(std::chrono::steady_clock::now() + kCancelWait);
   if (!ended) {
-    COMMUX_FAIL(Backend, message, "; a transfer into its buffers was still under way ",
-                kCancelWait.count(), " s later and may yet change them");
+    COMMUX_FAIL(Backend, message, "; ", stillUnderWay("its buffers"));
   }
   if (collective() || !succeeded()) COMMUX_FAIL(Backend, message);
 }

@@ -31,6 +31,14 @@ namespace commux::group {
 /// another thread drives the worker and was preempted).
 inline constexpr std::chrono::seconds kCancelWait{10};
 
+/// The end of an error whose operation was cancelled but still had a transfer under way
+/// into `what` (its buffer, the window) kCancelWait later: the caller must know that
+/// memory may yet change.
+inline std::string stillUnderWay(const std::string& what) {
+  return "a transfer into " + what + " was still under way " +
+         std::to_string(kCancelWait.count()) + " s after the cancel and may yet change it";
+}
+
 class Request : public std::enable_shared_from_this<Request> {
  public:
   /// What the operation does with its peer: a send fails at once when its peer is dead, a

@@ -250,9 +250,8 @@ void Window::close(std::chrono::milliseconds timeout) {
     release(true);
     throw;
   }
-  COMMUX_CHECK(release(true), Backend, "commux: window close (window #", index_,
-               "): a transfer into the window was still under way ", kCancelWait.count(),
-               " s after the close: the window's memory may yet change");
+  COMMUX_CHECK(release(true), Backend, "commux: window close (window #", index_, "): ",
+               stillUnderWay("the window"));
 }
 
 }  // namespace commux::group
